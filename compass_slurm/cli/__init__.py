@@ -1,0 +1,43 @@
+"""The ``compass`` command. Each subcommand lives in the module named after it.
+
+Heavy imports (rich, numpy, SQLAlchemy) happen inside the commands, so that
+``compass -h`` and the sbatch wrapper start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from .common import CONTEXT_SETTINGS, run_main
+
+# name -> module below compass_slurm.cli that defines a click command called ``command``.
+COMMANDS = {
+    "decisions": "decisions",
+    "replay": "replay",
+    "simulate": "simulate",
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module = COMMANDS.get(name)
+        if module is None:
+            return None
+        return importlib.import_module(f"{__name__}.{module}").command
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="compass_slurm")
+def cli() -> None:
+    """COMPASS-ABS fragmentation-aware GPU placement for Slurm."""
+
+
+def main() -> None:
+    run_main(cli)

@@ -1,0 +1,67 @@
+"""What every subcommand shares: -h, --json, errors on stderr with a hint and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+#: bumped when a --json document changes shape incompatibly.
+SCHEMA_VERSION = 1
+
+
+class UserError(click.ClickException):
+    """An error the user can fix: printed as 'compass: error: ...' plus a hint, exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def show(self, file: Any = None) -> None:
+        err = file or sys.stderr
+        click.echo(f"compass: error: {self.message}", file=err)
+        if self.hint:
+            click.echo(f"hint: {self.hint}", file=err)
+
+
+def json_option(func: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(func)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=None, separators=(",", ":"), default=str))
+
+
+def console(stderr: bool = False):
+    """A rich console that honours NO_COLOR and pipes (imported lazily: rich is slow to load)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def run_main(group: click.Group) -> None:
+    """Run the CLI; engine and input errors become one line on stderr, never a traceback."""
+    from ..model import EngineError
+
+    try:
+        group.main(standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.exceptions.Abort:
+        click.echo("compass: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except EngineError as err:
+        click.echo(f"compass: error: {err}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(0)

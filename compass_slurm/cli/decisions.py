@@ -1,0 +1,74 @@
+"""``compass decisions``: the placements the daemon logged, as a table or as JSON."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import click
+
+from ..timeparse import SINCE
+from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_json, json_option
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..store import DecisionRecord
+
+
+@click.command("decisions", context_settings=CONTEXT_SETTINGS)
+@click.option("--since", type=SINCE, help="Only decisions after this: 90s, 30m, 1h, 7d, ... or an ISO date.")
+@click.option("--job", "job_id", metavar="ID", help="Only decisions about job ID.")
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Show the N latest matching decisions; 0 shows all.")
+@json_option
+@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the daemon's.")
+def command(since: datetime | None, job_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
+    """List placement decisions, oldest first: where each job went, by which rule, and why."""
+    from ..store import Store, StoreError
+
+    try:
+        with Store.open(db, create=False) as store:
+            records = store.decisions(since=since, job=job_id, limit=limit or None)
+    except StoreError as err:
+        raise UserError(err.message, hint=err.hint) from None
+
+    if as_json:
+        emit_json([{"schema_version": SCHEMA_VERSION, **record.as_json()} for record in records])
+        return
+    out = console()
+    if not records:
+        out.print("no decisions logged" + (" matching these filters" if since or job_id else ""))
+        return
+    out.print(_table(records))
+
+
+def _table(records: list[DecisionRecord]) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    policies = ", ".join(sorted({r.policy for r in records}))
+    table = Table(title=f"{len(records)} decisions by {policies}", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in ("time UTC", "job", "request", "SIF"):
+        table.add_column(name, no_wrap=True)
+    # Names and free text wrap, so the table fits a terminal 80 columns wide.
+    for name in ("user", "rule", "action", "nodes", "reason"):
+        table.add_column(name, overflow="fold")
+    for r in records:
+        table.add_row(
+            r.time.strftime("%m-%d %H:%M:%S"),
+            r.job_id,
+            r.request,
+            f"{_sif(r.sif_before)}→{_sif(r.sif_after)}",
+            r.user or "-",
+            r.rule,
+            r.action,
+            " ".join(f"{node}:{gpus}" for node, gpus in r.gpus_per_node.items()),
+            r.reason,
+        )
+    return table
+
+
+def _sif(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -1,0 +1,44 @@
+"""compass replay: run an event stream through a policy and print states or a summary."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..model import Node
+from .common import UserError, emit_json
+
+
+def cluster_nodes(count: int, gpus: int) -> list[Node]:
+    """``count`` identical nodes named node0001, node0002, ... (the width grows with the count)."""
+    width = max(4, len(str(count)))
+    return [Node(f"node{k:0{width}d}", gpus) for k in range(1, count + 1)]
+
+
+@click.command("replay")
+@click.argument("events", type=click.File("r"))
+@click.option("--nodes", "node_count", type=click.IntRange(min=1), required=True, help="Number of nodes.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--policy", default="compass", show_default=True, help="Placement policy (see compass policies).")
+@click.option("--states", is_flag=True, help="Print one JSON line per input event: the cluster after it.")
+def command(events, node_count: int, gpus_per_node: int, policy: str, states: bool) -> None:
+    """Replay arrival/departure EVENTS (JSON Lines, '-' for stdin) through a policy."""
+    from ..policies.base import policy_names
+    from ..replay import states as replay_states
+
+    if policy not in policy_names():
+        raise UserError(f"unknown policy {policy!r}", hint=f"choose from: {', '.join(policy_names())}")
+    nodes = cluster_nodes(node_count, gpus_per_node)
+    summary = {"policy": policy, "nodes": node_count, "gpus_per_node": gpus_per_node, "events": 0,
+               "migrations": 0, "max_partial": 0, "max_sif": 0.0, "pending_at_end": 0}
+    for state in replay_states(events, nodes, policy):
+        if states:
+            click.echo(json.dumps(state, separators=(",", ":")))
+        summary["events"] += 1
+        summary["migrations"] += len(state["migrations"])
+        summary["max_partial"] = max(summary["max_partial"], state["partial"])
+        summary["max_sif"] = max(summary["max_sif"], state["sif"])
+        summary["pending_at_end"] = len(state["pending"])
+    if not states:
+        emit_json(summary)

@@ -1,0 +1,209 @@
+"""``compass simulate``: replay a trace (or a synthetic workload) through every policy and compare.
+
+Stdout carries the result only: a table, or with --json one JSON array (one
+object per policy). Progress and notes go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .common import CONTEXT_SETTINGS, UserError, console, emit_json, json_option
+
+#: Jobs in a synthetic workload when --limit does not say.
+SYNTHETIC_JOBS = 2000
+DEFAULT_SYNTHETIC = "venus"
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="CSV trace or sacct --parsable2 dump.")
+@click.option("--synthetic", metavar="NAME", help=f"Seeded synthetic workload: venus, gfs or philly [default: {DEFAULT_SYNTHETIC}].")
+@click.option("--policy", "policies", metavar="A,B,...", help="Policies to compare [default: every registered one].")
+@click.option("--eta", type=float, default=0.90, show_default=True, help="Size the cluster as N(eta) (ignored with --nodes).")
+@click.option("--nodes", type=click.IntRange(min=1), help="Node count instead of N(eta).")
+@click.option("--gpus-per-node", "node_spec", default="8", show_default=True, metavar="G|G:COUNT,...",
+              help="GPUs per node, or a mix of node sizes and counts such as 8:60,4:4.")
+@click.option("--migration-delay", type=click.FloatRange(min=0), default=8.0, show_default=True,
+              help="Seconds a job pauses per migration.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
+@click.option("--backfill/--no-backfill", default=False, show_default=True, help="EASY backfill past a blocked head.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (the first ones in the window).")
+@click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
+@click.option("--cluster", metavar="NAME", help="Only rows whose 'cluster' column is NAME (e.g. ITP's cluster04).")
+@click.option("--skip-bad", is_flag=True, help="Skip malformed rows (and count them) instead of stopping.")
+@click.option("--check", is_flag=True, help="Debug: assert the engine's invariants after every event (slow).")
+@click.option("--output", type=click.Path(file_okay=False), help="Write timelines, summary.json and comparison.png here.")
+@json_option
+def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, backfill, limit, window,
+            cluster, skip_bad, check, output, as_json) -> None:
+    """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
+    from ..policies.base import policy_names
+    from ..sim import sizing, synthetic as synth, workloads
+    from ..sim.engine import InvariantError, SimConfig
+
+    if trace_path and synthetic:
+        raise UserError("give --trace or --synthetic, not both")
+    chosen = _policies(policies, policy_names())
+    try:
+        span = workloads.parse_window(window) if window else None
+        if trace_path:
+            trace = workloads.load(trace_path, skip_bad=skip_bad, cluster=cluster)
+            source = trace_path
+        else:
+            name = synthetic or DEFAULT_SYNTHETIC
+            trace = synth.generate(name, limit or SYNTHETIC_JOBS, seed)
+            source = f"synthetic:{name}"
+        records = workloads.select(trace.records, span, limit)
+        if not records:
+            raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, limit, cluster))
+        groups, node_gpus = _node_groups(node_spec, nodes)
+        jobs, rules = workloads.to_jobs(records, node_gpus)
+        if groups is None:
+            groups = [(node_gpus, nodes or sizing.cluster_size(jobs, eta, node_gpus))]
+        cluster_nodes = sizing.make_nodes(groups)
+    except (workloads.TraceError, ValueError) as err:
+        raise UserError(str(err)) from None
+    configs = [
+        SimConfig(p, cluster_nodes, migration_delay, backfill, check, keep_timeline=output is not None) for p in chosen
+    ]
+    try:
+        results = _run(jobs, configs, show_progress=not as_json)
+    except InvariantError as err:
+        raise click.ClickException(f"invariant broken: {err}") from None
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    shape = node_spec if ":" in node_spec else node_gpus
+    rows = [
+        {
+            "policy": r.policy,
+            "nodes": len(cluster_nodes),
+            "gpus_per_node": shape,
+            **r.metrics.as_dict(),
+            "events": r.events,
+            "events_per_s": r.events / r.wall_s if r.wall_s else None,
+            "wall_s": r.wall_s,
+            "trace": source,
+            "eta": None if nodes or ":" in node_spec else eta,
+            "migration_delay_s": migration_delay,
+            "backfill": backfill,
+            "skipped_rows": len(trace.skipped),
+            "instance_mapping": dict(sorted(rules.items())),
+        }
+        for r in results
+    ]
+    if output:
+        _write_output(Path(output), rows, results, len(cluster_nodes), sum(n.gpus for n in cluster_nodes))
+    if as_json:
+        emit_json(rows)
+    else:
+        _table(rows, trace.skipped)
+
+
+def _policies(text: str | None, known: list[str]) -> list[str]:
+    if not text:
+        return known
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in known]
+    if unknown or not chosen:
+        raise UserError(f"unknown policy {', '.join(unknown) or repr(text)}", hint=f"choose from: {', '.join(known)}")
+    return list(dict.fromkeys(chosen))
+
+
+def _node_groups(spec: str, nodes: int | None) -> tuple[list[tuple[int, int]] | None, int]:
+    """(explicit node groups or None when N is still to be chosen, G used to map GPU counts)."""
+    from ..sim.sizing import parse_mix
+
+    if ":" in spec:
+        if nodes is not None:
+            raise UserError("--nodes cannot be combined with a node mix", hint="the mix 8:60,4:4 already counts nodes")
+        groups = parse_mix(spec)
+        return groups, max(g for g, _ in groups)
+    try:
+        gpus = int(spec)
+    except ValueError:
+        raise UserError(f"bad --gpus-per-node {spec!r}", hint="give a number like 8 or a mix like 8:60,4:4") from None
+    if gpus < 1:
+        raise UserError(f"bad --gpus-per-node {spec!r}: must be at least 1")
+    return None, gpus
+
+
+def _empty_hint(trace, window, limit, cluster) -> str | None:
+    if trace.skipped:
+        return f"all {len(trace.skipped)} rows were malformed; first: {trace.skipped[0]}"
+    if trace.records and (window or cluster):
+        return "no job matched --window/--cluster"
+    return None
+
+
+def _run(jobs, configs, show_progress: bool):
+    from ..sim.runner import run_policies
+
+    err = console(stderr=True)
+    if not (show_progress and err.is_terminal):
+        return run_policies(jobs, configs)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = 2 * len(jobs)
+    with Progress(TextColumn("{task.description:<16}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        tasks = {c.policy: bar.add_task(c.policy, total=total) for c in configs}
+        return run_policies(jobs, configs, lambda policy, done: bar.update(tasks[policy], completed=done))
+
+
+def _write_output(out: Path, rows: list[dict], results, nodes: int, gpus: int) -> None:
+    import csv
+
+    from ..sim.metrics import Timeline
+    from ..sim.plot import plot_comparison
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            with open(out / f"timeline-{r.policy}.csv", "w", newline="") as fh:
+                writer = csv.writer(fh)
+                writer.writerow((*Timeline.COLUMNS, "sif"))
+                for row in r.timeline.rows():
+                    writer.writerow((*row[:-1], int(row[-1]), (row[4] - row[5]) / nodes))
+        (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        plot_comparison(results, nodes, gpus, out / "comparison.png")
+    except OSError as err:
+        raise UserError(f"cannot write to {out}: {err}") from None
+
+
+def _table(rows: list[dict], skipped) -> None:
+    from rich.table import Table
+
+    first = rows[0]
+    table = Table(title=f"{first['trace']}: {first['jobs']} jobs on {first['nodes']} nodes x {first['gpus_per_node']} GPUs")
+    columns = [
+        ("policy", "policy", str),
+        ("AFR", "afr", "{:.4f}".format),
+        ("max SIF", "max_sif", "{:.4f}".format),
+        ("SIF<=2/N", "sif_bound_frac", "{:.1%}".format),
+        ("WCC", "wcc_frac", "{:.1%}".format),
+        ("AJCT s", "ajct_s", "{:,.0f}".format),
+        ("AGU", "agu", "{:.4f}".format),
+        ("mean wait s", "mean_wait_s", "{:,.0f}".format),
+        ("p99 wait s", "p99_wait_s", "{:,.0f}".format),
+        ("migrations", "migrations", "{:,}".format),
+        ("wall s", "wall_s", "{:.1f}".format),
+    ]
+    for title, _, _ in columns:
+        table.add_column(title, justify="left" if title == "policy" else "right")
+    for row in rows:
+        table.add_row(*(fmt(row[key]) for _, key, fmt in columns))
+    out = console()
+    if not out.is_terminal:
+        out.width = 200  # a pipe or file gets the whole table, not an 80-column squeeze
+    out.print(table)
+    notes = [f"averaged over {'the time the queue was non-empty' if first['averaged_over'] == 'queued' else 'the whole run (the queue never filled)'}"]
+    mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}
+    if mapping:
+        notes.append("GPU counts reshaped: " + ", ".join(f"{v} by {k}" for k, v in mapping.items()))
+    if skipped:
+        notes.append(f"{len(skipped)} malformed row(s) skipped, first: {skipped[0]}")
+    for note in notes:
+        console(stderr=True).print(note)

@@ -1,0 +1,181 @@
+"""The Anchor-Based Space: slots, anchors, fillers, pool nodes, and the indexes over them.
+
+This module only keeps the structure and its indexes consistent; the COMPASS
+rules that decide what goes where live in compass.py. Every node is, by its
+contents, one of:
+
+- empty: nothing on it;
+- pool: only 1-GPU instances that are not fillers (``ones``);
+- slotted: one or more slots, each an anchor (>= 2 GPUs) plus 1-GPU fillers up to
+  the slot width; ``ones`` here are orphans (fillers whose anchor left when no
+  other home existed) and ``extras`` are instances outside ABS (adopted from a
+  foreign placement, or placed by the work-conserving fallback).
+
+D(n), the unprofiled residue of a slotted node, is its capacity minus slot
+widths, orphans and extras.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..cluster import ClusterState
+from ..index import Buckets, MinSet
+from ..model import InstanceKey
+
+
+@dataclass(eq=False)
+class Slot:
+    width: int
+    anchor: InstanceKey
+    anchor_gpus: int
+    fillers: list[InstanceKey] = field(default_factory=list)
+
+    @property
+    def vacancy(self) -> int:
+        return self.width - self.anchor_gpus - len(self.fillers)
+
+    def members(self) -> list[InstanceKey]:
+        return [self.anchor, *self.fillers]
+
+
+# Where an instance sits in the ABS: its role and, for anchors and fillers, its slot.
+ANCHOR, FILLER, ONE, EXTRA = "anchor", "filler", "one", "extra"
+
+
+class AbsState:
+    """ABS structure over a ClusterState; raw GPU accounting stays in the ClusterState."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.c = cluster
+        n = len(cluster)
+        self.slots: list[list[Slot]] = [[] for _ in range(n)]
+        self.ones: list[list[InstanceKey]] = [[] for _ in range(n)]
+        self.extras: list[list[InstanceKey]] = [[] for _ in range(n)]
+        self.role: dict[InstanceKey, tuple[str, Slot | None]] = {}
+        caps = sorted(set(cluster.capacity))
+        #: per capacity group, so that a slot width means the same thing within an index.
+        self.empty: dict[int, MinSet] = {g: MinSet() for g in caps}
+        self.residue: dict[int, Buckets] = {g: Buckets(g) for g in caps}
+        self.pool_room: dict[int, Buckets] = {g: Buckets(g) for g in caps}
+        self.vacant = MinSet()
+        self.orphaned = MinSet()
+        self.foreign = MinSet()
+        self.vacancy_total = 0
+        for i in range(n):
+            self.refresh(i)
+
+    # -- node facts ----------------------------------------------------------------------
+
+    def kind(self, i: int) -> str:
+        if self.slots[i] or self.extras[i]:
+            return "slotted"
+        return "pool" if self.ones[i] else "empty"
+
+    def residue_of(self, i: int) -> int:
+        """D(n) of a slotted node; for an empty node its capacity."""
+        used = sum(s.width for s in self.slots[i]) + len(self.ones[i])
+        used += sum(self.c.gpus_of(k) for k in self.extras[i])
+        return self.c.capacity[i] - used
+
+    def vacancy_of(self, i: int) -> int:
+        return sum(s.vacancy for s in self.slots[i])
+
+    def refresh(self, i: int) -> None:
+        """Recompute node i's membership in every index from its contents."""
+        cap = self.c.capacity[i]
+        avail = self.c.available[i]
+        kind = self.kind(i)
+        self.empty[cap].discard(i)
+        if kind == "empty" and avail:
+            self.empty[cap].add(i)
+        residue = self.residue_of(i) if kind == "slotted" else None
+        self.residue[cap].set(i, residue if avail and residue is not None and residue >= 0 else None)
+        self.pool_room[cap].set(i, cap - len(self.ones[i]) if avail and kind == "pool" else None)
+        if avail and any(s.vacancy > 0 for s in self.slots[i]):
+            self.vacant.add(i)
+        else:
+            self.vacant.discard(i)
+        if kind == "slotted" and self.ones[i]:
+            self.orphaned.add(i)
+        else:
+            self.orphaned.discard(i)
+        if self.extras[i]:
+            self.foreign.add(i)
+        else:
+            self.foreign.discard(i)
+
+    # -- structural edits (raw accounting is the caller's, via ClusterState) --------------
+
+    def add_slot(self, i: int, width: int, anchor: InstanceKey) -> Slot:
+        slot = Slot(width, anchor, self.c.gpus_of(anchor))
+        self.slots[i].append(slot)
+        self.role[anchor] = (ANCHOR, slot)
+        self.vacancy_total += slot.vacancy
+        self.refresh(i)
+        return slot
+
+    def add_filler(self, i: int, slot: Slot, key: InstanceKey) -> None:
+        slot.fillers.append(key)
+        self.role[key] = (FILLER, slot)
+        self.vacancy_total -= 1
+        self.refresh(i)
+
+    def add_one(self, i: int, key: InstanceKey) -> None:
+        self.ones[i].append(key)
+        self.role[key] = (ONE, None)
+        self.refresh(i)
+
+    def add_extra(self, i: int, key: InstanceKey) -> None:
+        self.extras[i].append(key)
+        self.role[key] = (EXTRA, None)
+        self.refresh(i)
+
+    def detach(self, key: InstanceKey) -> tuple[str, Slot | None]:
+        """Take an instance out of the structure (fillers of a departing anchor become ones)."""
+        i = self.c.location[key]
+        role, slot = self.role.pop(key)
+        if role == ANCHOR:
+            assert slot is not None
+            self.slots[i].remove(slot)
+            self.vacancy_total -= slot.vacancy
+            for filler in slot.fillers:
+                self.ones[i].append(filler)
+                self.role[filler] = (ONE, None)
+        elif role == FILLER:
+            assert slot is not None
+            slot.fillers.remove(key)
+            self.vacancy_total += 1
+        elif role == ONE:
+            self.ones[i].remove(key)
+        else:
+            self.extras[i].remove(key)
+        self.refresh(i)
+        return role, slot
+
+    def slot_of(self, key: InstanceKey) -> Slot | None:
+        return self.role[key][1]
+
+    def take_slot(self, i: int, slot: Slot) -> None:
+        """Lift a whole slot (anchor and fillers) off node i, keeping its roles, to put it elsewhere."""
+        self.slots[i].remove(slot)
+        self.refresh(i)
+
+    def put_slot(self, i: int, slot: Slot) -> None:
+        self.slots[i].append(slot)
+        self.refresh(i)
+
+    def partial_hosts(self, cap: int, min_residue: int = 1) -> list[int]:
+        """Available slotted nodes of one capacity group with residue >= ``min_residue``."""
+        buckets = self.residue[cap]
+        out: list[int] = []
+        for d in range(max(min_residue, 0), cap + 1):
+            out.extend(buckets.bucket(d))
+        return out
+
+    def partial_pools(self) -> list[int]:
+        out: list[int] = []
+        for cap, buckets in self.pool_room.items():
+            for room in range(1, cap):
+                out.extend(buckets.bucket(room))
+        return out

@@ -1,0 +1,207 @@
+"""The one interface every placement policy implements, and the registry that names them.
+
+A policy owns a ClusterState and answers four events: place a job, remove a job,
+compact, and adopt an allocation it did not make. It does no I/O and reads no
+clock, so the replay, the simulator and the daemon drive the same objects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import ClassVar
+
+from ..cluster import ClusterState
+from ..model import Decision, EngineError, Job, Migration, Node, NodeView, Placed
+
+_REGISTRY: dict[str, type["Policy"]] = {}
+
+
+def register(cls: type["Policy"]) -> type["Policy"]:
+    """Class decorator: make a policy available by its ``name``."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise RuntimeError(f"policy name {cls.name!r} is empty or taken")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def policy_names() -> list[str]:
+    _load_builtin()
+    return list(_REGISTRY)
+
+
+def policy_class(name: str) -> type["Policy"]:
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise EngineError(f"unknown policy {name!r}; choose from: {', '.join(_REGISTRY)}") from None
+
+
+def make_policy(name: str, nodes: Sequence[Node], **config: object) -> "Policy":
+    return policy_class(name)(nodes, **config)
+
+
+def _load_builtin() -> None:
+    # The policy modules register themselves on import.
+    from . import baselines, buddy, compass, fgd, slurm_like  # noqa: F401
+
+
+class Policy(ABC):
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def __init__(self, nodes: Sequence[Node], **config: object) -> None:
+        if config:
+            raise EngineError(f"policy {self.name}: unknown option(s) {', '.join(sorted(config))}")
+        self.cluster = ClusterState(nodes)
+        #: migrations still allowed; None means unlimited. Drivers set it (the daemon's rate limit).
+        self.migration_budget: int | None = None
+
+    # -- events ----------------------------------------------------------------------------
+
+    def place(self, job: Job, eligible: Collection[str] | None = None) -> Decision | None:
+        """Place every instance of ``job`` or none; None leaves the state untouched."""
+        c = self.cluster
+        if job.id in c.jobs:
+            raise EngineError(f"job {job.id} is already running")
+        if job.gpus > c.max_gpus:
+            raise EngineError(f"job {job.id}: {job.gpus} GPUs per instance exceed the largest node ({c.max_gpus})")
+        allowed = None if eligible is None else frozenset(self._indexes(eligible))
+        return self._place(job, allowed)
+
+    def remove(self, job_id: str) -> tuple[Migration, ...]:
+        """The job ended: free its GPUs. Returns the migrations the policy made in response."""
+        if job_id not in self.cluster.jobs:
+            raise EngineError(f"job {job_id} is not running")
+        return self._remove(job_id)
+
+    def compact(self) -> tuple[Migration, ...]:
+        """Called after every arrival and departure; baselines never migrate."""
+        return ()
+
+    def adopt(self, job: Job, nodes: Sequence[str]) -> None:
+        """Record an allocation made elsewhere (``nodes[i]`` hosts instance i)."""
+        if len(nodes) != job.instances:
+            raise EngineError(f"job {job.id}: {job.instances} instances but {len(nodes)} nodes given")
+        c = self.cluster
+        idx = self._indexes(nodes)
+        c.register(job)
+        for k, i in enumerate(idx):
+            c.add((job.id, k), i, allow_overcommit=True)
+        self._adopted(job, idx)
+
+    def set_available(self, node: str, available: bool) -> None:
+        i = self._indexes([node])[0]
+        self.cluster.set_available(i, available)
+        self._availability_changed(i)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def role(self, i: int) -> str:
+        return "empty" if self.cluster.used[i] == 0 else "used"
+
+    def view(self) -> tuple[NodeView, ...]:
+        c = self.cluster
+        out = []
+        for i, node in enumerate(c.nodes):
+            placed = tuple(
+                Placed(key[0], key[1], gpus, c.is_pinned(key)) for key, gpus in sorted(c.on_node[i].items())
+            )
+            out.append(NodeView(node.name, c.capacity[i], c.available[i], self.role(i), placed))
+        return tuple(out)
+
+    def abs_violations(self) -> dict[str, str]:
+        """Nodes whose contents break the policy's own invariants, with why (ABS policies only)."""
+        return {}
+
+    # -- what subclasses implement ---------------------------------------------------------
+
+    @abstractmethod
+    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None: ...
+
+    def _remove(self, job_id: str) -> tuple[Migration, ...]:
+        c = self.cluster
+        for key, _ in c.instances_of(job_id):
+            c.remove(key)
+        c.unregister(job_id)
+        return ()
+
+    def _adopted(self, job: Job, nodes: list[int]) -> None:
+        """Hook for policies with structure beyond raw counts."""
+
+    def _availability_changed(self, i: int) -> None:
+        """Hook for policies that index nodes themselves."""
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _indexes(self, names: Iterable[str]) -> list[int]:
+        index = self.cluster.index
+        try:
+            return [index[n] for n in names]
+        except KeyError as err:
+            raise EngineError(f"unknown node {err.args[0]!r}") from None
+
+    def _names(self, idx: Iterable[int]) -> tuple[str, ...]:
+        nodes = self.cluster.nodes
+        return tuple(nodes[i].name for i in idx)
+
+
+class GreedyPolicy(Policy):
+    """A policy that picks one node per instance, in order, and undoes a partial gang.
+
+    Subclasses only say how to pick: ``choose`` gets the instance size, the nodes
+    already holding this job (excluded when the job wants distinct nodes) and the
+    allowed set, and returns a node index or None.
+    """
+
+    rule: ClassVar[str] = ""
+
+    @abstractmethod
+    def choose(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> int | None: ...
+
+    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+        c = self.cluster
+        c.register(job)
+        chosen: list[int] = []
+        for k in range(job.instances):
+            i = self.choose(job.gpus, set(chosen), allowed, job.distinct_nodes)
+            if i is None:
+                for kk in range(k):
+                    c.remove((job.id, kk))
+                c.unregister(job.id)
+                return None
+            c.add((job.id, k), i)
+            chosen.append(i)
+        self._placed(job, chosen)
+        return Decision(job.id, self._names(chosen), job.gpus, self.rule or self.name)
+
+    def _placed(self, job: Job, nodes: list[int]) -> None:
+        """Hook after a successful gang placement."""
+
+    # Shared candidate search: the buckets give the fast path, a scan handles restrictions.
+
+    def fitting(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> Iterable[int]:
+        """Every available node with ``gpus`` free that the job may use (scan order: index)."""
+        c = self.cluster
+        pool = range(len(c)) if allowed is None else sorted(allowed)
+        for i in pool:
+            if c.available[i] and c.free_gpus(i) >= gpus and not (distinct and i in taken):
+                yield i
+
+    def pick_by_free(
+        self,
+        gpus: int,
+        taken: set[int],
+        allowed: frozenset[int] | None,
+        distinct: bool,
+        key: Callable[[int], object],
+    ) -> int | None:
+        """Among fitting nodes, the one minimising ``key``; ties to the lowest index."""
+        best = None
+        best_key = None
+        for i in self.fitting(gpus, taken, allowed, distinct):
+            k = key(i)
+            if best_key is None or k < best_key:
+                best, best_key = i, k
+        return best

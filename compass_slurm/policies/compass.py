@@ -1,0 +1,537 @@
+"""COMPASS: Place, Remove and Compact over the Anchor-Based Space (spec sections 3-4).
+
+Three registered variants share this code:
+- ``compass``: the bounded policy, with the repair step (spec "beyond the paper" 1);
+- ``compass-literal``: the paper's Compact as written, without repair, kept to show
+  the state in which the literal reading breaks the 2/N bound;
+- ``compass-wc``: work-conserving; a job that ABS refuses but raw GPU counts fit is
+  placed outside ABS, and Compact brings it back into ABS when it can.
+
+Every move of a running instance is returned as a Migration. Instances of jobs
+that are not migratable are pinned: nothing here moves them. When the driver
+sets ``migration_budget``, a move that would exceed it is not made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from ..fragmentation import slot_width, slot_widths
+from ..index import MinSet
+from ..model import Decision, InstanceKey, Job, Migration
+from .abs_state import ANCHOR, EXTRA, FILLER, ONE, AbsState, Slot
+from .base import Policy, register
+
+Spot = tuple[int, str, Slot | None]  # node, how it was chosen, the slot with a vacancy (fillers only)
+
+_RULES = {
+    "slot": "anchor slot on the best-fit slotted node",
+    "new-slot": "anchor slot on a newly opened node",
+    "vacancy": "filler in a slot vacancy",
+    "pool": "1-GPU instance on the fullest partial pool node",
+    "new-pool": "1-GPU instance on a newly opened pool node",
+    "orphan": "outside ABS: 1-GPU instance in slotted-node residue (work-conserving)",
+    "extra": "outside ABS: best raw fit (work-conserving)",
+}
+
+
+@register
+class Compass(Policy):
+    name = "compass"
+    summary = "COMPASS-ABS with repair: at most 2 partial nodes while WCC holds"
+    repair: ClassVar[bool] = True
+    work_conserving: ClassVar[bool] = False
+
+    def __init__(self, nodes, **config) -> None:
+        super().__init__(nodes, **config)
+        self.abs = AbsState(self.cluster)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def role(self, i: int) -> str:
+        return self.abs.kind(i)
+
+    def abs_violations(self) -> dict[str, str]:
+        c, a = self.cluster, self.abs
+        out: dict[str, str] = {}
+        for i in sorted(set(a.foreign) | set(a.orphaned)):
+            parts = []
+            if a.extras[i]:
+                parts.append("outside ABS: " + _describe(a.extras[i], c.gpus_of))
+            if a.slots[i] and a.ones[i]:
+                parts.append("orphaned fillers: " + _describe(a.ones[i], c.gpus_of))
+            out[c.nodes[i].name] = "; ".join(parts)
+        return out
+
+    def orphans(self) -> int:
+        return sum(len(self.abs.ones[i]) for i in self.abs.orphaned)
+
+    def pinned_partial(self) -> list[str]:
+        """Partial nodes that hold a pinned instance: what keeps the cluster off the bound."""
+        c = self.cluster
+        return [c.nodes[i].name for i in c.partial if any(c.is_pinned(k) for k in c.on_node[i])]
+
+    # -- Place ---------------------------------------------------------------------------------
+
+    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+        if not self._may_fit(job, allowed):
+            return None
+        c, a = self.cluster, self.abs
+        c.register(job)
+        budget = self.migration_budget
+        chosen: list[int] = []
+        hows: list[str] = []
+        pulls: list[Migration] = []
+        for k in range(job.instances):
+            spot = self._spot(job.gpus, allowed, set(chosen) if job.distinct_nodes else set())
+            if spot is None:
+                self._undo_place(job.id, k, pulls)
+                self.migration_budget = budget
+                return None
+            i, how, slot = spot
+            key = (job.id, k)
+            c.add(key, i)
+            if how in ("slot", "new-slot"):
+                new = a.add_slot(i, slot_width(job.gpus, c.capacity[i]), key)
+                pulls.extend(self._fill(new, i))
+            elif how == "vacancy":
+                assert slot is not None
+                a.add_filler(i, slot, key)
+            elif how == "extra":
+                a.add_extra(i, key)
+            else:
+                a.add_one(i, key)
+            chosen.append(i)
+            hows.append(how)
+        rule = "; ".join(dict.fromkeys(_RULES[h] for h in hows))
+        return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def _spot(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
+        """Where the next instance of ``gpus`` GPUs goes under the COMPASS rules, or None."""
+        a = self.abs
+        caps = [cap for cap in a.empty if cap >= gpus]
+        if gpus >= 2:
+            best: tuple[int, int] | None = None
+            for cap in caps:
+                width = slot_width(gpus, cap)
+                for d in range(width, cap + 1):
+                    i = _pick(a.residue[cap].bucket(d), allowed, exclude)
+                    if i is not None:
+                        if best is None or (d, i) < best:
+                            best = (d, i)
+                        break
+            if best is not None:
+                return best[1], "slot", None
+            for cap in caps:
+                i = _pick(a.empty[cap], allowed, exclude)
+                if i is not None:
+                    return i, "new-slot", None
+            return self._outside_abs(gpus, allowed, exclude)
+        i = _pick(a.vacant, allowed, exclude)
+        if i is not None:
+            return i, "vacancy", next(s for s in a.slots[i] if s.vacancy > 0)
+        best = None
+        for cap in caps:
+            for room in range(1, cap):
+                i = _pick(a.pool_room[cap].bucket(room), allowed, exclude)
+                if i is not None:
+                    if best is None or (room, i) < best:
+                        best = (room, i)
+                    break
+        if best is not None:
+            return best[1], "pool", None
+        for cap in caps:
+            i = _pick(a.empty[cap], allowed, exclude)
+            if i is not None:
+                return i, "new-pool", None
+        return self._outside_abs(gpus, allowed, exclude)
+
+    def _outside_abs(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
+        """compass-wc only: the best raw fit, when ABS has no place but free GPUs do."""
+        if not self.work_conserving:
+            return None
+        free = self.cluster.free
+        for f in range(gpus, free.max_key + 1):
+            i = _pick(free.bucket(f), allowed, exclude)
+            if i is not None:
+                fits_as_one = gpus == 1 and self.abs.kind(i) == "slotted" and self.abs.residue_of(i) >= 1
+                return i, "orphan" if fits_as_one else "extra", None
+        return None
+
+    def _may_fit(self, job: Job, allowed: frozenset[int] | None) -> bool:
+        """A cheap necessary condition, so a blocked queue head costs O(G), not a placement and undo."""
+        c, a = self.cluster, self.abs
+        free = c.free
+        if sum(f * free.count(f) for f in range(1, free.max_key + 1)) < job.total_gpus:
+            return False
+        if allowed is not None or job.distinct_nodes or len(a.empty) > 1 or self.work_conserving:
+            return True
+        cap = c.capacity[0]
+        if job.gpus >= 2:
+            width = slot_width(job.gpus, cap)
+            slots = len(a.empty[cap]) * (cap // width)
+            slots += sum((d // width) * a.residue[cap].count(d) for d in range(width, cap + 1))
+            return slots >= job.instances
+        room = a.vacancy_total + len(a.empty[cap]) * cap
+        room += sum(r * a.pool_room[cap].count(r) for r in range(1, cap))
+        return room >= job.instances
+
+    def _undo_place(self, job_id: str, placed: int, pulls: list[Migration]) -> None:
+        c, a = self.cluster, self.abs
+        for m in reversed(pulls):
+            key = (m.job, m.instance)
+            a.detach(key)
+            src = c.index[m.src]
+            c.move(key, src)
+            a.add_one(src, key)
+        for k in range(placed):
+            a.detach((job_id, k))
+            c.remove((job_id, k))
+        c.unregister(job_id)
+
+    # -- Remove --------------------------------------------------------------------------------
+
+    def _remove(self, job_id: str) -> tuple[Migration, ...]:
+        # Fillers of a departing anchor become ones on their node; vacancies left by a
+        # departing filler stay open. Compact, which the scheduler runs next, refills
+        # and re-homes them, so Remove itself is O(instances).
+        c, a = self.cluster, self.abs
+        for key, _ in c.instances_of(job_id):
+            a.detach(key)
+            c.remove(key)
+        c.unregister(job_id)
+        return ()
+
+    def _adopted(self, job: Job, nodes: list[int]) -> None:
+        """Fit an observed allocation into the closest ABS state; what cannot fit is an extra."""
+        c, a = self.cluster, self.abs
+        for k, i in enumerate(nodes):
+            key = (job.id, k)
+            cap = c.capacity[i]
+            if job.gpus >= 2:
+                width = slot_width(job.gpus, cap) if job.gpus <= cap else cap + 1
+                if a.kind(i) != "pool" and a.residue_of(i) >= width:
+                    a.add_slot(i, width, key)
+                else:
+                    a.add_extra(i, key)
+                continue
+            slot = next((s for s in a.slots[i] if s.vacancy > 0), None)
+            if slot is not None:
+                a.add_filler(i, slot, key)
+            elif a.kind(i) != "slotted" or a.residue_of(i) >= 1:
+                a.add_one(i, key)
+            else:
+                a.add_extra(i, key)
+
+    def _availability_changed(self, i: int) -> None:
+        self.abs.refresh(i)
+
+    # -- Compact -------------------------------------------------------------------------------
+
+    def compact(self) -> tuple[Migration, ...]:
+        moves: list[Migration] = []
+        moves += self._settle_ones()
+        if self.work_conserving:
+            moves += self._restore_extras()
+        moves += self._drain_pools()
+        for cap in self.abs.empty:
+            for width in sorted((w for w in _movable_widths(cap)), reverse=True):
+                moves += self._drain_slots(cap, width)
+            if self.repair:
+                moves += self._repack(cap)
+        return tuple(moves)
+
+    def _settle_ones(self) -> list[Migration]:
+        """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
+        c, a = self.cluster, self.abs
+        moves: list[Migration] = []
+        for i in list(a.orphaned):
+            for key in list(a.ones[i]):
+                own = next((s for s in a.slots[i] if s.vacancy > 0), None)
+                if own is not None:  # a vacancy on its own node: becomes a filler without moving
+                    a.detach(key)
+                    a.add_filler(i, own, key)
+                    continue
+                # Opening an empty node for an orphan would add a partial node, not remove one.
+                spot = self._spot(1, None, {i})
+                if spot is None or spot[1] not in ("vacancy", "pool") or c.is_pinned(key) or not self._spend(1):
+                    continue
+                moves += self._move_one(key, spot)
+        while a.vacancy_total > 0:
+            target = next(
+                ((i, s) for i in a.vacant for s in a.slots[i] if s.vacancy > 0),
+                None,
+            )
+            if target is None:
+                break
+            i, slot = target
+            pulled = self._fill(slot, i)
+            if not pulled:
+                break
+            moves += pulled
+        return moves
+
+    def _fill(self, slot: Slot, i: int) -> list[Migration]:
+        """Pull 1-GPU instances into ``slot``'s vacancy: orphans first, then the emptiest pool node."""
+        moves: list[Migration] = []
+        while slot.vacancy > 0:
+            donor = self._donor(i)
+            if donor is None or not self._spend(1):
+                break
+            key, src = donor
+            self.abs.detach(key)
+            self.cluster.move(key, i)
+            self.abs.add_filler(i, slot, key)
+            moves.append(self._migration(key, src, i))
+        return moves
+
+    def _donor(self, avoid: int) -> tuple[InstanceKey, int] | None:
+        a = self.abs
+        found = self._first_with_movable_one(a.orphaned, avoid)
+        if found is not None:
+            return found
+        for cap, buckets in a.pool_room.items():
+            for room in range(cap - 1, -1, -1):
+                found = self._first_with_movable_one(buckets.bucket(room), avoid)
+                if found is not None:
+                    return found
+        return None
+
+    def _first_with_movable_one(self, nodes: MinSet, avoid: int) -> tuple[InstanceKey, int] | None:
+        # The lowest node almost always has one; scan (sorted) only past pinned or avoided ones.
+        first = nodes.min()
+        for i in [first] if first is not None else []:
+            key = self._movable(self.abs.ones[i]) if i != avoid else None
+            if key is not None:
+                return key, i
+        for i in nodes:
+            key = self._movable(self.abs.ones[i]) if i != avoid else None
+            if key is not None:
+                return key, i
+        return None
+
+    def _restore_extras(self) -> list[Migration]:
+        """compass-wc: move instances placed outside ABS to an ABS place once one exists."""
+        c, a = self.cluster, self.abs
+        moves: list[Migration] = []
+        for i in list(a.foreign):
+            for key in list(a.extras[i]):
+                if c.is_pinned(key):
+                    continue
+                spot = self._spot(c.gpus_of(key), None, {i})
+                if spot is None or spot[1] in ("extra", "orphan") or not self._spend(1):
+                    continue
+                j, how, slot = spot
+                a.detach(key)
+                c.move(key, j)
+                if how in ("slot", "new-slot"):
+                    a.add_slot(j, slot_width(c.gpus_of(key), c.capacity[j]), key)
+                elif how == "vacancy":
+                    assert slot is not None
+                    a.add_filler(j, slot, key)
+                else:
+                    a.add_one(j, key)
+                moves.append(self._migration(key, i, j))
+        return moves
+
+    def _drain_pools(self) -> list[Migration]:
+        """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
+        a = self.abs
+        moves: list[Migration] = []
+        stuck: set[int] = set()
+        while True:
+            hosts = [i for i in a.partial_pools()]
+            sources = [i for i in hosts if i not in stuck]
+            if len(hosts) < 2 or not sources:
+                return moves
+            src = max(sources, key=lambda i: (self._pool_room(i), i))
+            dst = min((i for i in hosts if i != src), key=lambda i: (self._pool_room(i), i))
+            key = self._movable(a.ones[src])
+            if key is None or not self._spend(1):
+                stuck.add(src)
+                continue
+            moves += self._move_one(key, (dst, "pool", None))
+
+    def _pool_room(self, i: int) -> int:
+        return self.cluster.capacity[i] - len(self.abs.ones[i])
+
+    def _drain_slots(self, cap: int, width: int) -> list[Migration]:
+        """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
+        a = self.abs
+        moves: list[Migration] = []
+        stuck: set[int] = set()
+        while True:
+            hosts = a.partial_hosts(cap)
+            sources = [i for i in hosts if i not in stuck]
+            if not sources:
+                return moves
+            src = max(sources, key=lambda i: (a.residue_of(i) // width, i))
+            dsts = [i for i in hosts if i != src and a.residue_of(i) >= width]
+            slot = next((s for s in a.slots[src] if s.width == width and self._slot_movable(s)), None)
+            if not dsts or slot is None or not self._spend(len(slot.members())):
+                stuck.add(src)
+                continue
+            dst = min(dsts, key=lambda i: (a.residue_of(i) // width, a.residue_of(i), i))
+            if a.residue_of(dst) // width > a.residue_of(src) // width:
+                stuck.add(src)
+                continue
+            moves += self._move_slots([(slot, src, dst)])
+
+    def _repack(self, cap: int) -> list[Migration]:
+        """Repair: first-fit-decreasing of the slots on all non-full slotted nodes into those nodes.
+
+        The drain passes cannot merge, e.g., {4, 2} with {4}: no single move fits.
+        Re-packing all their movable slots together can, and leaves at most one
+        non-full node when widths are powers of two. Slots keep their node
+        whenever the packing allows; the plan runs only if it reduces the number
+        of non-full nodes and fits the migration budget.
+        """
+        a = self.abs
+        hosts = sorted(a.partial_hosts(cap), key=lambda i: (a.residue_of(i), i))
+        if len(hosts) < 2:
+            return []
+        movable = {i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)] for i in hosts}
+        room = {i: a.residue_of(i) + sum(s.width for s in movable[i]) for i in hosts}
+        fixed = {i: room[i] < cap for i in hosts}  # pinned slots, orphans or extras stay
+        order = {i: n for n, i in enumerate(hosts)}
+        slots = sorted(
+            ((s, i) for i in hosts for s in movable[i]),
+            key=lambda si: (-si[0].width, order[si[1]]),
+        )
+        planned: dict[int, list[int]] = {i: [] for i in hosts}
+        for slot, _ in slots:
+            dst = next((i for i in hosts if room[i] >= slot.width), None)
+            if dst is None:
+                return []
+            room[dst] -= slot.width
+            planned[dst].append(slot.width)
+        after = sum(1 for i in hosts if room[i] > 0 and (planned[i] or fixed[i]))
+        if after >= len(hosts):
+            return []
+        # Equal-width slots are interchangeable: let each node keep its own first.
+        unassigned = {id(s): (s, i) for s, i in slots}
+        dest: list[tuple[Slot, int, int]] = []
+        for i in hosts:
+            for width in planned[i]:
+                own = next((s for s in movable[i] if s.width == width and id(s) in unassigned), None)
+                if own is not None:
+                    del unassigned[id(own)]
+                    continue
+                sid = next(k for k, (s, _) in unassigned.items() if s.width == width)
+                s, src = unassigned.pop(sid)
+                dest.append((s, src, i))
+        if not self._spend(sum(len(s.members()) for s, _, _ in dest)):
+            return []
+        return self._move_slots(dest)
+
+    # -- moves -----------------------------------------------------------------------------
+
+    def _move_one(self, key: InstanceKey, spot: Spot) -> list[Migration]:
+        c, a = self.cluster, self.abs
+        dst, how, slot = spot
+        src = c.location[key]
+        a.detach(key)
+        c.move(key, dst)
+        if how == "vacancy":
+            assert slot is not None
+            a.add_filler(dst, slot, key)
+        else:
+            a.add_one(dst, key)
+        return [self._migration(key, src, dst)]
+
+    def _move_slots(self, plan: list[tuple[Slot, int, int]]) -> list[Migration]:
+        """Move whole slots; all leave before any arrives, so a swap never overcommits a node."""
+        c, a = self.cluster, self.abs
+        for slot, src, _ in plan:
+            a.take_slot(src, slot)
+            for key in slot.members():
+                c.remove(key)
+        moves = []
+        for slot, src, dst in plan:
+            for key in slot.members():
+                c.add(key, dst)
+                moves.append(self._migration(key, src, dst))
+            a.put_slot(dst, slot)
+        return moves
+
+    def _migration(self, key: InstanceKey, src: int, dst: int) -> Migration:
+        nodes = self.cluster.nodes
+        return Migration(key[0], key[1], nodes[src].name, nodes[dst].name)
+
+    def _movable(self, keys: Iterable[InstanceKey]) -> InstanceKey | None:
+        return next((k for k in keys if not self.cluster.is_pinned(k)), None)
+
+    def _slot_movable(self, slot: Slot) -> bool:
+        return not any(self.cluster.is_pinned(k) for k in slot.members())
+
+    def _spend(self, n: int) -> bool:
+        if self.migration_budget is None:
+            return True
+        if self.migration_budget < n:
+            return False
+        self.migration_budget -= n
+        return True
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert that the ABS structure and the raw accounting agree (simulator debug mode)."""
+        c, a = self.cluster, self.abs
+        seen: set[InstanceKey] = set()
+        for i in range(len(c)):
+            cap = c.capacity[i]
+            keys: list[InstanceKey] = []
+            for slot in a.slots[i]:
+                assert slot.width == slot_width(slot.anchor_gpus, cap)
+                assert slot.vacancy >= 0, f"slot on {c.nodes[i].name} overfilled"
+                assert a.role[slot.anchor] == (ANCHOR, slot)
+                assert all(a.role[f] == (FILLER, slot) and c.gpus_of(f) == 1 for f in slot.fillers)
+                keys += slot.members()
+            assert all(a.role[k][0] == ONE and c.gpus_of(k) == 1 for k in a.ones[i])
+            assert all(a.role[k][0] == EXTRA for k in a.extras[i])
+            keys += a.ones[i] + a.extras[i]
+            assert sorted(keys) == sorted(c.on_node[i]), f"ABS and raw accounting differ on {c.nodes[i].name}"
+            assert c.used[i] <= cap or a.extras[i], f"{c.nodes[i].name} over capacity"
+            if not a.extras[i]:
+                assert a.residue_of(i) >= 0, f"slots on {c.nodes[i].name} exceed its capacity"
+            seen.update(keys)
+        assert seen == set(c.location) == set(a.role), "an instance is lost or duplicated"
+
+
+@register
+class CompassLiteral(Compass):
+    name = "compass-literal"
+    summary = "the paper's Compact as written (no repair step): can exceed the bound"
+    repair = False
+
+
+@register
+class CompassWorkConserving(Compass):
+    name = "compass-wc"
+    summary = "COMPASS plus a raw-fit fallback outside ABS that Compact later restores"
+    work_conserving = True
+
+
+def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) -> int | None:
+    """Lowest member that the job may use: O(log n) without restrictions, a scan with them."""
+    if allowed is None and not exclude:
+        return members.min()
+    if allowed is not None and len(allowed) < len(members):
+        candidates: Iterable[int] = (i for i in sorted(allowed) if i in members)
+    elif allowed is None:
+        candidates = members.smallest(len(exclude) + 1)
+    else:
+        candidates = members
+    for i in candidates:
+        if (allowed is None or i in allowed) and i not in exclude:
+            return i
+    return None
+
+
+def _movable_widths(cap: int) -> list[int]:
+    return [w for w in slot_widths(cap) if w < cap]
+
+
+def _describe(keys: list[InstanceKey], gpus_of) -> str:
+    return ", ".join(f"{job}#{k} ({gpus_of((job, k))} GPU)" for job, k in keys)

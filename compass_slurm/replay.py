@@ -1,0 +1,128 @@
+"""Replay an arrival/departure event stream through a policy: events in, cluster states out.
+
+Input lines (JSON Lines)::
+
+    {"t": 0.0, "event": "arrive", "job": "j1", "instances": 2, "gpus": 4,
+     "migratable": true, "distinct_nodes": false}
+    {"t": 9.5, "event": "depart", "job": "j1"}
+
+For every input event, ``states`` yields one JSON-ready dict describing the
+cluster after that event and everything it triggered, so that anyone can
+re-check the placements from outside.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from .fragmentation import measure
+from .model import EngineError, Job, Node
+from .policies.base import make_policy
+from .scheduler import Scheduler
+
+
+class EventError(EngineError):
+    """An event line that cannot be replayed; names the line."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    line: int
+    t: float
+    kind: str  # arrive | depart
+    job: Job | None = None
+    job_id: str = ""
+
+
+def _int_field(doc: dict, name: str, line: int, default: int | None = None) -> int:
+    value = doc.get(name, default)
+    if value is None:
+        raise EventError(line, f"missing field {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EventError(line, f"{name!r} must be an integer, got {value!r}")
+    return value
+
+
+def _bool_field(doc: dict, name: str, line: int, default: bool) -> bool:
+    value = doc.get(name, default)
+    if not isinstance(value, bool):
+        raise EventError(line, f"{name!r} must be true or false, got {value!r}")
+    return value
+
+
+def parse_events(lines: Iterable[str], max_gpus: int) -> Iterator[Event]:
+    """Parse and check event lines; blank lines are skipped, anything else wrong raises EventError."""
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise EventError(number, f"malformed JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(doc, dict):
+            raise EventError(number, "an event must be a JSON object")
+        t = doc.get("t")
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise EventError(number, f"'t' must be a number, got {t!r}")
+        job_id = doc.get("job")
+        if not isinstance(job_id, str) or not job_id:
+            raise EventError(number, f"'job' must be a non-empty string, got {job_id!r}")
+        kind = doc.get("event")
+        if kind == "depart":
+            yield Event(number, float(t), "depart", job_id=job_id)
+        elif kind == "arrive":
+            gpus = _int_field(doc, "gpus", number)
+            if not 1 <= gpus <= max_gpus:
+                raise EventError(number, f"gpus must be between 1 and {max_gpus} (GPUs per node), got {gpus}")
+            instances = _int_field(doc, "instances", number, 1)
+            if instances < 1:
+                raise EventError(number, f"instances must be at least 1, got {instances}")
+            job = Job(
+                job_id,
+                instances,
+                gpus,
+                migratable=_bool_field(doc, "migratable", number, True),
+                distinct_nodes=_bool_field(doc, "distinct_nodes", number, False),
+            )
+            yield Event(number, float(t), "arrive", job=job, job_id=job_id)
+        else:
+            raise EventError(number, f"'event' must be \"arrive\" or \"depart\", got {kind!r}")
+
+
+def states(lines: Iterable[str], nodes: list[Node], policy: str) -> Iterator[dict]:
+    """Drive a Scheduler over the events; one state per input event."""
+    scheduler = Scheduler(make_policy(policy, nodes))
+    p = scheduler.policy
+    seen: set[str] = set()
+    for index, event in enumerate(parse_events(lines, max(n.gpus for n in nodes))):
+        if event.kind == "arrive":
+            assert event.job is not None
+            if event.job_id in seen:
+                raise EventError(event.line, f"duplicate job id {event.job_id}")
+            if event.job.distinct_nodes and event.job.instances > len(nodes):
+                raise EventError(event.line, f"job {event.job_id} wants {event.job.instances} distinct nodes of {len(nodes)}")
+            seen.add(event.job_id)
+            step = scheduler.arrive(event.job)
+        else:
+            if not scheduler.knows(event.job_id):
+                raise EventError(event.line, f"departure of unknown job {event.job_id}")
+            step = scheduler.depart(event.job_id)
+        frag = measure(p)
+        yield {
+            "i": index,
+            "t": event.t,
+            "nodes": {
+                v.name: [[pl.job, pl.instance, pl.gpus] for pl in v.instances] for v in p.view() if v.instances
+            },
+            "pending": list(scheduler.queue),
+            "migrations": [[m.job, m.instance, m.src, m.dst] for m in step.migrations],
+            "partial": frag.partial,
+            "phi_star": frag.phi_star,
+            "sif": frag.sif,
+        }

@@ -1,0 +1,1 @@
+"""The trace-driven simulator: workloads in, the same Scheduler and policies as the daemon, metrics out."""

@@ -1,0 +1,258 @@
+"""The event loop: a virtual clock driving a Scheduler(policy), exactly as the daemon drives one.
+
+Events are arrivals (at submit time) and completions (start + run time + the
+migration pauses the job has accumulated), taken in time order. At equal
+times completions come first, so a job submitted the second another ends can
+use its GPUs; equal-time completions go in the order their jobs were started,
+equal-time arrivals in trace order.
+
+Migrations: every migration pauses the migrated job for ``migration_delay``
+seconds (checkpoint, requeue, restart), pushing its completion that much
+later. A job is paused once per event even if several of its instances moved
+in it (they restart together), and pauses from successive events add up.
+The whole gang waits, so the GPU-seconds lost are delay x the job's GPUs.
+
+EASY backfill (optional): when the queue head is blocked, a later job may start
+only if it will end (by its run time) before the head's *shadow time*: the
+earliest expected completion after which enough GPUs are free for the head.
+Free GPUs are counted as raw totals, ignoring which nodes they are on; a head
+that is blocked although the raw count would fit it (fragmentation) gets the
+next completion as its shadow time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..fragmentation import measure
+from ..model import Job, Node
+from ..policies.base import make_policy
+from ..scheduler import Scheduler, Step
+from .metrics import Metrics, Timeline, summarize
+from .workloads import SimJob
+
+#: Progress is reported every this many events (and once at the end).
+PROGRESS_EVERY = 4096
+
+
+class InvariantError(AssertionError):
+    """``check`` mode found the engine in a state it must never reach."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    policy: str
+    nodes: tuple[Node, ...]
+    migration_delay: float = 8.0
+    backfill: bool = False
+    check: bool = False
+    keep_timeline: bool = True
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: str
+    metrics: Metrics
+    events: int
+    wall_s: float
+    timeline: Timeline | None
+
+
+def simulate(jobs: Sequence[SimJob], config: SimConfig, progress: Callable[[int], None] | None = None) -> SimResult:
+    """Run ``jobs`` (in submit order) through ``config.policy`` on ``config.nodes``."""
+    return Simulation(jobs, config).run(progress)
+
+
+def unplaceable(jobs: Sequence[SimJob], nodes: Sequence[Node]) -> str | None:
+    """Why the first job that no empty cluster of ``nodes`` could hold cannot run, or None."""
+    room: dict[tuple[int, bool], int] = {}
+    for sj in jobs:
+        job = sj.job
+        key = (job.gpus, job.distinct_nodes)
+        if key not in room:
+            per_node = [n.gpus // job.gpus for n in nodes]
+            room[key] = sum(min(p, 1) for p in per_node) if job.distinct_nodes else sum(per_node)
+        if room[key] < job.instances:
+            return (
+                f"job {job.id} needs {job.instances} x {job.gpus} GPUs but the {len(nodes)} nodes "
+                f"hold at most {room[key]} such instances"
+            )
+    return None
+
+
+class Simulation:
+    def __init__(self, jobs: Sequence[SimJob], config: SimConfig) -> None:
+        if not jobs:
+            raise ValueError("the workload is empty: no job to simulate")
+        why = unplaceable(jobs, config.nodes)
+        if why:
+            raise ValueError(f"{why}; give more nodes (--nodes) or bigger ones (--gpus-per-node)")
+        self.jobs = jobs
+        self.config = config
+        self.policy = make_policy(config.policy, config.nodes)
+        self.scheduler = Scheduler(self.policy, backfill=self._may_backfill if config.backfill else None)
+        self.by_id = {sj.job.id: sj for sj in jobs}
+        self.total_gpus = sum(n.gpus for n in config.nodes)
+        self.now = 0.0
+        self.end: dict[str, float] = {}  # running job -> expected completion
+        self.heap: list[tuple[float, int, str]] = []  # (completion, start order, job); stale when end differs
+        self.seq = 0
+        self.used = 0
+        self.events = 0
+        self.arrived = 0
+        self.done = 0
+        self.started: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self.waits: list[float] = []
+        self.completions: list[float] = []
+        self.migrations = 0
+        self.migration_gpu_s = 0.0
+        self.timeline = Timeline()
+        self._shadow_for: tuple[int, str] | None = None
+        self._shadow = 0.0
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int], None] | None = None) -> SimResult:
+        started = time.perf_counter()
+        jobs, heap, end = self.jobs, self.heap, self.end
+        n, i = len(jobs), 0
+        scheduler, check = self.scheduler, self.config.check
+        while True:
+            completion = self._next_completion()
+            arrival = jobs[i].submit if i < n else math.inf
+            if completion <= arrival and heap:
+                t, _, job_id = heapq.heappop(heap)
+                del end[job_id]
+                self.now = t
+                self._finished(job_id)
+                step = scheduler.depart(job_id)
+            elif i < n:
+                sj = jobs[i]
+                i += 1
+                t = self.now = sj.submit
+                self.arrived += 1
+                step = scheduler.arrive(sj.job)
+            else:
+                break
+            self._apply(step)
+            self.events += 1
+            if check:
+                self._check()
+            if min(self._next_completion(), jobs[i].submit if i < n else math.inf) > t:
+                self._sample()
+            if progress is not None and self.events % PROGRESS_EVERY == 0:
+                progress(self.events)
+        if scheduler.queue:
+            raise RuntimeError(f"{len(scheduler.queue)} job(s) never started although the cluster emptied")
+        if progress is not None:
+            progress(self.events)
+        metrics = summarize(
+            self.timeline,
+            self.waits,
+            self.completions,
+            len(self.config.nodes),
+            self.total_gpus,
+            self.migrations,
+            self.migration_gpu_s,
+        )
+        wall = time.perf_counter() - started
+        timeline = self.timeline if self.config.keep_timeline else None
+        return SimResult(self.config.policy, metrics, self.events, wall, timeline)
+
+    def _next_completion(self) -> float:
+        """Time of the next real completion, dropping entries a migration pause superseded."""
+        heap, end = self.heap, self.end
+        while heap:
+            t, _, job_id = heap[0]
+            if end.get(job_id) == t:
+                return t
+            heapq.heappop(heap)
+        return math.inf
+
+    def _finished(self, job_id: str) -> None:
+        sj = self.by_id[job_id]
+        self.used -= sj.job.total_gpus
+        self.done += 1
+        self.ended[job_id] = self.now
+        self.completions.append(self.now - sj.submit)
+
+    def _apply(self, step: Step) -> None:
+        now, end, heap, by_id = self.now, self.end, self.heap, self.by_id
+        for decision in step.decisions:
+            sj = by_id[decision.job]
+            self.used += sj.job.total_gpus
+            self.started[decision.job] = now
+            self.waits.append(now - sj.submit)
+            self._schedule(decision.job, now + sj.duration)
+        if step.migrations:
+            self.migrations += len(step.migrations)
+            delay = self.config.migration_delay
+            for job_id in {m.job: None for m in step.migrations}:  # once per job, in a fixed order
+                self.migration_gpu_s += delay * by_id[job_id].job.total_gpus
+                if delay:
+                    self._schedule(job_id, end[job_id] + delay)
+
+    def _schedule(self, job_id: str, at: float) -> None:
+        self.end[job_id] = at
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, job_id))
+
+    def _sample(self) -> None:
+        f = measure(self.policy)
+        tl = self.timeline
+        tl.time.append(self.now)
+        tl.queued.append(len(self.scheduler.queue))
+        tl.running.append(len(self.end))
+        tl.gpus_used.append(self.used)
+        tl.partial.append(f.partial)
+        tl.phi_star.append(f.phi_star)
+        tl.wcc.append(f.wcc)
+
+    # -- EASY backfill -------------------------------------------------------------------
+
+    def _may_backfill(self, job: Job) -> bool:
+        head = next(iter(self.scheduler.queue.values()))
+        if self._shadow_for != (self.events, head.id):
+            self._shadow_for = (self.events, head.id)
+            self._shadow = self._shadow_time(head.total_gpus)
+        return self.now + self.by_id[job.id].duration <= self._shadow
+
+    def _shadow_time(self, need: int) -> float:
+        free = self.total_gpus - self.used
+        shadow = self.now
+        for t, gpus in sorted((t, self.by_id[j].job.total_gpus) for j, t in self.end.items()):
+            free += gpus
+            shadow = t
+            if free >= need:
+                break
+        return shadow
+
+    # -- debug mode ----------------------------------------------------------------------
+
+    def _check(self) -> None:
+        c = self.policy.cluster
+        where = f"after event {self.events} at t={self.now:g}"
+        for i, node in enumerate(c.nodes):
+            if c.used[i] > c.capacity[i] or c.used[i] != sum(c.on_node[i].values()):
+                raise InvariantError(f"{where}: node {node.name} holds {c.used[i]} of {c.capacity[i]} GPUs")
+        for job_id, job in c.jobs.items():
+            missing = [k for k in range(job.instances) if (job_id, k) not in c.location]
+            if missing:
+                raise InvariantError(f"{where}: job {job_id} runs without instance(s) {missing}")
+        if set(c.jobs) != set(self.end):
+            raise InvariantError(f"{where}: policy runs {sorted(set(c.jobs) ^ set(self.end))} unlike the simulator")
+        if len(self.scheduler.queue) + len(c.jobs) + self.done != self.arrived:
+            raise InvariantError(f"{where}: queued + running + done != arrived: a job was lost")
+        if sum(c.used) != self.used:
+            raise InvariantError(f"{where}: policy uses {sum(c.used)} GPUs, the simulator counts {self.used}")
+        policy_check = getattr(self.policy, "check", None)
+        if policy_check is not None:
+            try:
+                policy_check()
+            except AssertionError as err:
+                raise InvariantError(f"{where}: {self.config.policy}: {err}") from None

@@ -1,0 +1,336 @@
+"""Traces in, simulator jobs out: the CSV loader, the ``sacct`` loader and the GPU-count mapping.
+
+A trace is a list of :class:`TraceRecord` (what happened: submit time, run time,
+GPUs). The simulator needs engine jobs (gangs of identical instances), so
+:func:`to_jobs` maps each record's GPU count onto the node size being simulated.
+
+CSV columns: ``job_id, submit_time_s, duration_s, num_gpus`` (required),
+``num_nodes, max_gpus_per_node`` (optional, the shape the trace recorded), and a
+``cluster`` column that ``cluster=`` filters on (Microsoft ITP). Other columns
+are ignored.
+
+Site history comes from Slurm accounting. Run (dates are examples)::
+
+    sacct --allusers --allocations --parsable2 \\
+        --format=JobIDRaw,Submit,Start,End,NNodes,AllocTRES \\
+        --starttime=2026-04-01 --endtime=2026-05-01 > last-month.sacct
+
+and pass the file as ``--trace``; it is recognised by its ``|``-separated header.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..model import Job
+
+REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus")
+SACCT_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "NNodes", "AllocTRES")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One job of a trace as recorded: when it was submitted, how long it ran, how many GPUs."""
+
+    id: str
+    submit: float
+    duration: float
+    gpus: int
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A trace job as the simulator runs it: the engine job plus its submit time and run time."""
+
+    submit: float
+    duration: float
+    job: Job
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Loaded records in submit order, and the rows skipped as malformed (``line N: why``)."""
+
+    records: tuple[TraceRecord, ...]
+    skipped: tuple[str, ...] = ()
+
+
+# -- CSV -----------------------------------------------------------------------------------
+
+
+def load(path: str | Path, *, skip_bad: bool = False, cluster: str | None = None) -> Trace:
+    """Read a CSV trace or a ``sacct --parsable2`` dump (told apart by the header)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"cannot read trace {path}: {err}") from None
+    header = text.split("\n", 1)[0]
+    if "|" in header and "JobID" in header:
+        if cluster is not None:
+            raise TraceError(f"{path}: a sacct dump has no cluster column to filter on")
+        return load_sacct(text, name=str(path), skip_bad=skip_bad)
+    return load_csv(text, name=str(path), skip_bad=skip_bad, cluster=cluster)
+
+
+def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluster: str | None = None) -> Trace:
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(reader, [])]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceError(f"{name}: line 1: missing column(s) {', '.join(missing)} (need {', '.join(REQUIRED)})")
+    if cluster is not None and "cluster" not in header:
+        raise TraceError(f"{name}: no 'cluster' column, so --cluster {cluster} cannot select anything")
+    col = {h: i for i, h in enumerate(header)}
+    width = max(col[c] for c in REQUIRED) + 1
+    records: list[TraceRecord] = []
+    skipped: list[str] = []
+    for row in reader:
+        line = reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if cluster is not None and (len(row) <= col["cluster"] or row[col["cluster"]] != cluster):
+            continue
+        try:
+            if len(row) < width:
+                raise ValueError(f"expected at least {width} fields, got {len(row)}")
+            records.append(
+                TraceRecord(
+                    id=_text(row[col["job_id"]], "job_id"),
+                    submit=_number(row[col["submit_time_s"]], "submit_time_s"),
+                    duration=_number(row[col["duration_s"]], "duration_s"),
+                    gpus=_count(row[col["num_gpus"]], "num_gpus"),
+                    nodes=_optional_count(row, col.get("num_nodes"), "num_nodes"),
+                    gpus_per_node=_optional_count(row, col.get("max_gpus_per_node"), "max_gpus_per_node"),
+                )
+            )
+        except ValueError as err:
+            _bad(name, line, err, skip_bad, skipped)
+    return _finish(records, skipped)
+
+
+def _text(value: str, column: str) -> str:
+    value = value.strip()
+    if not value:
+        raise ValueError(f"{column} is empty")
+    return value
+
+
+def _number(value: str, column: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"{column} {value!r} is not a number") from None
+    if not x >= 0 or x == float("inf"):  # also rejects NaN
+        raise ValueError(f"{column} {value!r} must be a finite number >= 0")
+    return x
+
+
+def _count(value: str, column: str) -> int:
+    try:
+        x = int(value)
+    except ValueError:
+        raise ValueError(f"{column} {value!r} is not a whole number") from None
+    if x < 1:
+        raise ValueError(f"{column} {value!r} must be at least 1")
+    return x
+
+
+def _optional_count(row: list[str], index: int | None, column: str) -> int | None:
+    if index is None or index >= len(row) or not row[index].strip():
+        return None
+    return _count(row[index], column)
+
+
+def _bad(name: str, line: int, err: Exception, skip_bad: bool, skipped: list[str]) -> None:
+    message = f"line {line}: {err}"
+    if not skip_bad:
+        raise TraceError(f"{name}: {message} (use --skip-bad to skip malformed rows)")
+    skipped.append(message)
+
+
+def _finish(records: list[TraceRecord], skipped: list[str]) -> Trace:
+    records.sort(key=lambda r: r.submit)  # stable: equal submit times keep file order
+    return Trace(tuple(records), tuple(skipped))
+
+
+# -- sacct ---------------------------------------------------------------------------------
+
+
+def load_sacct(text: str, *, name: str = "<sacct>", skip_bad: bool = False) -> Trace:
+    """Turn ``sacct --parsable2`` output (with its header) into a trace.
+
+    Job steps (``123.batch``, ``123.0``) are skipped; so are jobs that never
+    started or are still running and jobs without GPUs (not ours). Submit
+    times become seconds after the earliest submit in the dump.
+    """
+    lines = text.splitlines()
+    header = lines[0].split("|") if lines else []
+    id_field = "JobIDRaw" if "JobIDRaw" in header else "JobID"
+    need = (id_field, *SACCT_FIELDS[1:])
+    missing = [f for f in need if f not in header]
+    if missing:
+        raise TraceError(f"{name}: line 1: missing sacct field(s) {', '.join(missing)}")
+    col = {f: header.index(f) for f in need}
+    rows: list[tuple[str, datetime, float, int, int]] = []
+    skipped: list[str] = []
+    for line, raw in enumerate(lines[1:], start=2):
+        if not raw.strip():
+            continue
+        fields = raw.split("|")
+        try:
+            if len(fields) < len(header):
+                raise ValueError(f"expected {len(header)} fields, got {len(fields)}")
+            job_id = fields[col[id_field]].strip()
+            if "." in job_id:
+                continue  # a step of a job: the allocation line already covers it
+            gpus = _tres_gpus(fields[col["AllocTRES"]])
+            start, end = fields[col["Start"]], fields[col["End"]]
+            if gpus == 0 or start in _NOT_A_TIME or end in _NOT_A_TIME:
+                continue
+            submit = _timestamp(fields[col["Submit"]], "Submit")
+            duration = (_timestamp(end, "End") - _timestamp(start, "Start")).total_seconds()
+            if duration < 0:
+                raise ValueError(f"End {end} is before Start {start}")
+            rows.append((job_id, submit, duration, gpus, _count(fields[col["NNodes"]], "NNodes")))
+        except ValueError as err:
+            _bad(name, line, err, skip_bad, skipped)
+    origin = min((r[1] for r in rows), default=None)
+    records = [
+        TraceRecord(job_id, (submit - origin).total_seconds(), duration, gpus, nodes, _per_node(gpus, nodes))
+        for job_id, submit, duration, gpus, nodes in rows
+    ]
+    return _finish(records, skipped)
+
+
+_NOT_A_TIME = {"Unknown", "None", ""}
+
+
+def _timestamp(value: str, field: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"{field} {value!r} is not a date-time") from None
+
+
+def _tres_gpus(tres: str) -> int:
+    """GPUs in an AllocTRES string: ``gres/gpu=N``, else the sum of typed ``gres/gpu:TYPE=N``."""
+    plain = 0
+    typed = 0
+    for item in filter(None, tres.split(",")):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu":
+            plain = _count(value, "gres/gpu")
+        elif key.startswith("gres/gpu:"):
+            typed += _count(value, key)
+    return plain or typed
+
+
+def _per_node(gpus: int, nodes: int) -> int | None:
+    return gpus // nodes if gpus % nodes == 0 else None
+
+
+def write_csv(records: Iterable[TraceRecord], out: io.TextIOBase) -> None:
+    """Write records in this module's CSV format (what ``sacct`` conversions are saved as)."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow((*REQUIRED, "num_nodes", "max_gpus_per_node"))
+    for r in records:
+        writer.writerow((r.id, f"{r.submit:g}", f"{r.duration:g}", r.gpus, r.nodes or "", r.gpus_per_node or ""))
+
+
+# -- selection and mapping -------------------------------------------------------------------
+
+
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """``"START:END"`` in trace seconds, each with an optional unit (s, m, h, d); either may be empty.
+
+    ``"2d:9d"`` is the week from day 2; ``":12h"`` the first half day; ``"30d:"`` everything after day 30.
+    """
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise ValueError(f"bad window {text!r}: expected START:END, e.g. 2d:9d or 0:86400")
+    bounds = (_seconds(start, 0.0, text), _seconds(end, float("inf"), text))
+    if bounds[0] >= bounds[1]:
+        raise ValueError(f"bad window {text!r}: START must be before END")
+    return bounds
+
+
+def _seconds(part: str, default: float, text: str) -> float:
+    part = part.strip().lower()
+    if not part:
+        return default
+    unit = part[-1] if part[-1] in _UNIT_S else ""
+    try:
+        value = float(part[: len(part) - len(unit)]) * _UNIT_S[unit]
+    except ValueError:
+        raise ValueError(f"bad window {text!r}: {part!r} is not a time like 90, 30m, 12h or 2d") from None
+    if value < 0:
+        raise ValueError(f"bad window {text!r}: times are seconds from the trace start, not negative")
+    return value
+
+
+def select(records: Sequence[TraceRecord], window: tuple[float, float] | None, limit: int | None) -> list[TraceRecord]:
+    """Jobs submitted in ``[start, end)`` (trace seconds), then at most the first ``limit`` of them."""
+    chosen: Iterable[TraceRecord] = records
+    if window is not None:
+        start, end = window
+        chosen = (r for r in chosen if start <= r.submit < end)
+    out = list(chosen)
+    return out[:limit] if limit is not None else out
+
+
+#: How a record's GPU count became instances (the counts are reported with every run).
+SINGLE, WHOLE_NODES, RECORDED, DIVISOR = "single", "whole_nodes", "recorded_shape", "divisor"
+
+
+def instance_shape(record: TraceRecord, node_gpus: int) -> tuple[int, int, str]:
+    """(instances, GPUs per instance, rule) for a record on nodes of ``node_gpus`` GPUs.
+
+    - at most G GPUs: one instance of that size;
+    - a multiple of G: k instances of G;
+    - anything else (e.g. 12 on G = 8): the shape the trace recorded (``num_nodes``
+      x ``max_gpus_per_node``) when it multiplies out and fits a node; otherwise
+      the largest divisor d <= G of the count, as n/d instances of d (12 -> 2 x 6).
+      Both keep the job's GPU count exact and its instances identical, as the
+      engine's gang model requires; rounding up to whole nodes would inflate load.
+    """
+    n, g = record.gpus, node_gpus
+    if n <= g:
+        return 1, n, SINGLE
+    if n % g == 0:
+        return n // g, g, WHOLE_NODES
+    per = record.gpus_per_node
+    if record.nodes and per and per <= g and record.nodes * per == n:
+        return record.nodes, per, RECORDED
+    d = next(d for d in range(g, 0, -1) if n % d == 0)
+    return n // d, d, DIVISOR
+
+
+def to_jobs(records: Iterable[TraceRecord], node_gpus: int) -> tuple[list[SimJob], Counter[str]]:
+    """Engine jobs for ``records`` and how many used each mapping rule."""
+    rules: Counter[str] = Counter()
+    jobs = []
+    seen: set[str] = set()
+    for r in records:
+        if r.id in seen:
+            raise TraceError(f"job id {r.id} appears twice in the trace")
+        seen.add(r.id)
+        instances, gpus, rule = instance_shape(r, node_gpus)
+        rules[rule] += 1
+        jobs.append(SimJob(r.submit, r.duration, Job(r.id, instances, gpus)))
+    return jobs, rules

@@ -1,0 +1,171 @@
+"""The one interface to Slurm: read the state, and change pending jobs with scontrol.
+
+Every change reaches Slurm through ``Backend.scontrol(argv)``, built by the
+functions below from checked names, so the exact command lines are the same
+for every backend and a dry run prints exactly what a live run would execute.
+
+A migration is ``scontrol requeuehold``, waiting until the job is back to
+PENDING (``StartTime=now`` given while it is still COMPLETING is overwritten by
+Slurm's requeue delay of about two minutes), ``scontrol update ... ReqNodeList=
+StartTime=now``, then ``scontrol release``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from . import names
+from .errors import SlurmError
+from .hostlist import compress
+from .state import SlurmState
+
+#: job states in which a requeued job is not yet back in the queue
+_LEAVING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
+
+
+def hold_argv(job_id: str) -> list[str]:
+    return ["scontrol", "hold", names.job_id(job_id)]
+
+
+def release_argv(job_id: str) -> list[str]:
+    return ["scontrol", "release", names.job_id(job_id)]
+
+
+def requeue_hold_argv(job_id: str) -> list[str]:
+    return ["scontrol", "requeuehold", names.job_id(job_id)]
+
+
+def update_argv(
+    job_id: str,
+    nodes: Sequence[str] | None = None,
+    gpus_per_node: int | None = None,
+    gpu_type: str | None = None,
+    start_now: bool = False,
+) -> list[str]:
+    """``scontrol update JobId=..`` pinning the job to ``nodes`` (as a compressed hostlist).
+
+    With ``gpus_per_node`` the request becomes ``len(nodes)`` nodes with that many GPUs
+    each (the per-job GPU count is cleared first: Slurm rejects having both).
+    """
+    argv = ["scontrol", "update", f"JobId={names.job_id(job_id)}"]
+    if nodes is not None:
+        node_list = names.node_names(nodes)
+        argv.append(f"ReqNodeList={compress(node_list)}")
+        if gpus_per_node is not None:
+            if gpus_per_node < 1:
+                raise SlurmError(f"job {job_id}: gpus per node must be at least 1, got {gpus_per_node}")
+            kind = f"gpu:{names.gpu_type(gpu_type)}" if gpu_type else "gpu"
+            argv += [f"NumNodes={len(set(node_list))}", "TresPerJob=", f"TresPerNode=gres:{kind}:{gpus_per_node}"]
+    if start_now:
+        argv.append("StartTime=now")
+    if len(argv) == 3:
+        raise SlurmError(f"job {job_id}: an update that changes nothing")
+    return argv
+
+
+class Backend(ABC):
+    """Reads Slurm's state and changes jobs. Implementations: cli, pyslurm, snapshot."""
+
+    #: short name for logs and --json output
+    name: str = "backend"
+
+    @abstractmethod
+    def read_state(self) -> SlurmState:
+        """One consistent-enough read of nodes, jobs, partitions and reservations."""
+
+    @abstractmethod
+    def version(self) -> str:
+        """Slurm's version, e.g. ``22.05.8``."""
+
+    @abstractmethod
+    def scontrol(self, argv: list[str]) -> None:
+        """Carry out one scontrol command line built by the ``*_argv`` functions."""
+
+    @abstractmethod
+    def job_state(self, job_id: str) -> str | None:
+        """The job's state now (e.g. PENDING), None when Slurm no longer knows it."""
+
+    def hold(self, job_id: str) -> None:
+        self.scontrol(hold_argv(job_id))
+
+    def release(self, job_id: str) -> None:
+        self.scontrol(release_argv(job_id))
+
+    def requeue_hold(self, job_id: str) -> None:
+        self.scontrol(requeue_hold_argv(job_id))
+
+    def set_nodes(
+        self,
+        job_id: str,
+        nodes: Sequence[str],
+        gpus_per_node: int | None = None,
+        gpu_type: str | None = None,
+        start_now: bool = False,
+    ) -> None:
+        self.scontrol(update_argv(job_id, nodes, gpus_per_node, gpu_type, start_now))
+
+    def start_now(self, job_id: str) -> None:
+        self.scontrol(update_argv(job_id, start_now=True))
+
+    def place(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
+              gpu_type: str | None = None) -> None:
+        """Pin a pending job to ``nodes`` and let it start: hold, update, release."""
+        self.hold(job_id)
+        self.set_nodes(job_id, nodes, gpus_per_node, gpu_type)
+        self.release(job_id)
+
+    def migrate(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
+                gpu_type: str | None = None, timeout: float = 30.0) -> None:
+        """Restart a running job on ``nodes``: requeuehold, wait for PENDING, update with StartTime=now, release."""
+        update = update_argv(job_id, nodes, gpus_per_node, gpu_type, start_now=True)  # check before acting
+        self.requeue_hold(job_id)
+        self.wait_requeued(job_id, timeout)
+        self.scontrol(update)
+        self.release(job_id)
+
+    def wait_requeued(self, job_id: str, timeout: float, poll: float = 0.2) -> None:
+        """Block until a requeued job is PENDING again (its old steps have ended)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.job_state(job_id)
+            if state is None:
+                raise SlurmError(f"job {job_id} vanished while being requeued")
+            if state not in _LEAVING:
+                return
+            if time.monotonic() >= deadline:
+                raise SlurmError(f"job {job_id} still {state} {timeout:.0f} s after requeuehold")
+            time.sleep(poll)
+
+
+class DryRunBackend(Backend):
+    """Reads through ``inner`` but only records and prints the scontrol commands it is asked to run."""
+
+    name = "dry-run"
+
+    def __init__(self, inner: Backend, out: TextIO | None = sys.stdout,
+                 render: Callable[[list[str]], str] = " ".join) -> None:
+        self.inner = inner
+        self.out = out
+        self.render = render
+        self.commands: list[list[str]] = []
+
+    def read_state(self) -> SlurmState:
+        return self.inner.read_state()
+
+    def version(self) -> str:
+        return self.inner.version()
+
+    def job_state(self, job_id: str) -> str | None:
+        return self.inner.job_state(job_id)
+
+    def scontrol(self, argv: list[str]) -> None:
+        self.commands.append(list(argv))
+        if self.out is not None:
+            print(self.render(argv), file=self.out)
+
+    def wait_requeued(self, job_id: str, timeout: float, poll: float = 0.2) -> None:
+        """Nothing was requeued, so nothing to wait for."""

@@ -1,0 +1,243 @@
+"""Slurm's view of the cluster, as value objects: what every backend returns.
+
+Jobs managed by compass carry a marker in their Slurm comment (``--comment``):
+the token ``compass`` (placed by the daemon, not movable) or
+``compass:migratable`` (checkpoint-restartable: the daemon may requeue it onto
+other nodes). The token may stand anywhere in a comma- or space-separated
+comment, so a user's own comment survives next to it. ``marker_comment()``
+builds the comment the sbatch wrapper passes on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import SlurmParseError
+
+MARKER = "compass"
+MIGRATABLE_MARKER = "compass:migratable"
+
+#: node states (lower case) and flags (upper case) under which no new job may start
+UNAVAILABLE_STATES = frozenset({"down", "future", "unknown", "error", "fail", "inval"})
+UNAVAILABLE_FLAGS = frozenset(
+    {"DRAIN", "DRAINED", "DRAINING", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWERING_DOWN",
+     "POWERING_UP", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DOWN"}
+)
+_TOKENS = re.compile(r"[\s,;]+")
+
+
+def marker_comment(migratable: bool, comment: str = "") -> str:
+    """The job comment that marks a job as compass-managed, keeping the user's own comment."""
+    token = MIGRATABLE_MARKER if migratable else MARKER
+    return f"{token} {comment}".strip()
+
+
+def _markers(comment: str) -> set[str]:
+    return set(_TOKENS.split(comment)) & {MARKER, MIGRATABLE_MARKER}
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    """One node: ``state`` is the base state in lower case (idle, mixed, allocated, down, ...),
+    ``flags`` the upper-case modifiers (DRAIN, RESERVED, MAINTENANCE, NOT_RESPONDING, ...)."""
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    partitions: tuple[str, ...] = ()
+    gpus: int = 0
+    gpus_used: int = 0
+    gpu_type: str | None = None
+    cpus: int = 0
+    cpus_alloc: int = 0
+    memory_mb: int = 0
+    memory_alloc_mb: int = 0
+    reason: str = ""
+
+    @property
+    def drained(self) -> bool:
+        """Drain requested and nothing left running."""
+        return "DRAIN" in self.flags and self.state in ("idle", "down")
+
+    @property
+    def draining(self) -> bool:
+        """Drain requested while jobs still run."""
+        return "DRAIN" in self.flags and self.state in ("mixed", "allocated", "completing")
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down" or "DOWN" in self.flags
+
+    @property
+    def reserved(self) -> bool:
+        return "RESERVED" in self.flags
+
+    @property
+    def maint(self) -> bool:
+        return "MAINTENANCE" in self.flags
+
+    @property
+    def available(self) -> bool:
+        """New work may start here (reservations are the caller's business: they depend on the job)."""
+        return self.state not in UNAVAILABLE_STATES and not (self.flags & UNAVAILABLE_FLAGS)
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus - self.gpus_used)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job. ``gpus_alloc`` maps each allocated node to its GPU count (running jobs only);
+    the request is ``num_nodes`` nodes with ``gpus_per_node`` each, or ``gpus_per_job`` in all,
+    or ``gpus_per_task`` times ``tasks``."""
+
+    id: str
+    user: str
+    state: str
+    partition: str
+    nodes: tuple[str, ...] = ()
+    gpus_alloc: Mapping[str, int] = field(default_factory=dict)
+    num_nodes: int = 1
+    gpus_per_node: int | None = None
+    gpus_per_job: int | None = None
+    gpus_per_task: int | None = None
+    tasks: int = 1
+    gpu_type: str | None = None
+    cpus: int = 1
+    memory_per_node_mb: int | None = None
+    memory_per_cpu_mb: int | None = None
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    held: bool = False
+    reason: str = ""
+    comment: str = ""
+    reservation: str = ""
+    priority: int = 0
+    submit_time: int = 0
+    restarts: int = 0
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def gpus_requested(self) -> int:
+        """GPUs the job asked for in all (0: not a GPU job, not ours to place)."""
+        if self.gpus_per_job:
+            return self.gpus_per_job
+        if self.gpus_per_node:
+            return self.gpus_per_node * self.num_nodes
+        if self.gpus_per_task:
+            return self.gpus_per_task * self.tasks
+        return 0
+
+    @property
+    def managed(self) -> bool:
+        """Submitted through compass (its comment carries the marker)."""
+        return bool(_markers(self.comment))
+
+    @property
+    def migratable(self) -> bool:
+        return MIGRATABLE_MARKER in _markers(self.comment)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmPartition:
+    name: str
+    nodes: tuple[str, ...]
+    state: str = "UP"
+    default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmReservation:
+    """A reservation; ``start``/``end`` are Slurm's local ISO times as printed."""
+
+    name: str
+    nodes: tuple[str, ...]
+    start: str
+    end: str
+    active: bool
+    flags: frozenset[str] = frozenset()
+    users: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmState:
+    """Everything one read of Slurm returned; ``read_at`` is the Unix time of the read."""
+
+    nodes: tuple[SlurmNode, ...]
+    jobs: tuple[SlurmJob, ...]
+    partitions: tuple[SlurmPartition, ...]
+    reservations: tuple[SlurmReservation, ...]
+    version: str
+    read_at: float
+
+    def node(self, name: str) -> SlurmNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def job(self, job_id: str) -> SlurmJob:
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        raise KeyError(job_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (sets become sorted lists)."""
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SlurmState:
+        try:
+            return cls(
+                nodes=tuple(_build(SlurmNode, n) for n in data["nodes"]),
+                jobs=tuple(_build(SlurmJob, j) for j in data["jobs"]),
+                partitions=tuple(_build(SlurmPartition, p) for p in data["partitions"]),
+                reservations=tuple(_build(SlurmReservation, r) for r in data["reservations"]),
+                version=str(data["version"]),
+                read_at=float(data["read_at"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise SlurmParseError(f"not a Slurm state document: {type(err).__name__}: {err}") from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(value)
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any]) -> Any:
+    """Rebuild one value object from its dict, restoring tuples and frozensets."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise KeyError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+    values = {}
+    for name, value in data.items():
+        kind = str(known[name].type)
+        if kind.startswith("tuple"):
+            value = tuple(value)
+        elif kind.startswith("frozenset"):
+            value = frozenset(value)
+        elif kind.startswith("Mapping"):
+            value = {str(k): int(v) for k, v in dict(value).items()}
+        values[name] = value
+    return cls(**values)

@@ -1,0 +1,630 @@
+"""The decision log: the only module that writes SQL.
+
+What the daemon did and saw, in four tables: ``decisions`` (where each job went and
+why), ``migrations`` (requeues onto other nodes), ``samples`` (one cluster sample per
+daemon cycle) and ``errors`` (failures worth keeping, e.g. Slurm output that made a
+cycle skip). Rows written in one daemon cycle share a ``cycle`` id (table ``cycles``).
+
+Any SQLAlchemy URL works; SQLite is the default. The URL comes from the caller, else
+``COMPASS_DB``, else :func:`default_db_url`. SQLite runs in WAL mode so the CLI reads
+while the daemon writes. Times are timezone-aware UTC datetimes in Python, stored as
+float seconds since the epoch (sortable and identical on every backend).
+
+Every write is one transaction: it lands completely or raises :class:`StoreError` and
+leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's loop).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Double,
+    Engine,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
+
+from .model import Decision, Job, Migration
+
+#: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
+SCHEMA_VERSION = 1
+
+#: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+
+SYSTEM_DB = Path("/var/lib/compass/compass.db")
+#: how long SQLite waits for another writer's lock before giving up.
+BUSY_TIMEOUT_MS = 5000
+
+MIGRATION_STATUSES = ("planned", "done", "failed")
+
+
+class StoreError(Exception):
+    """The decision log cannot be opened, read or written; ``hint`` says what to try."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class DatabaseMissing(StoreError):
+    """A read found no database: nothing has been logged there yet."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer compass; this one must not touch it."""
+
+
+def default_db_url() -> str:
+    """Where the log lives when neither an argument nor ``COMPASS_DB`` says.
+
+    ``/var/lib/compass/compass.db`` for root, when that directory is writable, or when the
+    file exists (so users read the log a root daemon writes); otherwise
+    ``$XDG_STATE_HOME/compass/compass.db`` (``~/.local/state/compass/compass.db``).
+    """
+    if SYSTEM_DB.exists() or os.geteuid() == 0 or os.access(SYSTEM_DB.parent, os.W_OK):
+        path = SYSTEM_DB
+    else:
+        path = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "compass" / "compass.db"
+    return f"sqlite:///{path}"
+
+
+def resolve_db_url(url: str | None = None) -> str:
+    """The URL to use: ``url`` if given, else ``COMPASS_DB``, else :func:`default_db_url`."""
+    return url or os.environ.get("COMPASS_DB") or default_db_url()
+
+
+# -- column types ---------------------------------------------------------------------------
+
+
+class UtcTime(TypeDecorator):
+    """An aware datetime as float epoch seconds: sorts and compares the same on every backend."""
+
+    impl = Double
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> float | None:
+        return None if value is None else value.timestamp()
+
+    def process_result_value(self, value: float | None, dialect: Any) -> datetime | None:
+        return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+class NodeList(TypeDecorator):
+    """Node names in instance order as a comma list, readable in a plain SQL shell."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: tuple[str, ...] | None, dialect: Any) -> str | None:
+        return None if value is None else ",".join(value)
+
+    def process_result_value(self, value: str | None, dialect: Any) -> tuple[str, ...]:
+        return tuple(value.split(",")) if value else ()
+
+
+class JsonTuple(TypeDecorator):
+    """A JSON list that comes back as a tuple, so records stay immutable."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_result_value(self, value: list | None, dialect: Any) -> tuple:
+        return tuple(value or ())
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+metadata = MetaData()
+
+schema_version_table = Table(
+    "schema_version",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1: a single row
+    Column("version", Integer, nullable=False),
+)
+
+cycles_table = Table(
+    "cycles",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("time", UtcTime, nullable=False),
+)
+
+
+def _log_table(name: str, *columns: Column) -> Table:
+    """A log table: every row has an id, a time and the daemon cycle that wrote it."""
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("time", UtcTime, nullable=False, index=True),
+        Column("cycle", Integer, ForeignKey("cycles.id")),
+        *columns,
+    )
+
+
+decisions_table = _log_table(
+    "decisions",
+    Column("job_id", String(64), nullable=False, index=True),
+    Column("user", String(64)),
+    Column("request", String(32), nullable=False),
+    Column("request_raw", JSON, nullable=False),
+    Column("nodes", NodeList, nullable=False),
+    Column("gpus_per_node", JSON, nullable=False),
+    Column("policy", String(64), nullable=False),
+    Column("rule", String(64), nullable=False),
+    Column("candidates", JsonTuple, nullable=False),
+    Column("sif_before", Double),
+    Column("sif_after", Double),
+    Column("partial_before", Integer),
+    Column("partial_after", Integer),
+    Column("reason", Text, nullable=False),
+    Column("action", String(32), nullable=False),
+)
+
+migrations_table = _log_table(
+    "migrations",
+    Column("job_id", String(64), nullable=False, index=True),
+    Column("instance", Integer, nullable=False),
+    Column("src", String(255), nullable=False),
+    Column("dst", String(255), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+)
+
+samples_table = _log_table(
+    "samples",
+    Column("nodes", Integer, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("gpus_used", Integer, nullable=False),
+    Column("partial", Integer, nullable=False),
+    Column("phi_star", Integer, nullable=False),
+    Column("sif", Double, nullable=False),
+    Column("sif_bound", Double, nullable=False),
+    Column("wcc", Boolean, nullable=False),
+    Column("queue_len", Integer, nullable=False),
+    Column("pending_gpus", Integer, nullable=False),
+    Column("orphans", Integer, nullable=False),
+    Column("abs_violations", Integer, nullable=False),
+    Column("errors", Integer, nullable=False),
+    Column("duration", Double, nullable=False),
+)
+
+errors_table = _log_table(
+    "errors",
+    Column("kind", String(64), nullable=False),
+    Column("message", Text, nullable=False),
+)
+
+
+# -- records --------------------------------------------------------------------------------
+# Field names equal column names: a record is written as-is and read back with cls(**row).
+# ``time`` None means "now" and ``cycle`` None means "the open cycle, if any" when written;
+# ``id`` is filled on read.
+
+
+class _Record:
+    __slots__ = ()
+    table: ClassVar[Table]
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: ISO-8601 UTC time, lists for tuples."""
+        doc: dict[str, Any] = {"id": self.id, "time": self.time}  # type: ignore[attr-defined]
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat(timespec="milliseconds")
+            elif isinstance(value, tuple):
+                value = list(value)
+            doc[f.name] = value  # id and time keep their leading place
+        return doc
+
+
+_R = TypeVar("_R", bound=_Record)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord(_Record):
+    """A placement the daemon made (or would make in a dry run), with its context."""
+
+    table: ClassVar[Table] = decisions_table
+
+    job_id: str
+    request: str  # "2x4": instances x GPUs per instance
+    nodes: tuple[str, ...]  # nodes[i] hosts instance i
+    gpus_per_node: dict[str, int]
+    policy: str
+    rule: str  # the placement rule that chose
+    user: str | None = None
+    request_raw: dict[str, Any] = field(default_factory=dict)
+    candidates: tuple[str, ...] = ()
+    sif_before: float | None = None
+    sif_after: float | None = None
+    partial_before: int | None = None
+    partial_after: int | None = None
+    reason: str = ""
+    action: str = "placed"  # placed | replanned | dry-run | failed
+    time: datetime | None = None
+    cycle: int | None = None
+    id: int | None = None
+
+    @classmethod
+    def of(cls, decision: Decision, job: Job, policy: str, **context: Any) -> DecisionRecord:
+        """The record of an engine decision about ``job``; ``context`` fills the other fields."""
+        context.setdefault(
+            "request_raw",
+            {"instances": job.instances, "gpus": job.gpus, "migratable": job.migratable,
+             "distinct_nodes": job.distinct_nodes},
+        )
+        return cls(
+            job_id=decision.job,
+            user=job.user,
+            request=f"{job.instances}x{job.gpus}",
+            nodes=decision.nodes,
+            gpus_per_node=decision.gpus_per_node(),
+            policy=policy,
+            rule=decision.rule,
+            candidates=decision.candidates,
+            **context,
+        )
+
+
+def _check_status(status: str) -> None:
+    if status not in MIGRATION_STATUSES:
+        raise ValueError(f"migration status must be one of {MIGRATION_STATUSES}, got {status!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRecord(_Record):
+    """One instance requeued from ``src`` to ``dst``; ``status`` follows it: planned, done, failed."""
+
+    table: ClassVar[Table] = migrations_table
+
+    job_id: str
+    instance: int
+    src: str
+    dst: str
+    reason: str = ""
+    status: str = "planned"
+    time: datetime | None = None
+    cycle: int | None = None
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_status(self.status)
+
+    @classmethod
+    def of(cls, migration: Migration, **context: Any) -> MigrationRecord:
+        return cls(job_id=migration.job, instance=migration.instance, src=migration.src, dst=migration.dst, **context)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord(_Record):
+    """The cluster as one daemon cycle saw it; ``duration`` is the cycle's wall time in seconds."""
+
+    table: ClassVar[Table] = samples_table
+
+    nodes: int
+    gpus: int
+    gpus_used: int
+    partial: int
+    phi_star: int
+    sif: float
+    sif_bound: float  # 2/N
+    wcc: bool
+    queue_len: int  # pending GPU jobs
+    pending_gpus: int
+    orphans: int = 0
+    abs_violations: int = 0
+    errors: int = 0
+    duration: float = 0.0
+    time: datetime | None = None
+    cycle: int | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord(_Record):
+    """A failure worth keeping: ``kind`` groups them (e.g. slurm-parse, scontrol, store)."""
+
+    table: ClassVar[Table] = errors_table
+
+    kind: str
+    message: str
+    time: datetime | None = None
+    cycle: int | None = None
+    id: int | None = None
+
+
+# -- the store ------------------------------------------------------------------------------
+
+#: (words in the driver's message, what to tell the admin)
+_HINTS = (
+    (("readonly", "read-only"), "the database or its directory is read-only: check permissions and mounts"),
+    (("full",), "the disk is full: free space, or point COMPASS_DB / --db elsewhere"),
+    (("locked",), "another process holds the database lock for too long"),
+    (("not a database",), "the file is not a SQLite database: point COMPASS_DB / --db at the right file"),
+)
+
+
+def _describe(err: Exception) -> tuple[str, str]:
+    """The driver's own words for a failure, and a hint that matches them."""
+    cause = str(getattr(err, "orig", None) or err).splitlines()[0]
+    lowered = cause.lower()
+    hint = next((h for keys, h in _HINTS if any(k in lowered for k in keys)),
+                "check that the database is reachable and writable")
+    return cause, hint
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL; None for other backends and in-memory databases."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if url.query.get("uri") == "true":  # sqlite:///file:/x.db?mode=ro&uri=true
+        return None if url.query.get("mode") == "memory" else Path(url.database.removeprefix("file:"))
+    return Path(url.database)
+
+
+def _sqlite_pragmas(writable: bool) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        if writable:
+            # WAL lets CLI readers run while the daemon writes; NORMAL is durable enough in WAL.
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return on_connect
+
+
+def _check_file(path: Path, create: bool) -> None:
+    """A reader needs the file to exist (and must not create it); a writer needs its directory."""
+    if not create and not path.exists():
+        raise DatabaseMissing(
+            f"no decision log at {path}",
+            hint="is the daemon running? see `compass doctor`; --db URL or COMPASS_DB pick another database",
+        )
+    if create:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"cannot create the directory for {path}: {err.strerror}",
+                             hint="choose a writable path with --db or COMPASS_DB") from None
+
+
+class Store:
+    """An open decision log. Make one with :meth:`open`; :meth:`close` it when done."""
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        self.engine = engine
+        self.name = name  # the file, or the URL without its password: for messages
+        self._conn: Connection | None = None  # the open cycle's transaction
+        self._cycle: int | None = None
+
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
+        """Open the log at ``url`` (see :func:`resolve_db_url`).
+
+        ``create=True`` (the daemon) creates the file, its directory and the tables and
+        upgrades an older schema. ``create=False`` (read commands) changes nothing and
+        raises :class:`DatabaseMissing` when there is no database yet.
+        """
+        raw = resolve_db_url(url)
+        try:
+            parsed = make_url(raw)
+        except SQLAlchemyError as err:
+            raise StoreError(
+                f"invalid database URL {raw!r}: {err}",
+                hint="use a SQLAlchemy URL, e.g. sqlite:////var/lib/compass/compass.db or mysql+pymysql://user@host/compass",
+            ) from None
+        path = _sqlite_path(parsed)
+        name = str(path) if path is not None else parsed.render_as_string(hide_password=True)
+        if path is not None:
+            _check_file(path, create)
+        sqlite = parsed.get_backend_name() == "sqlite"
+        try:
+            # An in-memory SQLite database lives in one connection; share it.
+            engine = create_engine(parsed, poolclass=StaticPool) if sqlite and path is None else create_engine(parsed)
+        except (SQLAlchemyError, ImportError) as err:
+            raise StoreError(f"cannot use database URL {name}: {err}",
+                             hint="install the database driver the URL names, e.g. pip install pymysql") from None
+        if sqlite:
+            event.listen(engine, "connect", _sqlite_pragmas(writable=create))
+        store = cls(engine, name)
+        try:
+            store._prepare(create)
+        except BaseException:
+            engine.dispose()
+            raise
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def _prepare(self, create: bool) -> None:
+        """Check the schema version; with ``create``, make the tables or upgrade them."""
+        with self._guard("open"), self.engine.begin() as conn:
+            version = self._stored_version(conn)
+            if version is None:
+                if not create:
+                    raise StoreError(f"{self.name} holds no compass decision log",
+                                     hint="point --db or COMPASS_DB at the database the daemon writes")
+                metadata.create_all(conn)
+                conn.execute(insert(schema_version_table).values(id=1, version=SCHEMA_VERSION))
+            elif version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"{self.name} has schema version {version}, newer than this compass understands ({SCHEMA_VERSION})",
+                    hint="upgrade compass_slurm to the version the daemon runs",
+                )
+            elif version < SCHEMA_VERSION:
+                if not create:
+                    raise StoreError(f"{self.name} has the old schema version {version} (this compass: {SCHEMA_VERSION})",
+                                     hint="restart the daemon: it upgrades the schema when it opens the log")
+                self._migrate(conn, version)
+
+    @staticmethod
+    def _stored_version(conn: Connection) -> int | None:
+        if not inspect(conn).has_table(schema_version_table.name):
+            return None
+        return conn.scalar(select(schema_version_table.c.version))
+
+    def _migrate(self, conn: Connection, version: int) -> None:
+        for step in range(version, SCHEMA_VERSION):
+            if step not in MIGRATIONS:
+                raise StoreError(f"{self.name}: no migration from schema version {step} to {step + 1}",
+                                 hint="move the old database aside; the daemon then starts a new one")
+            MIGRATIONS[step](conn)
+        conn.execute(update(schema_version_table).values(version=SCHEMA_VERSION))
+
+    def schema_version(self) -> int:
+        with self._guard("read"), self.engine.connect() as conn:
+            return self._stored_version(conn) or 0
+
+    def integrity_check(self) -> list[str] | None:
+        """SQLite's ``PRAGMA integrity_check``: [] when the file is sound, else its complaints.
+
+        None for other backends, which have no such check.
+        """
+        if self.engine.dialect.name != "sqlite":
+            return None
+        with self._guard("check"), self.engine.connect() as conn:
+            found = [row[0] for row in conn.execute(text("PRAGMA integrity_check"))]
+        return [] if found == ["ok"] else found
+
+    # -- writing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """Turn a database failure into a StoreError that names the database and a fix."""
+        try:
+            yield
+        except SQLAlchemyError as err:
+            cause, hint = _describe(err)
+            raise StoreError(f"cannot {doing} the decision log {self.name}: {cause}", hint=hint) from err
+
+    @contextmanager
+    def cycle(self) -> Iterator[int]:
+        """One transaction for everything a daemon cycle records; yields the cycle id.
+
+        Records written inside are tagged with the cycle and commit together when the
+        block ends; an exception (or a failing write) rolls all of them back.
+        """
+        if self._conn is not None:
+            raise StoreError("a cycle is already open", hint="cycles do not nest")
+        with self._guard("write to"), self.engine.begin() as conn:
+            cycle_id = conn.execute(insert(cycles_table).values(time=datetime.now(UTC))).inserted_primary_key[0]
+            self._conn, self._cycle = conn, cycle_id
+            try:
+                yield cycle_id
+            finally:
+                self._conn = self._cycle = None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """The open cycle's connection, else a transaction of its own."""
+        if self._conn is not None:
+            with self._guard("write to"):
+                yield self._conn
+            return
+        with self._guard("write to"), self.engine.begin() as conn:
+            yield conn
+
+    def _record(self, record: _Record) -> int:
+        values = {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"}  # type: ignore[arg-type]
+        values["time"] = values["time"] or datetime.now(UTC)
+        if values["cycle"] is None:
+            values["cycle"] = self._cycle
+        with self._transaction() as conn:
+            return conn.execute(insert(record.table).values(values)).inserted_primary_key[0]
+
+    def record_decision(self, record: DecisionRecord) -> int:
+        """Log a decision; returns its id."""
+        return self._record(record)
+
+    def record_migration(self, record: MigrationRecord) -> int:
+        """Log a migration; returns its id (for :meth:`set_migration_status`)."""
+        return self._record(record)
+
+    def record_sample(self, record: SampleRecord) -> int:
+        return self._record(record)
+
+    def record_error(self, record: ErrorRecord) -> int:
+        return self._record(record)
+
+    def set_migration_status(self, migration_id: int, status: str) -> None:
+        """Mark a logged migration done or failed."""
+        _check_status(status)
+        with self._transaction() as conn:
+            conn.execute(update(migrations_table).where(migrations_table.c.id == migration_id).values(status=status))
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _query(self, kind: type[_R], since: datetime | None, job: str | None = None,
+               limit: int | None = None) -> list[_R]:
+        """Rows of ``kind`` oldest first; with ``limit``, only the latest ``limit`` of them."""
+        table = kind.table
+        query = select(table)
+        if since is not None:
+            query = query.where(table.c.time >= since)
+        if job is not None:
+            query = query.where(table.c.job_id == job)
+        newest_first = limit is not None
+        order = (table.c.time.desc(), table.c.id.desc()) if newest_first else (table.c.time, table.c.id)
+        query = query.order_by(*order).limit(limit)
+        with self._guard("read"), self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        records = [kind(**row) for row in rows]
+        return records[::-1] if newest_first else records
+
+    def decisions(self, since: datetime | None = None, job: str | None = None,
+                  limit: int | None = None) -> list[DecisionRecord]:
+        """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five)."""
+        return self._query(DecisionRecord, since, job, limit)
+
+    def migrations(self, since: datetime | None = None, job: str | None = None) -> list[MigrationRecord]:
+        return self._query(MigrationRecord, since, job)
+
+    def samples(self, since: datetime | None = None) -> list[SampleRecord]:
+        return self._query(SampleRecord, since)
+
+    def errors(self, since: datetime | None = None) -> list[ErrorRecord]:
+        return self._query(ErrorRecord, since)
+

@@ -1,0 +1,377 @@
+"""The decision log on real SQLite files: round trips, atomicity, schema versions, WAL."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+
+from compass_slurm import store as store_module
+from compass_slurm.model import Decision, Job, Migration
+from compass_slurm.store import (
+    SCHEMA_VERSION,
+    DatabaseMissing,
+    DecisionRecord,
+    ErrorRecord,
+    MigrationRecord,
+    SampleRecord,
+    SchemaTooNew,
+    Store,
+    StoreError,
+    default_db_url,
+    resolve_db_url,
+)
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "log" / "compass.db"
+
+
+@pytest.fixture
+def store(db: Path):
+    with Store.open(url(db)) as opened:
+        yield opened
+
+
+def decision(job: str = "101", at: datetime = T0, **context) -> DecisionRecord:
+    return DecisionRecord.of(
+        Decision(job, ("node02", "node02", "node07"), 4, "slot", candidates=("node02", "node07", "node09")),
+        Job(job, 3, 4, migratable=False, user="alice"),
+        "compass",
+        **{"time": at, "sif_before": 0.125, "sif_after": 0.0625, "partial_before": 2, "partial_after": 1,
+           "reason": "fills slotted node02 first", **context},
+    )
+
+
+def sample(at: datetime = T0) -> SampleRecord:
+    return SampleRecord(nodes=16, gpus=128, gpus_used=76, partial=1, phi_star=1, sif=0.0, sif_bound=0.125,
+                        wcc=True, queue_len=3, pending_gpus=20, orphans=1, abs_violations=0, errors=2,
+                        duration=0.042, time=at)
+
+
+def count(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+# -- round trips ----------------------------------------------------------------------------
+
+
+def test_every_record_type_round_trips(store: Store) -> None:
+    placed = decision()
+    moved = MigrationRecord.of(Migration("88", 1, "node03", "node05"), reason="compact", time=T0)
+    seen = sample()
+    failed = ErrorRecord(kind="slurm-parse", message="squeue line 3: unknown field 'Foo'", time=T0)
+
+    ids = [store.record_decision(placed), store.record_migration(moved), store.record_sample(seen),
+           store.record_error(failed)]
+
+    assert store.decisions() == [replace(placed, id=ids[0])]
+    assert store.migrations() == [replace(moved, id=ids[1])]
+    assert store.samples() == [replace(seen, id=ids[2])]
+    assert store.errors() == [replace(failed, id=ids[3])]
+    back = store.decisions()[0]
+    assert back.nodes == ("node02", "node02", "node07")
+    assert back.gpus_per_node == {"node02": 8, "node07": 4}
+    assert back.request == "3x4"
+    assert back.request_raw == {"instances": 3, "gpus": 4, "migratable": False, "distinct_nodes": False}
+    assert back.time == T0 and back.time.tzinfo is not None
+
+
+def test_nodes_are_a_comma_list_in_instance_order(store: Store, db: Path) -> None:
+    store.record_decision(decision())
+    with sqlite3.connect(db) as conn:
+        nodes, time = conn.execute("SELECT nodes, time FROM decisions").fetchone()
+    assert nodes == "node02,node02,node07"
+    assert time == T0.timestamp()
+
+
+def test_time_defaults_to_now_in_utc(store: Store) -> None:
+    before = datetime.now(UTC)
+    store.record_error(ErrorRecord(kind="store", message="x"))
+    (logged,) = store.errors()
+    assert before <= logged.time <= datetime.now(UTC)
+    assert logged.cycle is None
+
+
+def test_as_json_uses_iso_utc_and_lists(store: Store) -> None:
+    store.record_decision(decision())
+    doc = store.decisions()[0].as_json()
+    assert doc["time"] == "2024-05-01T12:00:00.250+00:00"
+    assert doc["nodes"] == ["node02", "node02", "node07"]
+    assert doc["candidates"] == ["node02", "node07", "node09"]
+    assert list(doc)[:2] == ["id", "time"]
+
+
+def test_migration_status_follows_the_migration(store: Store) -> None:
+    first = store.record_migration(MigrationRecord.of(Migration("88", 0, "node03", "node05"), time=T0))
+    second = store.record_migration(MigrationRecord.of(Migration("88", 1, "node03", "node06"), time=T0))
+    store.set_migration_status(first, "done")
+    store.set_migration_status(second, "failed")
+    assert [m.status for m in store.migrations(job="88")] == ["done", "failed"]
+    with pytest.raises(ValueError, match="'moved'"):
+        store.set_migration_status(first, "moved")
+    with pytest.raises(ValueError, match="'lost'"):
+        MigrationRecord("88", 0, "a", "b", status="lost")
+
+
+# -- queries --------------------------------------------------------------------------------
+
+
+def test_decision_filters_and_latest(store: Store) -> None:
+    for minutes, job in ((0, "101"), (10, "102"), (20, "101"), (30, "103")):
+        store.record_decision(decision(job, T0 + timedelta(minutes=minutes)))
+
+    assert [d.job_id for d in store.decisions()] == ["101", "102", "101", "103"]
+    assert [d.job_id for d in store.decisions(since=T0 + timedelta(minutes=10))] == ["102", "101", "103"]
+    assert [d.time for d in store.decisions(job="101")] == [T0, T0 + timedelta(minutes=20)]
+    assert [d.job_id for d in store.decisions(limit=2)] == ["101", "103"]  # the latest two, oldest first
+    assert store.decisions(since=T0 + timedelta(hours=1)) == []
+
+
+def test_samples_and_errors_filter_by_time(store: Store) -> None:
+    for minutes in (0, 5, 10):
+        store.record_sample(sample(T0 + timedelta(minutes=minutes)))
+        store.record_error(ErrorRecord("slurm-parse", f"cycle {minutes}", time=T0 + timedelta(minutes=minutes)))
+    assert len(store.samples(since=T0 + timedelta(minutes=5))) == 2
+    assert [e.message for e in store.errors(since=T0 + timedelta(minutes=10))] == ["cycle 10"]
+
+
+# -- cycles and atomicity -------------------------------------------------------------------
+
+
+def test_a_cycle_commits_its_records_together_and_tags_them(store: Store) -> None:
+    with store.cycle() as cycle_id:
+        store.record_decision(decision())
+        store.record_sample(sample())
+    with store.cycle() as next_id:
+        store.record_error(ErrorRecord("scontrol", "timeout", time=T0))
+    assert next_id == cycle_id + 1
+    assert store.decisions()[0].cycle == cycle_id
+    assert store.samples()[0].cycle == cycle_id
+    assert store.errors()[0].cycle == next_id
+
+
+def test_an_exception_in_a_cycle_leaves_no_rows(store: Store, db: Path) -> None:
+    store.record_decision(decision("100"))
+    with pytest.raises(RuntimeError), store.cycle():
+        store.record_decision(decision("101"))
+        store.record_sample(sample())
+        raise RuntimeError("slurm went away")
+    assert [d.job_id for d in store.decisions()] == ["100"]
+    assert store.samples() == []
+    assert count(db, "cycles") == 0
+
+
+def test_a_failing_write_raises_store_error_and_rolls_back_the_cycle(store: Store) -> None:
+    store.record_decision(decision("100"))
+    with pytest.raises(StoreError, match="cannot write to the decision log") as caught, store.cycle():
+        store.record_decision(decision("101"))
+        store.record_decision(replace(decision("102"), policy=None))  # NOT NULL violated
+    assert "NOT NULL" in caught.value.message
+    assert [d.job_id for d in store.decisions()] == ["100"]
+
+
+def test_cycles_do_not_nest(store: Store) -> None:
+    with pytest.raises(StoreError, match="already open"), store.cycle(), store.cycle():
+        pass
+
+
+def test_a_read_only_database_raises_store_error_and_keeps_earlier_rows(store: Store, db: Path) -> None:
+    store.record_decision(decision("100"))
+    # root ignores file modes, so ask SQLite itself for a read-only connection.
+    with Store.open(f"sqlite:///file:{db}?mode=ro&uri=true") as read_only:
+        assert [d.job_id for d in read_only.decisions()] == ["100"]
+        with pytest.raises(StoreError, match="readonly") as caught:
+            read_only.record_decision(decision("101"))
+        assert "read-only" in caught.value.hint
+        with pytest.raises(StoreError), read_only.cycle():
+            read_only.record_sample(sample())
+    assert [d.job_id for d in store.decisions()] == ["100"]
+    assert count(db, "cycles") == 0
+
+
+def test_a_full_disk_raises_store_error_and_keeps_earlier_rows(store: Store, db: Path) -> None:
+    store.record_decision(decision("100"))
+    pages = store.engine.connect().exec_driver_sql("PRAGMA page_count").scalar()
+    store.engine.dispose()
+
+    # SQLite's page limit makes the file "full" exactly as a full disk does.
+    @event.listens_for(store.engine, "connect")
+    def cap(dbapi_connection, _record) -> None:
+        dbapi_connection.execute(f"PRAGMA max_page_count={pages}")
+
+    with pytest.raises(StoreError, match="full") as caught, store.cycle():
+        for n in range(50):
+            store.record_decision(decision(str(n), reason="x" * 4000))
+    assert "disk is full" in caught.value.hint
+    assert [d.job_id for d in store.decisions()] == ["100"]
+    assert store.integrity_check() == []
+
+
+# -- schema ---------------------------------------------------------------------------------
+
+
+def test_schema_version_is_stored(store: Store, db: Path) -> None:
+    assert store.schema_version() == SCHEMA_VERSION
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT id, version FROM schema_version").fetchall() == [(1, SCHEMA_VERSION)]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"schema_version", "cycles", "decisions", "migrations", "samples", "errors"} <= tables
+
+
+def set_version(db: Path, version: int) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE schema_version SET version = ?", (version,))
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_newer_schema_is_refused(store: Store, db: Path, create: bool) -> None:
+    store.record_decision(decision())
+    set_version(db, SCHEMA_VERSION + 1)
+    with pytest.raises(SchemaTooNew, match=f"schema version {SCHEMA_VERSION + 1}, newer") as caught:
+        Store.open(url(db), create=create)
+    assert "upgrade compass_slurm" in caught.value.hint
+    set_version(db, SCHEMA_VERSION)
+    assert len(Store.open(url(db)).decisions()) == 1  # untouched
+
+
+def test_an_older_schema_is_migrated_by_the_writer_only(store: Store, db: Path, monkeypatch) -> None:
+    store.record_decision(decision())
+    set_version(db, SCHEMA_VERSION - 1)
+    with pytest.raises(StoreError, match="old schema version"):
+        Store.open(url(db), create=False)
+    with pytest.raises(StoreError, match=f"no migration from schema version {SCHEMA_VERSION - 1}"):
+        Store.open(url(db))
+
+    steps = []
+    monkeypatch.setitem(store_module.MIGRATIONS, SCHEMA_VERSION - 1, lambda conn: steps.append(conn))
+    with Store.open(url(db)) as upgraded:
+        assert upgraded.schema_version() == SCHEMA_VERSION
+    assert len(steps) == 1
+    assert len(Store.open(url(db), create=False).decisions()) == 1
+
+
+def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store, db: Path) -> None:
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == store_module.BUSY_TIMEOUT_MS
+    with pytest.raises(StoreError, match="FOREIGN KEY"):
+        store.record_error(ErrorRecord("x", "y", cycle=999))
+
+
+def test_integrity_check_passes_on_a_fresh_log(store: Store) -> None:
+    store.record_sample(sample())
+    assert store.integrity_check() == []
+
+
+# -- concurrency ----------------------------------------------------------------------------
+
+
+def test_readers_see_committed_rows_while_the_daemon_writes(store: Store, db: Path) -> None:
+    store.record_decision(decision("100"))
+    reader = Store.open(url(db), create=False)
+    with store.cycle():
+        store.record_decision(decision("101"))
+        assert [d.job_id for d in reader.decisions()] == ["100"]  # no wait, no uncommitted rows
+    assert [d.job_id for d in reader.decisions()] == ["100", "101"]
+    reader.close()
+
+
+def test_a_writer_commits_while_a_reader_holds_a_snapshot(store: Store, db: Path) -> None:
+    store.record_decision(decision("100"))
+    reader = sqlite3.connect(db, isolation_level=None, timeout=0)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM decisions").fetchone() == (1,)
+    # Without WAL this commit would wait for the reader's lock and fail after busy_timeout.
+    store.record_decision(decision("101"))
+    assert reader.execute("SELECT count(*) FROM decisions").fetchone() == (1,)  # its snapshot
+    reader.execute("COMMIT")
+    assert reader.execute("SELECT count(*) FROM decisions").fetchone() == (2,)
+    reader.close()
+
+
+# -- opening --------------------------------------------------------------------------------
+
+
+def test_a_reader_does_not_create_a_missing_database(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "compass.db"
+    with pytest.raises(DatabaseMissing, match=f"no decision log at {missing}") as caught:
+        Store.open(url(missing), create=False)
+    assert "compass doctor" in caught.value.hint
+    assert not missing.parent.exists()
+
+
+def test_the_writer_creates_the_directory(tmp_path: Path) -> None:
+    nested = tmp_path / "a" / "b" / "compass.db"
+    Store.open(url(nested)).close()
+    assert nested.is_file()
+
+
+def test_a_directory_that_is_a_file_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(StoreError, match="cannot create the directory"):
+        Store.open(url(tmp_path / "plain" / "compass.db"))
+
+
+def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(StoreError, match="not a database") as caught:
+        Store.open(url(junk), create=False)
+    assert "not a SQLite database" in caught.value.hint
+
+
+def test_a_database_without_the_schema_is_refused_by_readers(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(StoreError, match="holds no compass decision log"):
+        Store.open(url(other), create=False)
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [("no-scheme-here", "invalid database URL"), ("nosuchdb+driver://h/x", "cannot use database URL")],
+)
+def test_bad_urls_are_store_errors(bad: str, words: str) -> None:
+    with pytest.raises(StoreError, match=words):
+        Store.open(bad)
+
+
+def test_url_resolution_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COMPASS_DB", "sqlite:///from-env.db")
+    assert resolve_db_url("sqlite:///explicit.db") == "sqlite:///explicit.db"
+    assert resolve_db_url() == "sqlite:///from-env.db"
+    monkeypatch.delenv("COMPASS_DB")
+    assert resolve_db_url() == default_db_url()
+
+
+def test_default_path_for_root_and_for_users(tmp_path: Path, monkeypatch) -> None:
+    system = tmp_path / "var-lib-compass" / "compass.db"
+    monkeypatch.setattr(store_module, "SYSTEM_DB", system)
+    monkeypatch.setattr(store_module.os, "geteuid", lambda: 0)
+    assert default_db_url() == f"sqlite:///{system}"
+
+    # A plain user, who may not write /var/lib/compass (root may write anything).
+    monkeypatch.setattr(store_module.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(store_module.os, "access", lambda path, mode: False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_db_url() == f"sqlite:///{tmp_path}/state/compass/compass.db"
+
+    system.parent.mkdir()
+    system.touch()  # a root daemon's log exists: users read that one
+    assert default_db_url() == f"sqlite:///{system}"

@@ -1,0 +1,48 @@
+"""``--since`` values: durations back from now and ISO dates, always UTC."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from compass_slurm.timeparse import TimeParseError, parse_since
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "back"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("30m", timedelta(minutes=30)),
+        ("1h", timedelta(hours=1)),
+        ("24h", timedelta(hours=24)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        ("1.5h", timedelta(minutes=90)),
+        (" 10M ", timedelta(minutes=10)),
+    ],
+)
+def test_durations_count_back_from_now(text: str, back: timedelta) -> None:
+    assert parse_since(text, now=NOW) == NOW - back
+
+
+def test_iso_dates_become_utc() -> None:
+    assert parse_since("2024-04-30T22:15:00Z") == datetime(2024, 4, 30, 22, 15, tzinfo=UTC)
+    assert parse_since("2024-04-30T22:15:00+02:00") == datetime(2024, 4, 30, 20, 15, tzinfo=UTC)
+    local_midnight = datetime(2024, 4, 30).astimezone()
+    assert parse_since("2024-04-30") == local_midnight.astimezone(UTC)
+    assert parse_since("2024-04-30").tzinfo is UTC
+
+
+def test_a_naive_now_is_not_needed() -> None:
+    before = datetime.now(UTC)
+    assert before - timedelta(hours=1, seconds=1) <= parse_since("1h") <= datetime.now(UTC) - timedelta(hours=1)
+    assert parse_since("1h", now=NOW.astimezone(timezone(timedelta(hours=5)))) == NOW - timedelta(hours=1)
+
+
+@pytest.mark.parametrize("bad", ["", "h", "1y", "yesterday", "5 minutes", "2024-13-01", "-1h", "99999999999d"])
+def test_bad_values_name_themselves(bad: str) -> None:
+    with pytest.raises(TimeParseError, match=f"invalid time {bad!r}"):
+        parse_since(bad, now=NOW)
