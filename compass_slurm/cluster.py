@@ -8,7 +8,7 @@ per-event work independent of the cluster size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .index import Buckets, MinSet
 from .model import EngineError, InstanceKey, Job, Node
@@ -38,6 +38,8 @@ class ClusterState:
         self.partial = MinSet()
         #: capacity -> count of running instances per size (index = GPUs per instance).
         self.demand: dict[int, list[int]] = {g: [0] * (g + 1) for g in set(self.capacity)}
+        #: called with a node index after its raw accounting changed (policies keep own indexes).
+        self.watchers: list[Callable[[int], None]] = []
         for i in range(len(self.nodes)):
             self._reindex(i)
 
@@ -109,3 +111,5 @@ class ClusterState:
             self.partial.add(i)
         else:
             self.partial.discard(i)
+        for watch in self.watchers:
+            watch(i)

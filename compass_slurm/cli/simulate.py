@@ -20,9 +20,11 @@ DEFAULT_SYNTHETIC = "venus"
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="CSV trace or sacct --parsable2 dump.")
-@click.option("--synthetic", metavar="NAME", help=f"Seeded synthetic workload: venus, gfs or philly [default: {DEFAULT_SYNTHETIC}].")
+@click.option("--synthetic", metavar="NAME",
+              help=f"Seeded synthetic workload: venus, gfs or philly [default: {DEFAULT_SYNTHETIC}].")
 @click.option("--policy", "policies", metavar="A,B,...", help="Policies to compare [default: every registered one].")
-@click.option("--eta", type=float, default=0.90, show_default=True, help="Size the cluster as N(eta) (ignored with --nodes).")
+@click.option("--eta", type=float, default=0.90, show_default=True,
+              help="Size the cluster as N(eta) (ignored with --nodes).")
 @click.option("--nodes", type=click.IntRange(min=1), help="Node count instead of N(eta).")
 @click.option("--gpus-per-node", "node_spec", default="8", show_default=True, metavar="G|G:COUNT,...",
               help="GPUs per node, or a mix of node sizes and counts such as 8:60,4:4.")
@@ -30,12 +32,14 @@ DEFAULT_SYNTHETIC = "venus"
               help="Seconds a job pauses per migration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
 @click.option("--backfill/--no-backfill", default=False, show_default=True, help="EASY backfill past a blocked head.")
-@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (the first ones in the window).")
+@click.option("--limit", type=click.IntRange(min=1),
+              help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
 @click.option("--cluster", metavar="NAME", help="Only rows whose 'cluster' column is NAME (e.g. ITP's cluster04).")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed rows (and count them) instead of stopping.")
 @click.option("--check", is_flag=True, help="Debug: assert the engine's invariants after every event (slow).")
-@click.option("--output", type=click.Path(file_okay=False), help="Write timelines, summary.json and comparison.png here.")
+@click.option("--output", type=click.Path(file_okay=False),
+              help="Write timelines, summary.json and comparison.png here.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, backfill, limit, window,
             cluster, skip_bad, check, output, as_json) -> None:
@@ -58,7 +62,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             source = f"synthetic:{name}"
         records = workloads.select(trace.records, span, limit)
         if not records:
-            raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, limit, cluster))
+            raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, cluster))
         groups, node_gpus = _node_groups(node_spec, nodes)
         jobs, rules = workloads.to_jobs(records, node_gpus)
         if groups is None:
@@ -130,7 +134,7 @@ def _node_groups(spec: str, nodes: int | None) -> tuple[list[tuple[int, int]] | 
     return None, gpus
 
 
-def _empty_hint(trace, window, limit, cluster) -> str | None:
+def _empty_hint(trace, window, cluster) -> str | None:
     if trace.skipped:
         return f"all {len(trace.skipped)} rows were malformed; first: {trace.skipped[0]}"
     if trace.records and (window or cluster):
@@ -177,7 +181,9 @@ def _table(rows: list[dict], skipped) -> None:
     from rich.table import Table
 
     first = rows[0]
-    table = Table(title=f"{first['trace']}: {first['jobs']} jobs on {first['nodes']} nodes x {first['gpus_per_node']} GPUs")
+    table = Table(
+        title=f"{first['trace']}: {first['jobs']} jobs on {first['nodes']} nodes x {first['gpus_per_node']} GPUs"
+    )
     columns = [
         ("policy", "policy", str),
         ("AFR", "afr", "{:.4f}".format),
@@ -199,7 +205,8 @@ def _table(rows: list[dict], skipped) -> None:
     if not out.is_terminal:
         out.width = 200  # a pipe or file gets the whole table, not an 80-column squeeze
     out.print(table)
-    notes = [f"averaged over {'the time the queue was non-empty' if first['averaged_over'] == 'queued' else 'the whole run (the queue never filled)'}"]
+    window = "the time the queue was non-empty" if first["averaged_over"] == "queued" else "the whole run"
+    notes = [f"AFR, AGU, SIF<=2/N and WCC averaged over {window}"]
     mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}
     if mapping:
         notes.append("GPU counts reshaped: " + ", ".join(f"{v} by {k}" for k, v in mapping.items()))

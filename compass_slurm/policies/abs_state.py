@@ -64,6 +64,7 @@ class AbsState:
         self.vacancy_total = 0
         for i in range(n):
             self.refresh(i)
+        cluster.watchers.append(self.refresh)
 
     # -- node facts ----------------------------------------------------------------------
 
@@ -92,7 +93,9 @@ class AbsState:
         residue = self.residue_of(i) if kind == "slotted" else None
         self.residue[cap].set(i, residue if avail and residue is not None and residue >= 0 else None)
         self.pool_room[cap].set(i, cap - len(self.ones[i]) if avail and kind == "pool" else None)
-        if avail and any(s.vacancy > 0 for s in self.slots[i]):
+        # A vacancy is usable only while the node has raw GPUs free: a work-conserving
+        # extra may sit in space that a slot's vacancy also claims.
+        if avail and self.c.used[i] < cap and any(s.vacancy > 0 for s in self.slots[i]):
             self.vacant.add(i)
         else:
             self.vacant.discard(i)

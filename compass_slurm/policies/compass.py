@@ -24,6 +24,7 @@ from .abs_state import ANCHOR, EXTRA, FILLER, ONE, AbsState, Slot
 from .base import Policy, register
 
 Spot = tuple[int, str, Slot | None]  # node, how it was chosen, the slot with a vacancy (fillers only)
+Unit = Slot | InstanceKey  # what Compact moves as one piece: a whole slot, or one orphan
 
 _RULES = {
     "slot": "anchor slot on the best-fit slotted node",
@@ -224,9 +225,6 @@ class Compass(Policy):
             else:
                 a.add_extra(i, key)
 
-    def _availability_changed(self, i: int) -> None:
-        self.abs.refresh(i)
-
     # -- Compact -------------------------------------------------------------------------------
 
     def compact(self) -> tuple[Migration, ...]:
@@ -255,7 +253,9 @@ class Compass(Policy):
                     continue
                 # Opening an empty node for an orphan would add a partial node, not remove one.
                 spot = self._spot(1, None, {i})
-                if spot is None or spot[1] not in ("vacancy", "pool") or c.is_pinned(key) or not self._spend(1):
+                if spot is None or spot[1] not in ("vacancy", "pool"):
+                    continue
+                if not self._can_move(key, spot[0]) or not self._spend(1):
                     continue
                 moves += self._move_one(key, spot)
         while a.vacancy_total > 0:
@@ -275,7 +275,7 @@ class Compass(Policy):
     def _fill(self, slot: Slot, i: int) -> list[Migration]:
         """Pull 1-GPU instances into ``slot``'s vacancy: orphans first, then the emptiest pool node."""
         moves: list[Migration] = []
-        while slot.vacancy > 0:
+        while slot.vacancy > 0 and self.cluster.free_gpus(i) > 0:
             donor = self._donor(i)
             if donor is None or not self._spend(1):
                 break
@@ -302,11 +302,11 @@ class Compass(Policy):
         # The lowest node almost always has one; scan (sorted) only past pinned or avoided ones.
         first = nodes.min()
         for i in [first] if first is not None else []:
-            key = self._movable(self.abs.ones[i]) if i != avoid else None
+            key = self._movable(self.abs.ones[i], avoid) if i != avoid else None
             if key is not None:
                 return key, i
         for i in nodes:
-            key = self._movable(self.abs.ones[i]) if i != avoid else None
+            key = self._movable(self.abs.ones[i], avoid) if i != avoid else None
             if key is not None:
                 return key, i
         return None
@@ -317,10 +317,10 @@ class Compass(Policy):
         moves: list[Migration] = []
         for i in list(a.foreign):
             for key in list(a.extras[i]):
-                if c.is_pinned(key):
-                    continue
                 spot = self._spot(c.gpus_of(key), None, {i})
-                if spot is None or spot[1] in ("extra", "orphan") or not self._spend(1):
+                if spot is None or spot[1] in ("extra", "orphan"):
+                    continue
+                if not self._can_move(key, spot[0]) or not self._spend(1):
                     continue
                 j, how, slot = spot
                 a.detach(key)
@@ -347,7 +347,7 @@ class Compass(Policy):
                 return moves
             src = max(sources, key=lambda i: (self._pool_room(i), i))
             dst = min((i for i in hosts if i != src), key=lambda i: (self._pool_room(i), i))
-            key = self._movable(a.ones[src])
+            key = self._movable(a.ones[src], dst)
             if key is None or not self._spend(1):
                 stuck.add(src)
                 continue
@@ -376,54 +376,56 @@ class Compass(Policy):
             if a.residue_of(dst) // width > a.residue_of(src) // width:
                 stuck.add(src)
                 continue
-            moves += self._move_slots([(slot, src, dst)])
+            moves += self._move_units([(slot, src, dst)])
 
     def _repack(self, cap: int) -> list[Migration]:
-        """Repair: first-fit-decreasing of the slots on all non-full slotted nodes into those nodes.
+        """Repair: first-fit-decreasing of everything on the non-full slotted nodes into those nodes.
 
         The drain passes cannot merge, e.g., {4, 2} with {4}: no single move fits.
-        Re-packing all their movable slots together can, and leaves at most one
-        non-full node when widths are powers of two. Slots keep their node
-        whenever the packing allows; the plan runs only if it reduces the number
-        of non-full nodes and fits the migration budget.
+        Re-packing the movable slots of all non-full slotted nodes together can,
+        and since widths are powers of two it leaves at most one of them non-full.
+        Orphans take part as items of width 1 (they hold residue that a slot could
+        use). Items keep their node whenever the packing allows; the plan runs
+        only if it reduces the number of non-full nodes and fits the budget.
         """
         a = self.abs
         hosts = sorted(a.partial_hosts(cap), key=lambda i: (a.residue_of(i), i))
         if len(hosts) < 2:
             return []
-        movable = {i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)] for i in hosts}
-        room = {i: a.residue_of(i) + sum(s.width for s in movable[i]) for i in hosts}
-        fixed = {i: room[i] < cap for i in hosts}  # pinned slots, orphans or extras stay
+        units: dict[int, list[Unit]] = {
+            i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)]
+            + [k for k in a.ones[i] if self._can_move(k, None)]
+            for i in hosts
+        }
+        room = {i: a.residue_of(i) + sum(_width(u) for u in units[i]) for i in hosts}
+        fixed = {i: room[i] < cap for i in hosts}  # pinned slots, extras or pinned orphans stay
         order = {i: n for n, i in enumerate(hosts)}
-        slots = sorted(
-            ((s, i) for i in hosts for s in movable[i]),
-            key=lambda si: (-si[0].width, order[si[1]]),
-        )
+        items = sorted(((u, i) for i in hosts for u in units[i]), key=lambda ui: (-_width(ui[0]), order[ui[1]]))
         planned: dict[int, list[int]] = {i: [] for i in hosts}
-        for slot, _ in slots:
-            dst = next((i for i in hosts if room[i] >= slot.width), None)
+        for unit, _ in items:
+            dst = next((i for i in hosts if room[i] >= _width(unit)), None)
             if dst is None:
                 return []
-            room[dst] -= slot.width
-            planned[dst].append(slot.width)
+            room[dst] -= _width(unit)
+            planned[dst].append(_width(unit))
         after = sum(1 for i in hosts if room[i] > 0 and (planned[i] or fixed[i]))
         if after >= len(hosts):
             return []
-        # Equal-width slots are interchangeable: let each node keep its own first.
-        unassigned = {id(s): (s, i) for s, i in slots}
-        dest: list[tuple[Slot, int, int]] = []
+        # Items of equal width are interchangeable: let each node keep its own first.
+        unassigned = {id(u): (u, i) for u, i in items}
+        plan: list[tuple[Unit, int, int]] = []
         for i in hosts:
             for width in planned[i]:
-                own = next((s for s in movable[i] if s.width == width and id(s) in unassigned), None)
+                own = next((u for u in units[i] if _width(u) == width and id(u) in unassigned), None)
                 if own is not None:
                     del unassigned[id(own)]
                     continue
-                sid = next(k for k, (s, _) in unassigned.items() if s.width == width)
-                s, src = unassigned.pop(sid)
-                dest.append((s, src, i))
-        if not self._spend(sum(len(s.members()) for s, _, _ in dest)):
+                uid = next(k for k, (u, _) in unassigned.items() if _width(u) == width)
+                unit, src = unassigned.pop(uid)
+                plan.append((unit, src, i))
+        if not self._spend(sum(len(_members(u)) for u, _, _ in plan)):
             return []
-        return self._move_slots(dest)
+        return self._move_units(plan)
 
     # -- moves -----------------------------------------------------------------------------
 
@@ -440,30 +442,52 @@ class Compass(Policy):
             a.add_one(dst, key)
         return [self._migration(key, src, dst)]
 
-    def _move_slots(self, plan: list[tuple[Slot, int, int]]) -> list[Migration]:
-        """Move whole slots; all leave before any arrives, so a swap never overcommits a node."""
+    def _move_units(self, plan: list[tuple[Unit, int, int]]) -> list[Migration]:
+        """Move whole slots and orphans; all leave before any arrives, so a swap never overcommits."""
         c, a = self.cluster, self.abs
-        for slot, src, _ in plan:
-            a.take_slot(src, slot)
-            for key in slot.members():
+        for unit, src, _ in plan:
+            if isinstance(unit, Slot):
+                a.take_slot(src, unit)
+            else:
+                a.detach(unit)
+            for key in _members(unit):
                 c.remove(key)
         moves = []
-        for slot, src, dst in plan:
-            for key in slot.members():
+        for unit, src, dst in plan:
+            for key in _members(unit):
                 c.add(key, dst)
                 moves.append(self._migration(key, src, dst))
-            a.put_slot(dst, slot)
+            if isinstance(unit, Slot):
+                a.put_slot(dst, unit)
+            else:
+                a.add_one(dst, unit)
         return moves
 
     def _migration(self, key: InstanceKey, src: int, dst: int) -> Migration:
         nodes = self.cluster.nodes
         return Migration(key[0], key[1], nodes[src].name, nodes[dst].name)
 
-    def _movable(self, keys: Iterable[InstanceKey]) -> InstanceKey | None:
-        return next((k for k in keys if not self.cluster.is_pinned(k)), None)
+    def _can_move(self, key: InstanceKey, dst: int | None) -> bool:
+        """Pinned instances never move; a distinct-nodes instance never joins a sibling.
+
+        ``dst`` None means "somewhere not known yet" (whole-slot moves), where a
+        distinct-nodes instance cannot be checked and so stays put.
+        """
+        c = self.cluster
+        job = c.jobs[key[0]]
+        if not job.migratable:
+            return False
+        if job.distinct_nodes and job.instances > 1:
+            return dst is not None and all(
+                c.location[(job.id, k)] != dst for k in range(job.instances) if k != key[1]
+            )
+        return True
+
+    def _movable(self, keys: Iterable[InstanceKey], dst: int) -> InstanceKey | None:
+        return next((k for k in keys if self._can_move(k, dst)), None)
 
     def _slot_movable(self, slot: Slot) -> bool:
-        return not any(self.cluster.is_pinned(k) for k in slot.members())
+        return all(self._can_move(k, None) for k in slot.members())
 
     def _spend(self, n: int) -> bool:
         if self.migration_budget is None:
@@ -527,6 +551,14 @@ def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) ->
         if (allowed is None or i in allowed) and i not in exclude:
             return i
     return None
+
+
+def _width(unit: Unit) -> int:
+    return unit.width if isinstance(unit, Slot) else 1
+
+
+def _members(unit: Unit) -> list[InstanceKey]:
+    return unit.members() if isinstance(unit, Slot) else [unit]
 
 
 def _movable_widths(cap: int) -> list[int]:

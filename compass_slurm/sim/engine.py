@@ -122,10 +122,10 @@ class Simulation:
         jobs, heap, end = self.jobs, self.heap, self.end
         n, i = len(jobs), 0
         scheduler, check = self.scheduler, self.config.check
+        completion = self._next_completion()
         while True:
-            completion = self._next_completion()
             arrival = jobs[i].submit if i < n else math.inf
-            if completion <= arrival and heap:
+            if completion <= arrival and completion < math.inf:
                 t, _, job_id = heapq.heappop(heap)
                 del end[job_id]
                 self.now = t
@@ -143,12 +143,13 @@ class Simulation:
             self.events += 1
             if check:
                 self._check()
-            if min(self._next_completion(), jobs[i].submit if i < n else math.inf) > t:
-                self._sample()
+            completion = self._next_completion()
+            if min(completion, jobs[i].submit if i < n else math.inf) > t:
+                self._sample()  # the last event at this instant: the state now holds for a while
             if progress is not None and self.events % PROGRESS_EVERY == 0:
                 progress(self.events)
         if scheduler.queue:
-            raise RuntimeError(f"{len(scheduler.queue)} job(s) never started although the cluster emptied")
+            raise InvariantError(f"{len(scheduler.queue)} job(s) never started although the cluster emptied")
         if progress is not None:
             progress(self.events)
         metrics = summarize(

@@ -10,6 +10,7 @@ import os
 import queue as queue_module
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
+from contextlib import ExitStack
 
 from .engine import SimConfig, SimResult, simulate
 from .workloads import SimJob
@@ -27,8 +28,10 @@ def run_policies(
         return [simulate(jobs, c, _reporter(c.policy, on_progress)) for c in configs]
     import multiprocessing
 
-    with multiprocessing.Manager() as manager, ProcessPoolExecutor(workers) as pool:
-        channel = manager.Queue() if on_progress else None
+    with ExitStack() as stack:
+        # progress crosses processes through a manager's queue; without a listener, no manager
+        channel = stack.enter_context(multiprocessing.Manager()).Queue() if on_progress else None
+        pool = stack.enter_context(ProcessPoolExecutor(workers))
         futures = [pool.submit(_work, jobs, c, channel) for c in configs]
         pending = set(futures)
         while pending:

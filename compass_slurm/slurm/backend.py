@@ -52,13 +52,13 @@ def update_argv(
     each (the per-job GPU count is cleared first: Slurm rejects having both).
     """
     argv = ["scontrol", "update", f"JobId={names.job_id(job_id)}"]
+    kind = f"gpu:{names.gpu_type(gpu_type)}" if gpu_type is not None else "gpu"
     if nodes is not None:
         node_list = names.node_names(nodes)
         argv.append(f"ReqNodeList={compress(node_list)}")
         if gpus_per_node is not None:
             if gpus_per_node < 1:
                 raise SlurmError(f"job {job_id}: gpus per node must be at least 1, got {gpus_per_node}")
-            kind = f"gpu:{names.gpu_type(gpu_type)}" if gpu_type else "gpu"
             argv += [f"NumNodes={len(set(node_list))}", "TresPerJob=", f"TresPerNode=gres:{kind}:{gpus_per_node}"]
     if start_now:
         argv.append("StartTime=now")
@@ -141,17 +141,32 @@ class Backend(ABC):
             time.sleep(poll)
 
 
-class DryRunBackend(Backend):
-    """Reads through ``inner`` but only records and prints the scontrol commands it is asked to run."""
+class RecordingBackend(Backend, ABC):
+    """Records (and prints) the scontrol commands it is asked to run instead of running them."""
+
+    def __init__(self, out: TextIO | None = sys.stdout, render: Callable[[list[str]], str] = " ".join) -> None:
+        self.out = out
+        self.render = render
+        self.commands: list[list[str]] = []
+
+    def scontrol(self, argv: list[str]) -> None:
+        self.commands.append(list(argv))
+        if self.out is not None:
+            print(self.render(argv), file=self.out)
+
+    def wait_requeued(self, job_id: str, timeout: float, poll: float = 0.2) -> None:
+        """Nothing was requeued, so nothing to wait for."""
+
+
+class DryRunBackend(RecordingBackend):
+    """Reads through ``inner``; changes are only printed (``--dry-run``)."""
 
     name = "dry-run"
 
     def __init__(self, inner: Backend, out: TextIO | None = sys.stdout,
                  render: Callable[[list[str]], str] = " ".join) -> None:
+        super().__init__(out, render)
         self.inner = inner
-        self.out = out
-        self.render = render
-        self.commands: list[list[str]] = []
 
     def read_state(self) -> SlurmState:
         return self.inner.read_state()
@@ -161,11 +176,3 @@ class DryRunBackend(Backend):
 
     def job_state(self, job_id: str) -> str | None:
         return self.inner.job_state(job_id)
-
-    def scontrol(self, argv: list[str]) -> None:
-        self.commands.append(list(argv))
-        if self.out is not None:
-            print(self.render(argv), file=self.out)
-
-    def wait_requeued(self, job_id: str, timeout: float, poll: float = 0.2) -> None:
-        """Nothing was requeued, so nothing to wait for."""

@@ -170,7 +170,7 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
             required, excluded = expand(f.str("required_nodes")), expand(f.str("excluded_nodes"))
         except SlurmParseError as err:
             raise SlurmParseError(f"{f.what}: {err}") from None
-        reason = f.str("state_reason")
+        reason = "" if f.str("state_reason") == "None" else f.str("state_reason")
         out.append(
             SlurmJob(
                 id=job_id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime
 
 from . import gres
 from .errors import SlurmParseError
@@ -22,6 +23,8 @@ from .values import held, memory_mb, node_state
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=")
 _NULL = {"(null)", "N/A", "None", "n/a"}
 _USER = re.compile(r"(.*?)\((\d+)\)")
+# scontrol appends who set a node's reason and when: "maintenance [root@2026-11-30T01:30:32]"
+_REASON_STAMP = re.compile(r"\s*\[[^\]]*@[^\]]*\]$")
 
 
 class Record:
@@ -51,6 +54,16 @@ class Record:
         if not head.isdigit():
             raise SlurmParseError(f"{self.what}: field {key!r} is not a number: {text!r}")
         return int(head)
+
+    def time(self, key: str) -> int:
+        """An ISO local time (``2026-11-30T01:29:46``) as Unix seconds; 0 when unset."""
+        text = self.str(key)
+        if not text or text == "Unknown":
+            return 0
+        try:
+            return int(datetime.fromisoformat(text).timestamp())
+        except ValueError:
+            raise SlurmParseError(f"{self.what}: field {key!r} is not a time: {text!r}") from None
 
     def nodes(self, key: str) -> tuple[str, ...]:
         try:
@@ -103,7 +116,7 @@ def nodes(output: str) -> list[SlurmNode]:
                 cpus_alloc=r.int("CPUAlloc"),
                 memory_mb=r.int("RealMemory"),
                 memory_alloc_mb=r.int("AllocMem"),
-                reason=r.str("Reason"),
+                reason=_REASON_STAMP.sub("", r.str("Reason")),
             )
         )
     return out
@@ -145,7 +158,7 @@ def jobs(output: str) -> list[SlurmJob]:
         job_id = r.str("JobId", required=True)
         array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
         if array and task:
-            job_id = f"{array}_{task}"
+            job_id = f"{array}_{task}" if task.isdigit() else f"{array}_[{task}]"
         user = _USER.fullmatch(r.str("UserId"))
         per_node, type_n = _gpus(r, "TresPerNode")
         per_job, type_j = _gpus(r, "TresPerJob")
@@ -175,6 +188,7 @@ def jobs(output: str) -> list[SlurmJob]:
                 comment=r.str("Comment"),
                 reservation=r.str("Reservation"),
                 priority=r.int("Priority"),
+                submit_time=r.time("SubmitTime"),
                 restarts=r.int("Restarts"),
             )
         )

@@ -1,0 +1,39 @@
+"""Access to Slurm: state value objects, one Backend interface and its implementations.
+
+- ``state``: SlurmNode, SlurmJob, SlurmPartition, SlurmReservation, SlurmState
+  (and the job-comment marker that says a job is compass-managed / migratable)
+- ``backend``: the Backend interface, the exact scontrol command lines, DryRunBackend
+- ``cli``: sinfo / squeue / scontrol; ``snapshot``: a saved state; ``pyslurm_backend``: optional
+- ``hostlist``, ``gres``, ``names``: Slurm syntax in and out
+"""
+
+from __future__ import annotations
+
+from .backend import Backend, DryRunBackend
+from .errors import SlurmCommandError, SlurmError, SlurmNameError, SlurmParseError
+from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+
+__all__ = [
+    "Backend", "DryRunBackend", "SlurmCommandError", "SlurmError", "SlurmJob", "SlurmNameError", "SlurmNode",
+    "SlurmParseError", "SlurmPartition", "SlurmReservation", "SlurmState", "open_backend",
+]
+
+
+def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float = 30.0) -> Backend:
+    """The backend a command should use: a snapshot file if given, else pyslurm when usable, else the CLI."""
+    if snapshot is not None:
+        from .snapshot import SnapshotBackend
+
+        return SnapshotBackend.from_file(snapshot)
+    from .cli import CliBackend
+
+    if kind == "cli":
+        return CliBackend(timeout)
+    from .pyslurm_backend import PyslurmBackend, PyslurmUnavailable
+
+    try:
+        return PyslurmBackend(timeout)
+    except PyslurmUnavailable:
+        if kind == "pyslurm":
+            raise
+        return CliBackend(timeout)

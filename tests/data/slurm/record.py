@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Re-record the Slurm outputs the unit tests replay (needs root; restarts the dev cluster).
+
+    python3 tests/data/slurm/record.py
+
+Each scenario directory holds one file per command plus commands.json, which
+maps the exact argv (joined by spaces) to its file. The cluster is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+DEV = REPO / "scripts" / "dev-cluster"
+
+COMMANDS = {
+    "sinfo.json": ["sinfo", "--json"],
+    "squeue.json": ["squeue", "--json"],
+    "nodes.txt": ["scontrol", "show", "node", "--details", "--oneliner"],
+    "jobs.txt": ["scontrol", "show", "job", "--details", "--oneliner"],
+    "partitions.txt": ["scontrol", "show", "partition", "--oneliner"],
+    "reservations.txt": ["scontrol", "show", "reservation", "--oneliner"],
+    "version.txt": ["scontrol", "--version"],
+    # for people reading the fixtures: the multi-line form and sinfo's summary
+    "jobs-multiline.txt": ["scontrol", "show", "job", "--details"],
+    "sinfo-summary.txt": ["sinfo", "--Node", "--format=%N|%T|%G|%E"],
+}
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def sbatch(*args: str) -> str:
+    return sh("sbatch", "--parsable", "--output=/dev/null", *args)
+
+
+def restart(*layout: str) -> None:
+    subprocess.run([str(DEV), "stop"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(DEV), "start", *layout], check=True, stdout=subprocess.DEVNULL)
+    for line in sh(str(DEV), "env").splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        os.environ[key] = value
+
+
+def wait_running(job_ids: list[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        states = sh("squeue", "--noheader", "--format=%i %T", f"--jobs={','.join(job_ids)}").splitlines()
+        if states and all(line.endswith("RUNNING") for line in states):
+            return
+        time.sleep(0.3)
+    sys.exit(f"jobs {job_ids} did not all start")
+
+
+def record(name: str, extra: dict[str, list[str]] | None = None) -> None:
+    out = HERE / name
+    out.mkdir(exist_ok=True)
+    manifest = {}
+    for filename, argv in {**COMMANDS, **(extra or {})}.items():
+        (out / filename).write_text(sh(*argv) + "\n")
+        manifest[" ".join(argv)] = filename
+    (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def mixed_cluster() -> None:
+    """16 x 8 GPUs: running, held, pending, array, CPU-only and compass-marked jobs; drained, down, reserved nodes."""
+    restart("--nodes", "16", "--gpus-per-node", "8")
+    running = [
+        sbatch("--gpus=2", "--wrap", "sleep 600"),
+        sbatch("--nodes=2", "--gpus-per-node=3", "--wrap", "sleep 600"),
+        sbatch("--gpus=3", "--cpus-per-task=4", "--mem=1000", "--comment=compass:migratable", "--wrap", "sleep 600"),
+        sbatch("--gpus=8", "--nodelist=node16", "--wrap", "sleep 600"),
+        sbatch("--wrap", "sleep 600"),  # no GPUs: not ours
+        sbatch("--array=1-2", "--gpus=1", "--wrap", "sleep 600"),
+        sbatch("--gpus=1", "--nodelist=node14", "--wrap", "sleep 600"),
+    ]
+    wait_running([job.split(";")[0] for job in running])
+    sbatch("--hold", "--gpus=8", "--comment=compass", "--wrap", "sleep 600")
+    sbatch("--gpus=4", "--nodelist=node16", "--wrap", "sleep 600")  # waits for node16: Resources
+    sbatch("--hold", "--array=1-3", "--gpus-per-task=1", "--ntasks=2", "--wrap", "sleep 600")
+    sh("scontrol", "update", "NodeName=node10", "State=DRAIN", "Reason=maintenance window")
+    sh("scontrol", "update", "NodeName=node11", "State=DOWN", "Reason=broken")
+    sh("scontrol", "update", "NodeName=node14", "State=DRAIN", "Reason=draining-test")
+    sh("scontrol", "create", "reservation", "ReservationName=maint1", "Nodes=node12", "StartTime=now",
+       "Duration=60", "Users=root", "Flags=MAINT")
+    sh("scontrol", "create", "reservation", "ReservationName=later", "Nodes=node13", "StartTime=now+1hour",
+       "Duration=60", "Users=root")
+    # slurmctld flags reserved nodes on a periodic pass, not at once
+    deadline = time.monotonic() + 120
+    while "MAINTENANCE" not in sh("scontrol", "show", "node", "node12") and time.monotonic() < deadline:
+        time.sleep(1)
+    time.sleep(3)  # one more scheduler pass, so the pending reasons are final
+    record("mixed-16x8", {"squeue-state.txt": ["squeue", "--noheader", "--jobs=1", "--format=%T"]})
+
+
+def typed_cluster() -> None:
+    """4 x 4 typed GPUs (a100): typed GRES strings in every output."""
+    restart("--nodes", "4", "--gpus-per-node", "4", "--gpu-type", "a100")
+    job = sbatch("--gpus=a100:3", "--wrap", "sleep 600")
+    multi = sbatch("--nodes=2", "--gres=gpu:a100:2", "--wrap", "sleep 600")
+    wait_running([job, multi])
+    record("typed-4x4")
+
+
+if __name__ == "__main__":
+    typed_cluster()
+    mixed_cluster()

@@ -1,0 +1,109 @@
+"""Property tests: random event streams through every policy, invariants after every event."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compass_slurm.fragmentation import measure, wcc_holds
+from compass_slurm.model import Job, Node
+from compass_slurm.policies.base import make_policy, policy_names
+from compass_slurm.scheduler import Scheduler
+
+SIZES = [1, 1, 1, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
+@st.composite
+def streams(draw, *, pinned: bool = False, distinct: bool = False, sizes=SIZES, capacity: int = 8):
+    """A list of ('arrive', Job) / ('depart', index of an earlier arrival) events."""
+    events = []
+    arrived = 0
+    for n in range(draw(st.integers(1, 60))):
+        if arrived and draw(st.integers(0, 2)) == 0:
+            events.append(("depart", draw(st.integers(0, arrived - 1))))
+            continue
+        gpus = min(draw(st.sampled_from(sizes)), capacity)
+        instances = draw(st.integers(1, 3)) if gpus in (1, capacity) or distinct else 1
+        job = Job(
+            f"j{n}",
+            instances,
+            gpus,
+            migratable=not (pinned and draw(st.booleans())),
+            distinct_nodes=distinct and instances > 1 and draw(st.booleans()),
+        )
+        events.append(("arrive", job))
+        arrived += 1
+    return events
+
+
+def run(policy_name: str, nodes: list[Node], events, check_each=None):
+    scheduler = Scheduler(make_policy(policy_name, nodes))
+    policy = scheduler.policy
+    arrivals: list[Job] = []
+    departed: set[str] = set()
+    for kind, what in events:
+        if kind == "arrive":
+            arrivals.append(what)
+            scheduler.arrive(what)
+        else:
+            job = arrivals[what]
+            if job.id in departed:
+                continue
+            departed.add(job.id)
+            scheduler.depart(job.id)
+        c = policy.cluster
+        # capacity and gang placement
+        assert all(0 <= u <= cap for u, cap in zip(c.used, c.capacity))
+        for job_id, job in c.jobs.items():
+            where = [c.location[(job_id, k)] for k in range(job.instances)]
+            if job.distinct_nodes:
+                assert len(set(where)) == job.instances, f"{job_id} shares a node"
+        # nothing lost: every arrival is running, queued or departed, exactly once
+        for job in arrivals:
+            states = [job.id in c.jobs, job.id in scheduler.queue, job.id in departed]
+            assert sum(states) == 1, f"{job.id} lost or duplicated"
+        if hasattr(policy, "check"):
+            policy.check()
+        if check_each:
+            check_each(policy)
+    return policy
+
+
+def assert_bound(policy) -> None:
+    frag = measure(policy)
+    counts = policy.cluster.demand[8]
+    if wcc_holds(counts, 8):
+        assert frag.partial <= 2, f"{frag.partial} partial nodes under WCC"
+        assert frag.sif <= frag.sif_bound + 1e-12
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(2, 8))
+def test_compass_keeps_the_bound_under_wcc(events, n):
+    run("compass", [Node(f"n{i}", 8) for i in range(n)], events, assert_bound)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(pinned=True, distinct=True), st.integers(2, 8), st.sampled_from(policy_names()))
+def test_every_policy_keeps_capacity_gangs_and_jobs(events, n, name):
+    run(name, [Node(f"n{i}", 8) for i in range(n)], events)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(capacity=4), st.integers(2, 6))
+def test_compass_on_four_gpu_nodes(events, n):
+    def bound4(policy):
+        frag = measure(policy)
+        if wcc_holds(policy.cluster.demand[4], 4):
+            assert frag.partial <= 2
+
+    run("compass", [Node(f"n{i}", 4) for i in range(n)], events, bound4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(pinned=True), st.integers(2, 6), st.integers(0, 4))
+def test_compass_with_pinned_jobs_and_a_budget_stays_consistent(events, n, budget):
+    def low_budget(policy):
+        policy.migration_budget = budget
+
+    run("compass", [Node(f"n{i}", 8) for i in range(n)], events, low_budget)

@@ -1,0 +1,100 @@
+"""A real Slurm for the tests marked ``slurm``: scripts/dev-cluster, 8 nodes x 8 GPUs, one per session.
+
+A cluster already running with that layout is reused (and left running);
+one this fixture started is stopped at the end of the session. Skipped only
+where Slurm cannot run here: not Linux, or not root.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
+NODES, GPUS = 8, 8
+
+
+def _dev(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
+
+
+@dataclass(frozen=True)
+class DevCluster:
+    env: dict[str, str]
+    nodes: int = NODES
+    gpus_per_node: int = GPUS
+
+
+@pytest.fixture(scope="session")
+def dev_cluster() -> Iterator[DevCluster]:
+    """A running dev cluster; its environment (SLURM_CONF, ...) is set in os.environ meanwhile."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the dev cluster needs Linux")
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
+    status = _dev("status")
+    started = not (status.returncode == 0 and f"{NODES} nodes x {GPUS} GPUs" in status.stdout)
+    if started:
+        done = _dev("start", "--nodes", str(NODES), "--gpus-per-node", str(GPUS))
+        if done.returncode != 0:
+            pytest.fail(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+    env = {}
+    for line in _dev("env").stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield DevCluster(env)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if started:
+        _dev("stop")
+
+
+@pytest.fixture
+def slurm(dev_cluster: DevCluster) -> Iterator[Slurm]:
+    """Submits jobs on the dev cluster and cancels them afterwards."""
+    helper = Slurm()
+    yield helper
+    if helper.submitted:
+        subprocess.run(["scancel", *helper.submitted], check=False)
+
+
+class Slurm:
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def sbatch(self, *args: str) -> str:
+        out = subprocess.run(
+            ["sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 300"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        self.submitted.append(out.split(";")[0])
+        return self.submitted[-1]
+
+    def wait(self, job_id: str, state: str, timeout: float = 30.0) -> str:
+        """Wait until squeue shows ``state`` for the job; returns its node list."""
+        deadline = time.monotonic() + timeout
+        seen = ""
+        while time.monotonic() < deadline:
+            seen = subprocess.run(
+                ["squeue", "--noheader", f"--jobs={job_id}", "--format=%T|%N"], capture_output=True, text=True
+            ).stdout.strip()
+            if seen.split("|")[0] == state:
+                return seen.split("|")[1]
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} not {state} after {timeout:.0f} s (last: {seen!r})")
+
+    def show(self, job_id: str) -> str:
+        return subprocess.run(["scontrol", "show", "job", "--details", job_id], capture_output=True, text=True).stdout

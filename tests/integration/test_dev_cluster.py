@@ -1,0 +1,62 @@
+"""The Slurm access layer against the real dev cluster (scripts/dev-cluster)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from compass_slurm.slurm.cli import CliBackend
+
+pytestmark = pytest.mark.slurm
+
+
+def test_read_state_sees_every_node_with_its_gpus(dev_cluster):
+    state = CliBackend().read_state()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", state.version)
+    names = [n.name for n in state.nodes]
+    assert names == [f"node{i:02d}" for i in range(1, dev_cluster.nodes + 1)]
+    assert all(n.gpus == dev_cluster.gpus_per_node and n.cpus == 32 and n.partitions == ("gpu",) for n in state.nodes)
+    assert [p.name for p in state.partitions] == ["gpu"]
+    assert CliBackend(json=False).read_state().nodes == state.nodes
+
+
+def test_submitted_job_shows_its_per_node_gpus(slurm):
+    job = slurm.sbatch("--gpus=2")
+    node = slurm.wait(job, "RUNNING")
+    assert "GRES=gpu:2(IDX:" in slurm.show(job)
+    for use_json in (True, False):
+        seen = CliBackend(json=use_json).read_state().job(job)
+        assert seen.running and seen.nodes == (node,)
+        assert seen.gpus_alloc == {node: 2} and seen.gpus_requested == 2
+
+
+def test_hold_set_nodes_release_lands_on_the_chosen_node(slurm):
+    backend = CliBackend()
+    job = slurm.sbatch("--hold", "--gpus=2", "--comment=compass")
+    slurm.wait(job, "PENDING")
+    assert backend.read_state().job(job).held
+    backend.set_nodes(job, ["node05"])
+    backend.release(job)
+    assert slurm.wait(job, "RUNNING") == "node05"
+    seen = backend.read_state().job(job)
+    assert seen.gpus_alloc == {"node05": 2} and seen.managed and not seen.migratable
+
+
+def test_place_splits_a_job_into_the_chosen_per_node_counts(slurm):
+    job = slurm.sbatch("--hold", "--gpus=8")
+    slurm.wait(job, "PENDING")
+    CliBackend().place(job, ["node06", "node07"], gpus_per_node=4)
+    assert slurm.wait(job, "RUNNING") == "node[06-07]"
+    assert CliBackend().read_state().job(job).gpus_alloc == {"node06": 4, "node07": 4}
+
+
+def test_requeue_migration_moves_a_running_job(slurm):
+    backend = CliBackend()
+    job = slurm.sbatch("--gpus=3", "--nodelist=node02", "--comment=compass:migratable")
+    assert slurm.wait(job, "RUNNING") == "node02"
+    backend.migrate(job, ["node08"])
+    assert slurm.wait(job, "RUNNING", timeout=20) == "node08"
+    seen = backend.read_state().job(job)
+    assert seen.gpus_alloc == {"node08": 3} and seen.restarts == 1 and seen.migratable
+    assert re.search(r"Nodes=node08 .*GRES=gpu:3\(IDX:", slurm.show(job))

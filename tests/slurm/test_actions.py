@@ -1,0 +1,157 @@
+"""The exact scontrol command lines every backend runs, and the dry-run and snapshot backends."""
+
+import io
+
+import pytest
+
+from compass_slurm.slurm.backend import DryRunBackend, update_argv
+from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.errors import SlurmError
+from compass_slurm.slurm.snapshot import SnapshotBackend, dumps, load, loads, save
+from compass_slurm.slurm.state import marker_comment
+
+
+def test_action_command_lines(mixed):
+    backend = CliBackend(runner=mixed)
+    mixed.override.update({k: (0, "", "") for k in (
+        "scontrol hold 9", "scontrol release 9", "scontrol requeuehold 3",
+        "scontrol update JobId=9 ReqNodeList=node[05-06,09]", "scontrol update JobId=9 StartTime=now",
+        "scontrol update JobId=9 ReqNodeList=node[03-04] NumNodes=2 TresPerJob= TresPerNode=gres:gpu:4",
+    )})
+    backend.hold("9")
+    backend.set_nodes("9", ["node09", "node05", "node06"])
+    backend.release("9")
+    backend.requeue_hold("3")
+    backend.start_now("9")
+    backend.set_nodes("9", ["node03", "node04"], gpus_per_node=4)
+    assert mixed.calls == [
+        ["scontrol", "hold", "9"],
+        ["scontrol", "update", "JobId=9", "ReqNodeList=node[05-06,09]"],
+        ["scontrol", "release", "9"],
+        ["scontrol", "requeuehold", "3"],
+        ["scontrol", "update", "JobId=9", "StartTime=now"],
+        ["scontrol", "update", "JobId=9", "ReqNodeList=node[03-04]", "NumNodes=2", "TresPerJob=",
+         "TresPerNode=gres:gpu:4"],
+    ]
+
+
+def test_typed_update_and_start_now():
+    assert update_argv("7", ["n1"], gpus_per_node=2, gpu_type="a100", start_now=True) == [
+        "scontrol", "update", "JobId=7", "ReqNodeList=n1", "NumNodes=1", "TresPerJob=",
+        "TresPerNode=gres:gpu:a100:2", "StartTime=now",
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda b: b.hold("9 Priority=1"), "not a valid Slurm job id"),
+        (lambda b: b.set_nodes("9", ["node01,node02"]), "not a valid Slurm node name"),
+        (lambda b: b.set_nodes("9", []), "empty node list"),
+        (lambda b: b.set_nodes("9", ["n1"], gpu_type="a100 x=1"), "not a valid Slurm GRES type"),
+        (lambda b: b.set_nodes("9", ["n1"], gpus_per_node=0), "gpus per node must be at least 1"),
+        (lambda b: b.migrate("3", ["bad name"]), "not a valid Slurm node name"),
+    ],
+)
+def test_bad_arguments_never_reach_slurm(mixed, call, message):
+    with pytest.raises(SlurmError, match=message):
+        call(CliBackend(runner=mixed))
+    assert mixed.calls == []
+
+
+def test_update_that_changes_nothing_is_refused():
+    with pytest.raises(SlurmError, match="changes nothing"):
+        update_argv("5")
+
+
+def test_failed_scontrol_is_a_command_error(mixed):
+    mixed.override["scontrol release 9"] = (1, "", "slurm_release_job error: Invalid job id specified")
+    with pytest.raises(SlurmError, match="scontrol release 9: exit 1: slurm_release_job error"):
+        CliBackend(runner=mixed).release("9")
+
+
+def test_migrate_waits_for_pending_before_start_now(mixed):
+    states = iter(["COMPLETING", "COMPLETING", "PENDING"])
+    for command in ("scontrol requeuehold 3", "scontrol update JobId=3 ReqNodeList=node07 StartTime=now",
+                    "scontrol release 3"):
+        mixed.override[command] = (0, "", "")
+    backend = CliBackend(runner=mixed)
+    backend.job_state = lambda job_id: next(states)
+    backend.wait_requeued = lambda job_id, timeout, poll=0.0: CliBackend.wait_requeued(backend, job_id, timeout, 0.0)
+    backend.migrate("3", ["node07"])
+    assert mixed.calls == [
+        ["scontrol", "requeuehold", "3"],
+        ["scontrol", "update", "JobId=3", "ReqNodeList=node07", "StartTime=now"],
+        ["scontrol", "release", "3"],
+    ]
+    assert next(states, "drained") == "drained"
+
+
+def test_migrate_gives_up_when_the_job_vanishes(mixed):
+    mixed.override["scontrol requeuehold 3"] = (0, "", "")
+    backend = CliBackend(runner=mixed)
+    backend.job_state = lambda job_id: None
+    with pytest.raises(SlurmError, match="job 3 vanished while being requeued"):
+        backend.migrate("3", ["node07"])
+
+
+def test_dry_run_prints_and_records_without_running(mixed):
+    out = io.StringIO()
+    dry = DryRunBackend(CliBackend(runner=mixed), out=out)
+    dry.place("9", ["node05"])
+    dry.migrate("3", ["node07", "node08"], gpus_per_node=1)
+    assert out.getvalue().splitlines() == [
+        "scontrol hold 9",
+        "scontrol update JobId=9 ReqNodeList=node05",
+        "scontrol release 9",
+        "scontrol requeuehold 3",
+        "scontrol update JobId=3 ReqNodeList=node[07-08] NumNodes=2 TresPerJob= TresPerNode=gres:gpu:1 StartTime=now",
+        "scontrol release 3",
+    ]
+    assert dry.commands[0] == ["scontrol", "hold", "9"]
+    assert not any(c[0] == "scontrol" and c[1] != "--version" for c in mixed.calls)
+
+
+def test_snapshot_round_trip(mixed, tmp_path):
+    state = CliBackend(runner=mixed).read_state()
+    path = tmp_path / "state.json"
+    save(state, path)
+    assert load(path) == state
+    backend = SnapshotBackend.from_file(path, out=None)
+    assert backend.read_state() == state and backend.version() == "22.05.8"
+    assert backend.job_state("9") == "PENDING" and backend.job_state("999") is None
+    backend.migrate("3", ["node05"])
+    assert backend.commands[0] == ["scontrol", "requeuehold", "3"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "snap.json: not JSON"),
+        ('{"kind": "other"}', "not a compass Slurm snapshot"),
+        ('{"kind": "compass-slurm-snapshot", "schema": 99}', "snapshot schema 99, this version reads 1"),
+        ('{"kind": "compass-slurm-snapshot", "schema": 1, "state": {"nodes": []}}', "KeyError"),
+        ('{"kind": "compass-slurm-snapshot", "schema": 1, "state": {"nodes": [{"name": "n", "x": 1}],'
+         ' "jobs": [], "partitions": [], "reservations": [], "version": "1", "read_at": 0}}',
+         "SlurmNode: unknown fields ['x']"),
+    ],
+)
+def test_bad_snapshots(text, message):
+    with pytest.raises(SlurmError) as err:
+        loads(text, "snap.json")
+    assert message in str(err.value)
+
+
+def test_snapshot_file_missing(tmp_path):
+    with pytest.raises(SlurmError, match="cannot read snapshot"):
+        load(tmp_path / "nope.json")
+
+
+def test_snapshot_is_plain_sorted_json(mixed):
+    text = dumps(CliBackend(runner=mixed).read_state())
+    assert '"kind": "compass-slurm-snapshot"' in text and '"flags": [\n' in text
+
+
+def test_marker_comment_keeps_the_users_comment():
+    assert marker_comment(True, "my run") == "compass:migratable my run"
+    assert marker_comment(False) == "compass"

@@ -1,0 +1,168 @@
+"""The CLI backend on output recorded from the dev cluster (tests/data/slurm/record.py)."""
+
+import pytest
+
+from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.errors import SlurmCommandError, SlurmParseError
+
+JSON_READ = [
+    ["scontrol", "--version"],
+    ["sinfo", "--json"],
+    ["squeue", "--json"],
+    ["scontrol", "show", "partition", "--oneliner"],
+    ["scontrol", "show", "reservation", "--oneliner"],
+]
+TEXT_READ = [
+    ["scontrol", "show", "node", "--details", "--oneliner"],
+    ["scontrol", "show", "job", "--details", "--oneliner"],
+    ["scontrol", "show", "partition", "--oneliner"],
+    ["scontrol", "show", "reservation", "--oneliner"],
+]
+
+
+def test_one_call_per_kind_with_json_on_22_05(mixed):
+    backend = CliBackend(runner=mixed)
+    backend.read_state()
+    assert mixed.calls == JSON_READ
+    mixed.calls.clear()
+    backend.read_state()
+    assert mixed.calls == JSON_READ[1:]  # the version is asked once
+
+
+def test_text_fallback_reads_the_same_state(mixed):
+    json_state = CliBackend(runner=mixed).read_state()
+    mixed.calls.clear()
+    text_state = CliBackend(runner=mixed, json=False).read_state()
+    assert mixed.calls == [["scontrol", "--version"], *TEXT_READ]
+    assert text_state.nodes == json_state.nodes
+    assert text_state.jobs == json_state.jobs
+    assert text_state.partitions == json_state.partitions
+
+
+def test_versions_without_json_use_text(mixed):
+    mixed.override["scontrol --version"] = (0, "slurm 20.11.9\n", "")
+    backend = CliBackend(runner=mixed)
+    state = backend.read_state()
+    assert not backend.uses_json
+    assert state.version == "20.11.9"
+    assert mixed.calls[1:] == TEXT_READ
+
+
+@pytest.mark.parametrize("use_json", [True, False])
+def test_nodes(mixed, use_json):
+    state = CliBackend(runner=mixed, json=use_json).read_state()
+    assert state.version == "22.05.8"
+    assert [n.name for n in state.nodes] == [f"node{i:02d}" for i in range(1, 17)]
+    assert all(n.gpus == 8 and n.cpus == 32 and n.memory_mb == 256000 for n in state.nodes)
+    assert all(n.partitions == ("gpu",) for n in state.nodes)
+    used = {n.name: n.gpus_used for n in state.nodes if n.gpus_used}
+    assert used == {"node01": 8, "node02": 5, "node14": 1, "node16": 8}
+    node01 = state.node("node01")
+    assert (node01.state, node01.cpus_alloc, node01.memory_alloc_mb) == ("mixed", 7, 25000)
+    drained, down, maint, draining = (state.node(n) for n in ("node10", "node11", "node12", "node14"))
+    assert drained.drained and not drained.available and drained.reason == "maintenance window"
+    assert down.down and down.reason == "broken" and not down.available
+    assert maint.maint and maint.reserved and not maint.available
+    assert draining.draining and draining.state == "mixed" and draining.flags == {"DRAIN"}
+    assert state.node("node13").available  # its reservation starts later
+    assert state.node("node03").available and state.node("node03").gpus_free == 8
+
+
+@pytest.mark.parametrize("use_json", [True, False])
+def test_jobs(mixed, use_json):
+    state = CliBackend(runner=mixed, json=use_json).read_state()
+    jobs = {j.id: j for j in state.jobs}
+    assert sorted(jobs) == sorted(["1", "2", "3", "4", "5", "6_1", "6_2", "7", "9", "10", "11_[1-3]"])
+    two = jobs["1"]
+    assert (two.state, two.user, two.partition, two.nodes) == ("RUNNING", "root", "gpu", ("node01",))
+    assert two.gpus_alloc == {"node01": 2} and two.gpus_per_job == 2 and two.gpus_requested == 2
+    multi = jobs["2"]
+    assert multi.gpus_alloc == {"node01": 3, "node02": 3}
+    assert (multi.num_nodes, multi.gpus_per_node, multi.gpus_requested) == (2, 3, 6)
+    marked = jobs["3"]
+    assert marked.managed and marked.migratable and marked.comment == "compass:migratable"
+    assert (marked.cpus, marked.memory_per_node_mb, marked.memory_per_cpu_mb) == (4, 1000, None)
+    assert jobs["4"].required_nodes == ("node16",) and jobs["4"].gpus_alloc == {"node16": 8}
+    assert jobs["5"].gpus_requested == 0 and jobs["5"].gpus_alloc == {}
+    held = jobs["9"]
+    assert held.pending and held.held and held.reason == "JobHeldUser" and held.nodes == ()
+    assert held.managed and not held.migratable and held.gpus_requested == 8
+    waiting = jobs["10"]
+    assert waiting.pending and not waiting.held and waiting.reason == "Resources"
+    array = jobs["11_[1-3]"]
+    assert (array.gpus_per_task, array.tasks, array.gpus_requested, array.held) == (1, 2, 2, True)
+    assert all(not j.managed for j in state.jobs if j.id not in ("3", "9"))
+
+
+def test_partitions_and_reservations(mixed):
+    state = CliBackend(runner=mixed).read_state()
+    (gpu,) = state.partitions
+    assert (gpu.name, gpu.state, gpu.default, len(gpu.nodes)) == ("gpu", "UP", True, 16)
+    maint, later = state.reservations
+    assert (maint.name, maint.nodes, maint.active, "MAINT" in maint.flags) == ("maint1", ("node12",), True, True)
+    assert (later.name, later.nodes, later.active, later.users) == ("later", ("node13",), False, ("root",))
+
+
+@pytest.mark.parametrize("use_json", [True, False])
+def test_typed_gres(typed, use_json):
+    state = CliBackend(runner=typed, json=use_json).read_state()
+    assert {n.name: (n.gpus, n.gpus_used, n.gpu_type) for n in state.nodes} == {
+        "node01": (4, 3, "a100"), "node02": (4, 2, "a100"), "node03": (4, 2, "a100"), "node04": (4, 0, "a100"),
+    }
+    one, two = state.jobs
+    assert (one.gpu_type, one.gpus_per_job, one.gpus_alloc) == ("a100", 3, {"node01": 3})
+    assert (two.gpu_type, two.gpus_per_node, two.gpus_alloc) == ("a100", 2, {"node02": 2, "node03": 2})
+
+
+def test_job_state_polls_squeue(mixed):
+    assert CliBackend(runner=mixed).job_state("1") == "RUNNING"
+    assert mixed.calls == [["squeue", "--noheader", "--jobs=1", "--format=%T"]]
+    assert CliBackend(runner=mixed).job_state("424242") is None
+
+
+@pytest.mark.parametrize(
+    "command, output, message",
+    [
+        ("squeue --json", '{"jobs": [{"job_id": 1', "squeue --json: not JSON"),
+        ("squeue --json", '{"meta": {}}', "no 'jobs' list"),
+        ("squeue --json", '{"jobs": [{"job_id": "x"}]}', "field 'job_id' is not a number"),
+        ("squeue --json", '{"jobs": [{"job_id": 5, "nodes": "n[1-"}]}', "job 5: hostlist 'n[1-'"),
+        ("squeue --json", '{"jobs": [{"job_id": 5, "job_state": "RUNNING", "nodes": "n[1-2]",'
+         ' "gres_detail": ["gpu:1"]}]}', "job 5: 1 gres_detail entries for 2 nodes"),
+        ("squeue --json", '{"errors": [{"error": "boom"}], "jobs": []}', "Slurm reported errors"),
+        ("sinfo --json", '{"nodes": [{"name": "n1", "state": "sleepy", "cpus": 1}]}', "node n1: no base state in 'sleepy'"),
+        ("sinfo --json", '{"nodes": [{"name": "n1", "state": "idle", "cpus": 1, "gres": "gpu:x:y:z"}]}',
+         "node n1: GRES 'gpu:x:y:z'"),
+        ("sinfo --json", '[1, 2]', "expected a JSON object"),
+        ("scontrol show partition --oneliner", "garbage here\n", "line 1 does not start with PartitionName="),
+        ("scontrol --version", "slurm\n", "scontrol --version: cannot read"),
+    ],
+)
+def test_output_it_cannot_read_raises_a_parse_error(mixed, command, output, message):
+    mixed.override[command] = (0, output, "")
+    with pytest.raises(SlurmParseError) as err:
+        CliBackend(runner=mixed).read_state()
+    assert message in str(err.value)
+
+
+def test_truncated_text_names_the_line(mixed):
+    lines = mixed.text("jobs.txt").splitlines()
+    lines[2] = lines[2][:40]
+    mixed.override["scontrol show job --details --oneliner"] = (0, "\n".join(lines), "")
+    with pytest.raises(SlurmParseError, match="line 3 .*missing field 'JobState'"):
+        CliBackend(runner=mixed, json=False).read_state()
+
+
+def test_failing_command_raises_a_command_error(mixed):
+    mixed.override["sinfo --json"] = (1, "", "slurm_load_node error: Unable to contact slurm controller")
+    with pytest.raises(SlurmCommandError, match=r"sinfo --json: exit 1: slurm_load_node error"):
+        CliBackend(runner=mixed).read_state()
+
+
+def test_missing_binary_and_timeout_are_command_errors():
+    from compass_slurm.slurm.cli import run_process
+
+    with pytest.raises(SlurmCommandError, match="cannot run"):
+        run_process(["/nonexistent/sinfo"], 1.0)
+    with pytest.raises(SlurmCommandError, match="no answer within 0.1 s"):
+        run_process(["sleep", "5"], 0.1)
