@@ -137,9 +137,9 @@ def _node_groups(spec: str, nodes: int | None) -> tuple[list[tuple[int, int]] | 
 def _empty_hint(trace, window, cluster) -> str | None:
     if trace.skipped:
         return f"all {len(trace.skipped)} rows were malformed; first: {trace.skipped[0]}"
-    if trace.records and (window or cluster):
-        return "no job matched --window/--cluster"
-    return None
+    if window or cluster:
+        return "no job matched --window / --cluster"
+    return "the trace holds no job rows"
 
 
 def _run(jobs, configs, show_progress: bool):

@@ -111,6 +111,14 @@ class Policy(ABC):
             out.append(NodeView(node.name, c.capacity[i], c.available[i], self.role(i), placed))
         return tuple(out)
 
+    def anchor(self, gpus: int) -> str | None:
+        """Where the next single instance of ``gpus`` GPUs would go now (published for submit hooks)."""
+        i = self._next(gpus)
+        return None if i is None else self.cluster.nodes[i].name
+
+    @abstractmethod
+    def _next(self, gpus: int) -> int | None: ...
+
     def abs_violations(self) -> dict[str, str]:
         """Nodes whose contents break the policy's own invariants, with why (ABS policies only)."""
         return {}
@@ -175,6 +183,9 @@ class GreedyPolicy(Policy):
             chosen.append(i)
         self._placed(job, chosen)
         return Decision(job.id, self._names(chosen), job.gpus, self.rule or self.name)
+
+    def _next(self, gpus: int) -> int | None:
+        return self.choose(gpus, set(), None, False)
 
     def _placed(self, job: Job, nodes: list[int]) -> None:
         """Hook after a successful gang placement."""

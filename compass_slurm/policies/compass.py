@@ -160,6 +160,10 @@ class Compass(Policy):
                 return i, "orphan" if fits_as_one else "extra", None
         return None
 
+    def _next(self, gpus: int) -> int | None:
+        spot = self._spot(gpus, None, set())
+        return None if spot is None else spot[0]
+
     def _may_fit(self, job: Job, allowed: frozenset[int] | None) -> bool:
         """A cheap necessary condition, so a blocked queue head costs O(G), not a placement and undo."""
         c, a = self.cluster, self.abs

@@ -41,6 +41,10 @@ class SlurmDefault(Policy):
             c.add((job.id, k), i)
         return Decision(job.id, self._names(nodes), job.gpus, self.name)
 
+    def _next(self, gpus: int) -> int | None:
+        nodes = self._choose(Job("next", 1, gpus), None)
+        return None if nodes is None else nodes[0]
+
     def _room(self, i: int, job: Job, allowed: frozenset[int] | None) -> int:
         """How many instances of ``job`` node ``i`` can take now."""
         c = self.cluster

@@ -80,7 +80,7 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
     [
         (["--policy", "nope"], "unknown policy nope"),
         (["--nodes", "1"], "job d needs 2 x 6 GPUs but the 1 nodes hold at most 1"),
-        (["--window", "1d:2d"], "no jobs to simulate"),
+        (["--window", "1d:2d"], "hint: no job matched --window / --cluster"),
         (["--gpus-per-node", "8:2", "--nodes", "3"], "--nodes cannot be combined with a node mix"),
         (["--synthetic", "gfs"], "give --trace or --synthetic, not both"),
     ],
@@ -97,3 +97,4 @@ def test_empty_trace(tmp_path):
     empty.write_text("job_id,submit_time_s,duration_s,num_gpus\n")
     result = simulate("--trace", str(empty))
     assert result.exit_code == 2 and "no jobs to simulate" in result.output
+    assert "hint: the trace holds no job rows" in result.output
