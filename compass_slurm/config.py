@@ -1,0 +1,124 @@
+"""Settings for the daemon, the wrapper and the CLI: defaults < TOML file < COMPASS_* environment < flags.
+
+The file is /etc/compass/config.toml unless ``--config`` or COMPASS_CONFIG names
+another; a missing default file is fine, a missing named file is an error.
+Every value remembers where it came from, for ``compass config show``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FILE = Path("/etc/compass/config.toml")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the setting and where it came from."""
+
+
+@dataclass(frozen=True)
+class Config:
+    #: SQLAlchemy URL of the decision log; empty means compass_slurm.store.default_db_url().
+    db: str = ""
+    #: Unix socket the daemon listens on and the wrapper connects to.
+    socket: str = "/run/compass/compass.sock"
+    #: where the daemon publishes the partial-node anchors for submit hooks.
+    anchors: str = "/run/compass/anchors"
+    #: placement policy by name (compass_slurm.policies).
+    policy: str = "compass"
+    #: seconds between daemon cycles.
+    interval: float = 10.0
+    #: seconds a wrapper-submitted job waits for the daemon before Slurm places it itself.
+    lease: float = 60.0
+    #: at most this many instance migrations (requeues) per hour; 0 disables migration.
+    migrations_per_hour: int = 12
+    #: partitions the daemon manages; empty means every partition with GPU nodes.
+    partitions: tuple[str, ...] = ()
+    #: Prometheus textfile written every cycle; empty disables it.
+    metrics_textfile: str = ""
+    #: how long the wrapper waits for the daemon before falling back to plain sbatch.
+    wrapper_timeout: float = 1.0
+    #: where each value came from: default, the file's path, COMPASS_<NAME>, or flag.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+
+
+def _settings() -> dict[str, type]:
+    return {f.name: f.type for f in fields(Config) if f.name != "sources"}
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    kind = _settings()[name]
+    try:
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            value = float(value)
+            if value < 0:
+                raise ValueError
+        elif kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            value = int(value)
+            if value < 0:
+                raise ValueError
+        elif kind == "tuple[str, ...]":
+            if isinstance(value, str):
+                value = [p.strip() for p in value.split(",") if p.strip()]
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError
+            value = tuple(value)
+        elif not isinstance(value, str):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} = {value!r} (from {origin}) is not a valid {_describe(kind)}") from None
+    return value
+
+
+def _describe(kind: str) -> str:
+    return {"float": "non-negative number", "int": "non-negative whole number",
+            "tuple[str, ...]": "list of names"}.get(kind, "string")
+
+
+def load_config(path: str | os.PathLike | None = None, flags: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Merge defaults, the TOML file, COMPASS_* variables and flags (None values in flags are ignored)."""
+    env = os.environ if environ is None else environ
+    known = _settings()
+    values: dict[str, Any] = {}
+    sources = {name: "default" for name in known}
+    named = path or env.get("COMPASS_CONFIG")
+    file = Path(named) if named else DEFAULT_FILE
+    if file.exists():
+        try:
+            doc = tomllib.loads(file.read_text())
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read config file {file}: {err}") from None
+        section = doc.get("compass", doc)
+        for name, value in section.items():
+            if name not in known:
+                raise ConfigError(f"unknown setting {name!r} in {file}; known: {', '.join(known)}")
+            values[name] = _coerce(name, value, str(file))
+            sources[name] = str(file)
+    elif named:
+        raise ConfigError(f"config file {file} does not exist")
+    for name in known:
+        var = f"COMPASS_{name.upper()}"
+        if env.get(var):
+            values[name] = _coerce(name, env[var], var)
+            sources[name] = var
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        if name not in known:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, value, "flag")
+        sources[name] = "flag"
+    return Config(**values, sources=sources)
