@@ -30,6 +30,12 @@ class ClusterState:
         self.available: list[bool] = [n.available for n in self.nodes]
         self.max_gpus: int = max(self.capacity)
         self.used: list[int] = [0] * len(self.nodes)
+        self.used_total = 0
+        self.gpus_total = sum(self.capacity)
+        #: capacity -> number of nodes with it (Phi* is computed per equal-capacity group).
+        self.group_size: dict[int, int] = {}
+        for cap in self.capacity:
+            self.group_size[cap] = self.group_size.get(cap, 0) + 1
         self.on_node: list[dict[InstanceKey, int]] = [{} for _ in self.nodes]
         self.location: dict[InstanceKey, int] = {}
         self.jobs: dict[str, Job] = {}
@@ -84,6 +90,7 @@ class ClusterState:
         self.location[key] = i
         self.on_node[i][key] = gpus
         self.used[i] += gpus
+        self.used_total += gpus
         self.demand[self.capacity[i]][min(gpus, self.capacity[i])] += 1
         self._reindex(i)
 
@@ -91,6 +98,7 @@ class ClusterState:
         i = self.location.pop(key)
         gpus = self.on_node[i].pop(key)
         self.used[i] -= gpus
+        self.used_total -= gpus
         self.demand[self.capacity[i]][min(gpus, self.capacity[i])] -= 1
         self._reindex(i)
         return i

@@ -197,20 +197,24 @@ def _exact_phi(counts: tuple[int, ...], capacity: int, nodes: int) -> int:
 
 @contextlib.contextmanager
 def _quiet_stdout():
-    """HiGHS can print from native code; keep stdout clean for commands that stream JSON."""
+    """HiGHS can print from native code; keep stdout clean for commands that stream JSON.
+
+    Native code writes to file descriptor 1 whatever Python's sys.stdout points at
+    (a capture, a redirect), so it is fd 1 that is silenced.
+    """
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.stdout.flush()
     try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
+        saved = os.dup(1)
+    except OSError:  # no fd 1 at all: nothing to keep clean
         yield
         return
-    sys.stdout.flush()
-    saved = os.dup(fd)
     try:
         with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), fd)
+            os.dup2(devnull.fileno(), 1)
         yield
     finally:
-        os.dup2(saved, fd)
+        os.dup2(saved, 1)
         os.close(saved)
 
 
@@ -256,18 +260,15 @@ class Fragmentation:
 def measure(policy) -> Fragmentation:
     """Fragmentation of a policy's current state; Phi* and WCC per group of equal-capacity nodes."""
     c = policy.cluster
-    group_sizes: dict[int, int] = {}
-    for cap in c.capacity:
-        group_sizes[cap] = group_sizes.get(cap, 0) + 1
     phi = 0
     wcc = True
     for cap, counts in c.demand.items():
-        phi += phi_star(counts, cap, group_sizes[cap])
+        phi += phi_star(counts, cap, c.group_size[cap])
         wcc = wcc and wcc_holds(counts, cap)
     return Fragmentation(
         nodes=len(c),
-        gpus=sum(c.capacity),
-        gpus_used=sum(c.used),
+        gpus=c.gpus_total,
+        gpus_used=c.used_total,
         partial=len(c.partial),
         phi_star=phi,
         wcc=wcc,

@@ -67,6 +67,9 @@ def parse_events(lines: Iterable[str], max_gpus: int) -> Iterator[Event]:
             raise EventError(number, f"malformed JSON ({err.msg} at column {err.colno})") from None
         if not isinstance(doc, dict):
             raise EventError(number, "an event must be a JSON object")
+        missing = [name for name in ("t", "event", "job") if name not in doc]
+        if missing:
+            raise EventError(number, f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
         t = doc.get("t")
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             raise EventError(number, f"'t' must be a number, got {t!r}")

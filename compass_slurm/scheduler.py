@@ -71,18 +71,28 @@ class Scheduler:
     def drain(self) -> Step:
         """Start queued jobs in order; past a blocked job only those the backfill test allows."""
         step = Step()
+        if self.backfill is None:
+            # Strict FIFO: only the head can start, so never walk (or copy) the whole queue.
+            while self.queue:
+                job = next(iter(self.queue.values()))
+                if not self._start(job, step):
+                    break
+            return step
         blocked = False
         for job in list(self.queue.values()):
-            if blocked and (self.backfill is None or not self.backfill(job)):
-                if self.backfill is None:
-                    break
+            if blocked and not self.backfill(job):
                 continue
-            decision = self.policy.place(job, self.eligible[job.id])
-            if decision is None:
+            if not self._start(job, step):
                 blocked = True
-                continue
-            del self.queue[job.id]
-            del self.eligible[job.id]
-            step.decisions.append(decision)
-            step.migrations.extend(self.policy.compact())
         return step
+
+    def _start(self, job: Job, step: Step) -> bool:
+        decision = self.policy.place(job, self.eligible[job.id])
+        if decision is None:
+            return False
+        del self.queue[job.id]
+        del self.eligible[job.id]
+        step.decisions.append(decision)
+        step.migrations.extend(decision.migrations)  # filler pulls happen before Compact's moves
+        step.migrations.extend(self.policy.compact())
+        return True

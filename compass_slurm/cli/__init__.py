@@ -14,9 +14,18 @@ from .common import CONTEXT_SETTINGS, run_main
 
 # name -> module below compass_slurm.cli that defines a click command called ``command``.
 COMMANDS = {
+    "config": "config_cmd",
+    "daemon": "daemon",
     "decisions": "decisions",
+    "doctor": "doctor",
+    "explain": "explain",
+    "policies": "policies",
     "replay": "replay",
+    "report": "report",
     "simulate": "simulate",
+    "submit": "submit",
+    "snapshot": "snapshot",
+    "status": "status",
 }
 
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..model import Node
+from ..model import EngineError, Node
 from .common import UserError, emit_json
 
 
@@ -32,13 +32,16 @@ def command(events, node_count: int, gpus_per_node: int, policy: str, states: bo
     nodes = cluster_nodes(node_count, gpus_per_node)
     summary = {"policy": policy, "nodes": node_count, "gpus_per_node": gpus_per_node, "events": 0,
                "migrations": 0, "max_partial": 0, "max_sif": 0.0, "pending_at_end": 0}
-    for state in replay_states(events, nodes, policy):
-        if states:
-            click.echo(json.dumps(state, separators=(",", ":")))
-        summary["events"] += 1
-        summary["migrations"] += len(state["migrations"])
-        summary["max_partial"] = max(summary["max_partial"], state["partial"])
-        summary["max_sif"] = max(summary["max_sif"], state["sif"])
-        summary["pending_at_end"] = len(state["pending"])
+    try:
+        for state in replay_states(events, nodes, policy):
+            if states:
+                click.echo(json.dumps(state, separators=(",", ":")))
+            summary["events"] += 1
+            summary["migrations"] += len(state["migrations"])
+            summary["max_partial"] = max(summary["max_partial"], state["partial"])
+            summary["max_sif"] = max(summary["max_sif"], state["sif"])
+            summary["pending_at_end"] = len(state["pending"])
+    except EngineError as err:  # a bad event line: the states before it stand, the replay stops
+        raise UserError(f"{events.name}: {err}") from None
     if not states:
         emit_json(summary)

@@ -242,7 +242,7 @@ class Compass(Policy):
                 moves += self._drain_slots(cap, width)
             if self.repair:
                 moves += self._repack(cap)
-        return tuple(moves)
+        return _net(moves)
 
     def _settle_ones(self) -> list[Migration]:
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
@@ -555,6 +555,19 @@ def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) ->
         if (allowed is None or i in allowed) and i not in exclude:
             return i
     return None
+
+
+def _net(moves: list[Migration]) -> tuple[Migration, ...]:
+    """One requeue per instance: a later pass may move again (or back) what an earlier one moved.
+
+    Keeps each instance's first source and last destination, in first-move order,
+    and drops round trips.
+    """
+    net: dict[InstanceKey, Migration] = {}
+    for m in moves:
+        first = net.get((m.job, m.instance), m)
+        net[(m.job, m.instance)] = Migration(m.job, m.instance, first.src, m.dst)
+    return tuple(m for m in net.values() if m.src != m.dst)
 
 
 def _width(unit: Unit) -> int:

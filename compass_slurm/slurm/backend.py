@@ -67,6 +67,13 @@ def update_argv(
     return argv
 
 
+def lease_argv(job_ids: Sequence[str], seconds: int) -> list[str]:
+    """``scontrol update JobId=A,B,.. StartTime=now+S``: keep pending jobs from starting for S more seconds."""
+    if not job_ids or seconds < 1:
+        raise SlurmError("a lease needs at least one job and one second")
+    return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}", f"StartTime=now+{seconds}"]
+
+
 class Backend(ABC):
     """Reads Slurm's state and changes jobs. Implementations: cli, pyslurm, snapshot."""
 
@@ -107,6 +114,9 @@ class Backend(ABC):
         start_now: bool = False,
     ) -> None:
         self.scontrol(update_argv(job_id, nodes, gpus_per_node, gpu_type, start_now))
+
+    def renew_lease(self, job_ids: Sequence[str], seconds: int) -> None:
+        self.scontrol(lease_argv(job_ids, seconds))
 
     def start_now(self, job_id: str) -> None:
         self.scontrol(update_argv(job_id, start_now=True))

@@ -1,0 +1,63 @@
+"""``compass daemon``: the helper daemon that places managed GPU jobs (see compass_slurm.daemon)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+from .common import CONTEXT_SETTINGS, UserError
+
+LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
+
+
+@click.command("daemon", context_settings=CONTEXT_SETTINGS)
+@click.option("--config", "config_file", metavar="FILE", help="Settings file (default /etc/compass/config.toml).")
+@click.option("--interval", type=click.FloatRange(min=0.1), metavar="S", help="Seconds between cycles.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it had to be skipped).")
+@click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
+@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the system log.")
+@click.option("--policy", metavar="NAME", help="Placement policy (see `compass simulate --help`).")
+@click.option("--snapshot", metavar="FILE", help="Read a saved Slurm state instead of Slurm (implies a dry run).")
+@click.option("-v", "--verbose", is_flag=True, help="Also log why managed jobs are left to Slurm.")
+def command(config_file: str | None, interval: float | None, once: bool, dry_run: bool, db: str | None,
+            policy: str | None, snapshot: str | None, verbose: bool) -> None:
+    """Place pending GPU jobs with COMPASS-ABS: observe Slurm, adopt, decide, pin, migrate, log.
+
+    Runs in the foreground (systemd Type=simple); SIGTERM or SIGINT stop it between cycles.
+    Logs go to stderr, one line per decision.
+    """
+    from ..config import ConfigError, load_config
+    from ..daemon import Daemon
+    from ..model import EngineError
+    from ..policies.base import policy_class
+    from ..slurm import DryRunBackend, SlurmError, open_backend
+    from ..store import resolve_db_url
+
+    try:
+        config = load_config(config_file, flags={"interval": interval, "db": db, "policy": policy})
+        policy_class(config.policy)
+    except (ConfigError, EngineError) as err:
+        raise UserError(str(err)) from None
+    try:
+        backend = open_backend(snapshot=snapshot)
+    except SlurmError as err:
+        raise UserError(str(err), hint="record one with `compass snapshot save FILE`") from None
+    if dry_run and snapshot is None:
+        backend = DryRunBackend(backend)
+    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
+    simulated = dry_run or snapshot is not None
+    daemon = Daemon(config, backend, resolve_db_url(config.db or None), dry_run=simulated, publish=not simulated)
+    if once:
+        report = daemon.cycle()
+        daemon.close()
+        sys.exit(1 if report.skipped else 0)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: daemon.shutdown())
+    logging.getLogger("compass.daemon").info(
+        "started: policy %s, every %g s, backend %s, log %s", config.policy, config.interval, backend.name,
+        daemon.db)
+    daemon.run(config.interval)
+    logging.getLogger("compass.daemon").info("stopped after %d cycles", daemon.cycles)

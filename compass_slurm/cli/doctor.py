@@ -1,0 +1,172 @@
+"""``compass doctor``: check the installation piece by piece; every failed check says how to fix it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_option
+from .options import SLURM_HINT
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    hint: str = ""
+
+
+class Failed(Exception):
+    """A check failed: the message is the detail, ``hint`` the fix."""
+
+    def __init__(self, detail: str, hint: str) -> None:
+        super().__init__(detail)
+        self.hint = hint
+
+
+@click.command("doctor", context_settings=CONTEXT_SETTINGS)
+@json_option
+@click.option("--config", "config_file", metavar="FILE", help="Config file to check (default: $COMPASS_CONFIG, "
+              "else /etc/compass/config.toml).")
+def command(as_json: bool, config_file: str | None) -> None:
+    """Check Slurm, the backend, GPU accounting, the decision log, the daemon socket and the config file.
+
+    Exits 1 when any check fails.
+    """
+    checks = Doctor(config_file).run()
+    ok = all(c.ok for c in checks)
+    if as_json:
+        emit_json({"schema_version": SCHEMA_VERSION, "ok": ok, "checks": [asdict(c) for c in checks]})
+    else:
+        out = console()
+        for c in checks:
+            out.print(f"[{'green' if c.ok else 'red'}]{'PASS' if c.ok else 'FAIL'}[/] {c.name}: ", end="")
+            out.print(c.detail, markup=False)
+            if c.hint:
+                out.print(f"     fix: {c.hint}", markup=False)
+    if not ok:
+        sys.exit(1)
+
+
+class Doctor:
+    """Runs the checks in order; later ones reuse what earlier ones found (config, backend, state)."""
+
+    def __init__(self, config_file: str | None) -> None:
+        self.config_file = config_file
+        self.config: Any = None
+        self.backend: Any = None
+        self.state: Any = None
+
+    def run(self) -> list[Check]:
+        steps: list[tuple[str, Callable[[], str]]] = [
+            ("config file", self.config_check),
+            ("Slurm version", self.slurm_version),
+            ("backend", self.backend_check),
+            ("--json support", self.json_support),
+            ("GPU usage source", self.gpu_source),
+            ("decision log", self.database),
+            ("daemon socket", self.daemon_socket),
+        ]
+        checks = []
+        for name, step in steps:
+            try:
+                checks.append(Check(name, True, step()))
+            except Failed as failure:
+                checks.append(Check(name, False, _short(str(failure)), failure.hint))
+        return checks
+
+    def config_check(self) -> str:
+        from ..config import DEFAULT_FILE, ConfigError, Config, load_config
+
+        file = self.config_file or os.environ.get("COMPASS_CONFIG") or str(DEFAULT_FILE)
+        try:
+            self.config = load_config(self.config_file)
+        except ConfigError as err:
+            self.config = Config()
+            raise Failed(str(err), "fix the setting; `compass config show` prints every value and its source") from None
+        if not os.path.exists(file):
+            raise Failed(f"no config file at {file}; running on defaults",
+                         "install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")
+        return f"{file} (policy {self.config.policy}, socket {self.config.socket})"
+
+    def slurm_version(self) -> str:
+        from ..slurm import SlurmError
+        from ..slurm.cli import CliBackend
+
+        try:
+            return f"Slurm {CliBackend(timeout=10).version()}"
+        except SlurmError as err:
+            raise Failed(str(err), "install the Slurm client commands (Debian: apt-get install slurm-client) "
+                                   "and put them on PATH") from None
+
+    def backend_check(self) -> str:
+        from ..slurm import SlurmError, open_backend
+
+        try:
+            self.backend = open_backend(timeout=10)
+            self.state = self.backend.read_state()
+        except SlurmError as err:
+            raise Failed(str(err), SLURM_HINT) from None
+        gpu_nodes = sum(1 for n in self.state.nodes if n.gpus > 0)
+        return (f"{self.backend.name}: read {len(self.state.nodes)} nodes ({gpu_nodes} with GPUs), "
+                f"{len(self.state.jobs)} jobs, {len(self.state.partitions)} partitions")
+
+    def json_support(self) -> str:
+        from ..slurm import SlurmError
+        from ..slurm.cli import JSON_SINCE, CliBackend
+
+        backend = self.backend if isinstance(self.backend, CliBackend) else CliBackend(timeout=10)
+        try:
+            uses_json = backend.uses_json
+        except (SlurmError, ValueError) as err:
+            raise Failed(f"cannot tell: {err}", SLURM_HINT) from None
+        since = ".".join(f"{part:02d}" if k else str(part) for k, part in enumerate(JSON_SINCE))
+        if uses_json:
+            return f"sinfo --json and squeue --json (Slurm >= {since})"
+        return f"Slurm older than {since}: reading scontrol show node|job --oneliner text instead"
+
+    def gpu_source(self) -> str:
+        if self.state is None:
+            raise Failed("no Slurm state to look at (see the backend check)", SLURM_HINT)
+        gpus = [n for n in self.state.nodes if n.gpus > 0]
+        if not gpus:
+            raise Failed("no node reports gpu GRES",
+                         "configure GresTypes=gpu and Gres=gpu:N on the nodes in slurm.conf, with gres.conf File= lines")
+        used = sum(n.gpus_used for n in gpus)
+        return (f"per-node GresUsed and per-job GRES detail (no slurmdbd needed): "
+                f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
+
+    def database(self) -> str:
+        from ..store import SCHEMA_VERSION as CODE_SCHEMA
+        from ..store import Store, StoreError
+
+        try:
+            with Store.open(self.config.db or None, create=False) as store:
+                return f"{store.name}: schema version {store.schema_version()} (this compass writes {CODE_SCHEMA})"
+        except StoreError as err:
+            raise Failed(err.message, err.hint or "check --db / COMPASS_DB / the db setting") from None
+
+    def daemon_socket(self) -> str:
+        from .. import control
+
+        path = self.config.socket
+        try:
+            reply = control.request(path, {"op": "ping"}, timeout=2.0)
+        except control.ControlUnavailable as err:
+            raise Failed(f"{path}: {err}", "start the daemon: systemctl enable --now compass-daemon; "
+                                           "its log: journalctl -u compass-daemon") from None
+        if not reply.get("ok"):
+            raise Failed(f"{path}: the daemon answered {reply.get('error')!r}", "see journalctl -u compass-daemon")
+        return f"{path}: the daemon answers (policy {reply.get('policy')}, cycle {reply.get('cycle')})"
+
+
+def _short(detail: str) -> str:
+    """Slurm's multi-line complaints as their first and last line (the last is usually the fatal one)."""
+    lines = [line for line in detail.splitlines() if line.strip()]
+    return detail if len(lines) <= 2 else f"{lines[0]} ... {lines[-1]}"

@@ -1,0 +1,58 @@
+"""Options and settings the admin commands share: --db, --snapshot, the merged config, the decision log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .common import UserError
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..slurm.backend import Backend
+    from ..store import Store
+
+CONFIG_HINT = "fix the value in the config file or the COMPASS_* variable (`compass config show` lists both)"
+SLURM_HINT = ("check that the Slurm client commands are installed and can reach slurmctld (SLURM_CONF); "
+              "`compass doctor` checks the setup, --snapshot FILE reads a saved state instead")
+
+
+def db_option(func: Callable) -> Callable:
+    return click.option("--db", metavar="URL",
+                        help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, the config file, else the daemon's.")(func)
+
+
+def snapshot_option(func: Callable) -> Callable:
+    return click.option("--snapshot", metavar="FILE", type=click.Path(dir_okay=False),
+                        help="Read a state saved by `compass snapshot save` instead of live Slurm.")(func)
+
+
+def settings(config_file: str | None = None, **flags: Any) -> Config:
+    """The merged configuration (defaults < file < COMPASS_* < flags), or a UserError naming the bad value."""
+    from ..config import ConfigError, load_config
+
+    try:
+        return load_config(config_file, flags=flags)
+    except ConfigError as err:
+        raise UserError(str(err), hint=CONFIG_HINT) from None
+
+
+def open_log(url: str | None) -> Store:
+    """The decision log for reading; StoreError (with its hint) when there is none."""
+    from ..store import Store
+
+    return Store.open(url or None, create=False)
+
+
+def read_slurm(snapshot: str | None) -> tuple[Backend, Any]:
+    """The backend and one read of its state; Slurm failures become a UserError with a hint."""
+    from ..slurm import SlurmError, open_backend
+
+    try:
+        backend = open_backend(snapshot=snapshot)
+        return backend, backend.read_state()
+    except SlurmError as err:
+        hint = "record one with `compass snapshot save FILE`" if snapshot else SLURM_HINT
+        raise UserError(str(err), hint=hint) from None

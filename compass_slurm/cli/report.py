@@ -1,0 +1,49 @@
+"""``compass report``: the fragmentation report that cron or a systemd timer runs, from the daemon's samples."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from ..report import FORMATS
+from ..timeparse import SINCE
+from .common import CONTEXT_SETTINGS, UserError
+from .options import db_option, open_log, settings
+
+
+@click.command("report", context_settings=CONTEXT_SETTINGS)
+@click.option("--since", type=SINCE, default="24h", show_default=True,
+              help="Start of the period: 24h, 7d, ... or an ISO date.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", metavar="FILE",
+              help="Write here instead of stdout; strftime codes are expanded (reports/%Y-%m-%d.html).")
+@db_option
+def command(since: datetime, fmt: str, output: str | None, db: str | None) -> None:
+    """Report SIF over time, time above 2/N, partial nodes, GPU use, stranded GPU-hours, blocked jobs and causes.
+
+    A period without samples (a new or stopped daemon) gives a report that says so,
+    with exit code 0; a missing decision log is an error (exit 2).
+    """
+    from ..report import build_report, render
+    from ..store import StoreError
+
+    config = settings(db=db)
+    try:
+        with open_log(config.db) as store:
+            report = build_report(store, since)
+    except StoreError as err:
+        raise UserError(err.message, hint=err.hint) from None
+    text = render(report, fmt)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    target = Path(datetime.now(UTC).astimezone().strftime(output))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    except OSError as err:
+        raise UserError(f"cannot write the report to {target}: {err.strerror}",
+                        hint="choose a writable --output path") from None
+    click.echo(f"wrote {target}" + (f" ({report.message})" if report.message else ""), err=True)

@@ -1,0 +1,241 @@
+"""``compass status``: the GPU map, fragmentation against the 2/N bound, blocked jobs and the latest decisions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_json, json_option
+from .options import db_option, read_slurm, settings, snapshot_option
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from ..status import NodeCell, Status
+    from ..store import DecisionRecord
+
+#: kind -> (glyph, style): glyphs alone tell the kinds apart when colour is off (NO_COLOR, pipes)
+CELLS = {
+    "empty": (".", "bright_black"),
+    "pool": ("p", "yellow"),
+    "slotted": ("s", "cyan"),
+    "partial": ("!", "bold red"),
+    "full": ("#", "green"),
+    "unavailable": ("x", "magenta"),
+}
+#: at most this many partial nodes and pending jobs are listed; --json has all of them
+LIST_LIMIT = 12
+#: rows of one kind are folded into one line from this many on (whole racks full or empty)
+FOLD_ROWS = 3
+
+
+@click.command("status", context_settings=CONTEXT_SETTINGS)
+@click.option("--partition", metavar="P", help="Only the nodes and jobs of partition P.")
+@json_option
+@snapshot_option
+@db_option
+@click.option("--decisions", "decision_count", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Show the N latest decisions from the log (0: none).")
+def command(partition: str | None, as_json: bool, snapshot: str | None, db: str | None, decision_count: int) -> None:
+    """Show every GPU node as one cell, partial nodes, Phi*, SIF against 2/N, WCC and why pending jobs wait.
+
+    Reads live Slurm unless --snapshot is given. The latest decisions come from the
+    daemon's log when it can be read; without one that part is left out.
+    """
+    from ..model import EngineError
+    from ..status import StatusError, build_status
+
+    config = settings(db=db)
+    _, state = read_slurm(snapshot)
+    try:
+        status = build_status(state, partition, config.policy)
+    except StatusError as err:
+        raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
+    except EngineError as err:
+        raise UserError(f"cannot adopt the running jobs: {err}", hint="check the policy setting: `compass policies`") from None
+    decisions, note = _latest_decisions(config.db, decision_count)
+    if as_json:
+        emit_json({"schema_version": SCHEMA_VERSION, **status.as_json(),
+                   "decisions": None if decisions is None else [d.as_json() for d in decisions],
+                   "decisions_note": note})
+        return
+    out = console()
+    for part in _render(status, decisions, note, out.width):
+        out.print(part)
+
+
+def _latest_decisions(db: str, count: int) -> tuple[list[DecisionRecord] | None, str]:
+    """The latest decisions, or None and why not: status works without a decision log."""
+    if count == 0:
+        return None, "not asked for"
+    from ..store import StoreError
+    from .options import open_log
+
+    try:
+        with open_log(db) as store:
+            return store.decisions(limit=count), ""
+    except StoreError as err:
+        return None, err.message
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+
+def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, width: int) -> list[RenderableType]:
+    from rich.text import Text
+
+    f = status.fragmentation
+    read = datetime.fromtimestamp(status.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    parts: list[RenderableType] = [
+        Text(f"Slurm {status.slurm_version} · policy {status.policy} · "
+             f"partition {status.partition or 'all'} · read {read}", style="bold"),
+        _summary_line(status),
+        Text(),
+        _legend(status),
+        *_grid(status.cells, width),
+        Text(),
+    ]
+    if len(status.partitions) > 1 or f.nodes > 64:
+        parts += [_partition_table(status), Text()]
+    parts += [*_partial_nodes(status), Text()]
+    parts += _pending(status)
+    if decisions is not None:
+        parts += _decisions(decisions)
+    elif note != "not asked for":
+        parts.append(Text(f"decisions: not shown ({note})", style="bright_black"))
+    return parts
+
+
+def _summary_line(status: Status) -> Any:
+    from rich.text import Text
+
+    f = status.fragmentation
+    util = 100 * f.gpus_used / f.gpus
+    line = Text(f"nodes {f.nodes}  GPUs {f.gpus_used}/{f.gpus} used ({util:.0f}%)")
+    if status.stranded_gpus:
+        line.append(f"  {status.stranded_gpus} GPUs stranded on partial nodes")
+    line.append(f"\npartial {f.partial}  Phi* {f.phi_star}  SIF {f.sif:.3f} ")
+    if f.within_bound:
+        line.append(f"<= 2/N {f.sif_bound:.3f}", style="green")
+    else:
+        line.append(f"> 2/N {f.sif_bound:.3f}", style="bold red")
+    line.append("  WCC ")
+    line.append("holds" if f.wcc else "violated", style="green" if f.wcc else "yellow")
+    return line
+
+
+def _legend(status: Status) -> Any:
+    from rich.text import Text
+
+    legend = Text()
+    for kind, count in status.kinds().items():
+        glyph, style = CELLS[kind]
+        legend.append(glyph, style=style)
+        legend.append(f" {kind} {count}  ")
+    legend.rstrip()
+    return legend
+
+
+def _grid(cells: tuple[NodeCell, ...], width: int) -> list[Any]:
+    """One character per node, as many per row as fit (a multiple of 10); runs of uniform rows folded."""
+    from rich.text import Text
+
+    label = max(len(c.name) for c in cells)
+    per_row = max(10, min(100, (width - label - 2) // 10 * 10))
+    rows = [cells[k:k + per_row] for k in range(0, len(cells), per_row)]
+
+    def uniform(row: tuple[NodeCell, ...]) -> str | None:
+        kinds = {c.kind for c in row}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    out = []
+    for kind, run in groupby(rows, key=uniform):
+        run = list(run)
+        if kind is not None and len(run) >= FOLD_ROWS:
+            glyph, style = CELLS[kind]
+            nodes = sum(len(r) for r in run)
+            line = Text(f"{run[0][0].name:<{label}}  ")
+            line.append(glyph * 10, style=style)
+            line.append(f" ... {run[-1][-1].name}: {nodes} nodes, all {kind}")
+            out.append(line)
+            continue
+        for row in run:
+            line = Text(f"{row[0].name:<{label}}  ")
+            for cell in row:
+                glyph, style = CELLS[cell.kind]
+                line.append(glyph, style=style)
+            out.append(line)
+    return out
+
+
+def _partition_table(status: Status) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="partitions", title_justify="left")
+    table.add_column("partition", overflow="fold")
+    # Glyphs as headers keep the table within 80 columns; the legend above names them.
+    for name in ("nodes", "GPUs used", *(glyph for glyph, _ in CELLS.values())):
+        table.add_column(name, justify="right")
+    for p in status.partitions:
+        table.add_row(p.name, str(p.nodes), f"{p.gpus_used}/{p.gpus}", *(str(p.kinds.get(k, 0)) for k in CELLS))
+    return table
+
+
+def _partial_nodes(status: Status) -> list[Any]:
+    from rich.text import Text
+
+    partial = status.partial_cells
+    if not partial:
+        return [Text("no partial nodes")]
+    out: list[Any] = [Text(f"partial nodes ({len(partial)}):", style="bold")]
+    for cell in partial[:LIST_LIMIT]:
+        flags = ", ".join(x for x in (cell.role, "pinned" if cell.pinned else "") if x)
+        out.append(Text(f"  {cell.name}  {cell.gpus_used}/{cell.gpus}  {flags}" + (f"  {cell.note}" if cell.note else "")))
+    if len(partial) > LIST_LIMIT:
+        out.append(Text(f"  ... and {len(partial) - LIST_LIMIT} more (--json lists all)"))
+    if status.orphans:
+        out.append(Text(f"  {status.orphans} orphaned 1-GPU instances wait for a slot vacancy"))
+    return out
+
+
+def _pending(status: Status) -> list[Any]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    if not status.pending:
+        return [Text("no pending GPU jobs")]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=f"pending GPU jobs ({len(status.pending)})",
+                  title_justify="left")
+    for name in ("job", "user", "request"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("what blocks it", overflow="fold")
+    for job in status.pending[:LIST_LIMIT]:
+        if job.blocked:
+            why = Text(job.blocked, style="yellow")
+        else:
+            why = Text("GPUs are free" + (f"; Slurm: {job.slurm_reason}" if job.slurm_reason else ""))
+        if job.held:
+            why = Text("held; ") + why
+        table.add_row(job.id, job.user, job.request, why)
+    out: list[Any] = [table]
+    if len(status.pending) > LIST_LIMIT:
+        out.append(Text(f"... and {len(status.pending) - LIST_LIMIT} more (--json lists all)"))
+    return out
+
+
+def _decisions(decisions: list[DecisionRecord]) -> list[Any]:
+    from rich.text import Text
+
+    if not decisions:
+        return [Text("no decisions logged yet")]
+    out: list[Any] = [Text(f"latest decisions ({len(decisions)}):", style="bold")]
+    for d in decisions:
+        nodes = " ".join(f"{n}:{g}" for n, g in d.gpus_per_node.items())
+        out.append(Text(f"  {d.time:%m-%d %H:%M:%S}  job {d.job_id}  {d.request}  {d.action}  {nodes}  {d.rule}"))
+    return out
+

@@ -1,0 +1,312 @@
+"""sbatch's command line and ``#SBATCH`` directives, read the way sbatch itself reads them.
+
+sbatch parses with getopt_long in "stop at the first operand" mode: options
+come first, then the script and the script's own arguments (which are never
+sbatch options); long options may be abbreviated to any unique prefix; short
+options cluster (``-HN2``). The option table below was taken from Slurm 22.05's
+sbatch (every name and whether it takes an argument, checked against the
+binary). What sbatch honours, lowest precedence first: ``#SBATCH`` lines of the
+script (read until the first line that is neither blank nor a comment), the
+SBATCH_* input environment variables, the command line.
+
+Only standard library imports: the wrapper must start fast.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: the wrapper's own flag, stripped before sbatch sees the arguments
+MIGRATABLE = "--migratable"
+
+_REQUIRED, _NONE, _OPTIONAL = "required", "none", "optional"
+
+_LONG: dict[str, str] = {
+    **dict.fromkeys(
+        "account acctg-freq array batch bb bbf begin chdir cluster cluster-constraint clusters comment constraint "
+        "container context core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot "
+        "dependency distribution error exclude export export-file extra-node-info gid gpu-bind gpu-freq gpus "
+        "gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint input job-name kill-on-invalid-dep "
+        "licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nodefile "
+        "nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres "
+        "open-mode output partition power prefer priority profile qos reservation signal sockets-per-node "
+        "switches tasks-per-node thread-spec threads-per-core time time-min tmp uid wait-all-nodes wckey wrap"
+        .split(), _REQUIRED),
+    **dict.fromkeys(
+        "contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot requeue "
+        "spread-job test-only usage use-min-nodes verbose version wait".split(), _NONE),
+    **dict.fromkeys("exclusive get-user-env nice no-kill propagate".split(), _OPTIONAL),
+}
+
+#: short option -> the long option it stands for
+_SHORT: dict[str, str] = {
+    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task", "C": "constraint",
+    "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile", "G": "gpus", "h": "help", "H": "hold",
+    "i": "input", "J": "job-name", "k": "no-kill", "L": "licenses", "m": "distribution", "M": "clusters",
+    "n": "ntasks", "N": "nodes", "o": "output", "O": "overcommit", "p": "partition", "q": "qos", "Q": "quiet",
+    "s": "oversubscribe", "S": "core-spec", "t": "time", "v": "verbose", "V": "version", "w": "nodelist",
+    "W": "wait", "x": "exclude",
+}
+
+#: options after which sbatch prints something and exits without reading a script
+INFORMATIONAL = frozenset({"help", "usage", "version"})
+
+#: input environment variables that request GPUs, and the option each stands for
+GPU_ENVIRONMENT = {
+    "SBATCH_GPUS": "gpus", "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_TASK": "gpus-per-task",
+    "SBATCH_GRES": "gres",
+}
+
+# "[type:]count", the value of --gpus, --gpus-per-node and --gpus-per-task
+_TYPED_COUNT = re.compile(r"(?:([A-Za-z0-9_.-]+):)?(\d+)")
+_HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})
+
+
+class SbatchArgsError(ValueError):
+    """Arguments or directives that sbatch would reject or that we cannot read with certainty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option as sbatch understands it: the full long name and its value (None: no value)."""
+
+    name: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class SbatchCommand:
+    """An sbatch command line split the way sbatch splits it."""
+
+    #: the option section exactly as written, minus --migratable and a closing "--"
+    option_argv: tuple[str, ...]
+    options: tuple[Option, ...]
+    #: the script path and its arguments
+    operands: tuple[str, ...] = ()
+    migratable: bool = False
+    #: a "--" ended the options
+    dashdash: bool = False
+    #: ":" separated components of a heterogeneous job
+    heterogeneous: bool = False
+
+    @property
+    def script(self) -> str | None:
+        return self.operands[0] if self.operands else None
+
+    def argv(self, extra: Sequence[str] = ()) -> list[str]:
+        """The arguments for sbatch, with ``extra`` options after the user's (so they win over the user's)."""
+        return [*self.option_argv, *extra, *(["--"] if self.dashdash else []), *self.operands]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a job asks for in GPUs, per option (None: not given)."""
+
+    gpus: int | None = None
+    gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
+    #: GPUs per node from --gres=gpu[:type]:N
+    gres_gpus: int | None = None
+    gpu_type: str | None = None
+    nodes: str | None = None
+    ntasks: int | None = None
+
+    @property
+    def wants_gpus(self) -> bool:
+        return any(n for n in (self.gpus, self.gpus_per_node, self.gpus_per_task, self.gres_gpus))
+
+
+@dataclass
+class _Parsed:
+    argv: list[str] = field(default_factory=list)
+    options: list[Option] = field(default_factory=list)
+    migratable: bool = False
+    heterogeneous: bool = False
+
+
+def parse_command_line(args: Sequence[str]) -> SbatchCommand:
+    """Split sbatch's arguments into options and operands; unknown or malformed options raise SbatchArgsError."""
+    parsed, rest = _parse(args, own_flags=True)
+    dashdash = bool(rest) and rest[0] == "--"
+    return SbatchCommand(
+        option_argv=tuple(parsed.argv), options=tuple(parsed.options), operands=tuple(rest[dashdash:]),
+        migratable=parsed.migratable, dashdash=dashdash, heterogeneous=parsed.heterogeneous,
+    )
+
+
+def parse_directives(script: bytes) -> tuple[list[Option], bool]:
+    """The options of a script's ``#SBATCH`` lines, and whether it separates heterogeneous components."""
+    options: list[Option] = []
+    heterogeneous = False
+    for number, line in enumerate(script.decode("utf-8", errors="replace").splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not line.startswith("#SBATCH"):
+            if stripped.startswith("#"):
+                continue
+            break  # sbatch stops reading directives at the first command
+        try:
+            words = shlex.split(line[len("#SBATCH"):], comments=True)
+        except ValueError as err:
+            raise SbatchArgsError(f"script line {number}: {err}") from None
+        if words and words[0] in _HETJOB_SEPARATORS:
+            heterogeneous = True
+            continue
+        try:
+            parsed, rest = _parse(words, own_flags=False)
+        except SbatchArgsError as err:
+            raise SbatchArgsError(f"script line {number}: {err}") from None
+        if rest:
+            raise SbatchArgsError(f"script line {number}: not an option: {rest[0]!r}")
+        options.extend(parsed.options)
+    return options, heterogeneous
+
+
+def environment_options(environ: Mapping[str, str]) -> list[Option]:
+    """The GPU options sbatch takes from its input environment variables."""
+    return [Option(name, environ[var]) for var, name in GPU_ENVIRONMENT.items() if environ.get(var)]
+
+
+def last(options: Iterable[Option], name: str) -> str | None:
+    """The value that wins for ``name`` (sbatch keeps the last one given); None if it was never given."""
+    value = None
+    for option in options:
+        if option.name == name:
+            value = option.value if option.value is not None else ""
+    return value
+
+
+def gpu_request(options: Iterable[Option]) -> GpuRequest:
+    """The GPU request of ``options`` (directives, then environment, then command line: later ones win)."""
+    options = list(options)
+    gpus, type_gpus = _typed_count(last(options, "gpus"), "gpus")
+    per_node, type_node = _typed_count(last(options, "gpus-per-node"), "gpus-per-node")
+    per_task, type_task = _typed_count(last(options, "gpus-per-task"), "gpus-per-task")
+    gres, type_gres = _gres_gpus(last(options, "gres"))
+    ntasks = last(options, "ntasks")
+    if ntasks is not None and not ntasks.isdigit():
+        raise SbatchArgsError(f"--ntasks={ntasks!r} is not a number")
+    return GpuRequest(
+        gpus=gpus, gpus_per_node=per_node, gpus_per_task=per_task, gres_gpus=gres,
+        gpu_type=type_gpus or type_node or type_task or type_gres,
+        nodes=last(options, "nodes"), ntasks=int(ntasks) if ntasks is not None else None,
+    )
+
+
+def _parse(args: Sequence[str], own_flags: bool) -> tuple[_Parsed, list[str]]:
+    """getopt_long with a leading '+': returns the options and everything from the first operand on."""
+    parsed = _Parsed()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break
+        if own_flags and arg == MIGRATABLE:
+            parsed.migratable = True
+        elif arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            full = _long_name(name)
+            arity = _LONG[full]
+            if arity == _NONE and eq:
+                raise SbatchArgsError(f"option --{full} takes no value")
+            if arity == _REQUIRED and not eq:
+                if i + 1 >= len(args):
+                    raise SbatchArgsError(f"option --{full} needs a value")
+                i += 1
+                value = args[i]
+                parsed.argv.append(arg)
+            parsed.options.append(Option(full, value if (eq or arity == _REQUIRED) else None))
+        else:
+            i = _short_cluster(args, i, parsed)
+            i += 1
+            continue
+        if not (own_flags and arg == MIGRATABLE):
+            parsed.argv.append(args[i])
+        i += 1
+    rest = list(args[i:])
+    if rest and rest[0] == ":":
+        parsed.heterogeneous = True  # sbatch [options] : [options] script: a heterogeneous job
+    return parsed, rest
+
+
+def _short_cluster(args: Sequence[str], i: int, parsed: _Parsed) -> int:
+    """Reads ``-HN2`` / ``-N 2``; returns the index of the last argument consumed."""
+    arg = args[i]
+    parsed.argv.append(arg)
+    pos = 1
+    while pos < len(arg):
+        letter = arg[pos]
+        if letter not in _SHORT:
+            raise SbatchArgsError(f"unknown option -{letter}")
+        name = _SHORT[letter]
+        arity = _LONG[name]
+        attached = arg[pos + 1:]
+        if arity == _NONE or (arity == _OPTIONAL and not attached):
+            parsed.options.append(Option(name))
+            pos += 1
+            continue
+        if attached:
+            parsed.options.append(Option(name, attached))
+        elif i + 1 < len(args):
+            i += 1
+            parsed.argv.append(args[i])
+            parsed.options.append(Option(name, args[i]))
+        else:
+            raise SbatchArgsError(f"option -{letter} needs a value")
+        break
+    return i
+
+
+def _long_name(name: str) -> str:
+    """The option a (possibly abbreviated) long name stands for, as getopt_long resolves it."""
+    if name in _LONG:
+        return name
+    matches = [full for full in _LONG if full.startswith(name)] if name else []
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise SbatchArgsError(f"option --{name} is ambiguous ({', '.join('--' + m for m in sorted(matches))})")
+    raise SbatchArgsError(f"unknown option --{name}")
+
+
+def _typed_count(value: str | None, option: str) -> tuple[int | None, str | None]:
+    """``[type:]N`` or a comma list of them: the total count and the type if there is exactly one."""
+    if value is None:
+        return None, None
+    total, types = 0, set()
+    for part in value.split(","):
+        match = _TYPED_COUNT.fullmatch(part.strip())
+        if not match:
+            raise SbatchArgsError(f"--{option}={value!r} is not [type:]count")
+        types.add(match.group(1))
+        total += int(match.group(2))
+    return total, types.pop() if len(types) == 1 else None
+
+
+def _gres_gpus(value: str | None) -> tuple[int | None, str | None]:
+    """GPUs per node in a --gres list such as ``gpu:a100:2,nvme:1`` (a bare ``gpu`` is one GPU)."""
+    if value is None or value.strip().lower() == "none":
+        return None, None
+    total, gpu_type, found = 0, None, False
+    for entry in value.split(","):
+        parts = entry.strip().removeprefix("gres/").split(":")
+        if parts[0] != "gpu":
+            continue
+        found = True
+        if len(parts) == 1:
+            count = "1"
+        elif len(parts) == 2:
+            count = parts[1] if parts[1].isdigit() else "1"
+            gpu_type = None if parts[1].isdigit() else parts[1]
+        elif len(parts) == 3:
+            gpu_type, count = parts[1], parts[2]
+        else:
+            raise SbatchArgsError(f"--gres={value!r}: cannot read {entry!r}")
+        if not count.isdigit():
+            raise SbatchArgsError(f"--gres={value!r}: {count!r} is not a GPU count")
+        total += int(count)
+    return (total, gpu_type) if found else (None, None)

@@ -1,0 +1,266 @@
+"""What ``compass status`` shows: every GPU node as one cell, fragmentation, and why pending jobs wait.
+
+Built from one SlurmState: the running allocations are adopted into a policy
+(the daemon's, by default COMPASS) so each node gets its ABS role, then
+``fragmentation.measure`` gives partial nodes, Phi*, SIF and WCC. Pending GPU
+jobs are checked against the nodes they may use, so "Resources" becomes
+"needs 2 empty nodes, 1 free".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fragmentation import Fragmentation, measure
+from .model import Job, NodeView
+from .policies.base import Policy, make_policy
+from .slurm.state import SlurmNode, SlurmState
+from .translate import Request, Translator, priority_order, request
+
+#: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)
+KINDS = ("empty", "pool", "slotted", "partial", "full", "unavailable")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCell:
+    """One GPU node on the map; ``note`` says why it is unavailable or breaks ABS."""
+
+    name: str
+    gpus: int
+    gpus_used: int
+    kind: str  # one of KINDS
+    role: str  # the policy's role: empty | pool | slotted (COMPASS) or used
+    slurm_state: str
+    partitions: tuple[str, ...] = ()
+    pinned: bool = False  # holds an instance that may not migrate
+    note: str = ""
+
+    @property
+    def partial(self) -> bool:
+        return 0 < self.gpus_used < self.gpus
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "role": self.role, "gpus": self.gpus,
+                "gpus_used": self.gpus_used, "partial": self.partial, "pinned": self.pinned,
+                "slurm_state": self.slurm_state, "partitions": list(self.partitions), "note": self.note}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A pending GPU job and what keeps it from starting; ``blocked`` None means the GPUs are there."""
+
+    id: str
+    user: str
+    partition: str
+    request: str  # "2x8": instances x GPUs per instance
+    gpus: int
+    held: bool
+    slurm_reason: str
+    blocked: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"job": self.id, "user": self.user, "partition": self.partition, "request": self.request,
+                "gpus": self.gpus, "held": self.held, "slurm_reason": self.slurm_reason,
+                "blocked": self.blocked, "fits": self.blocked is None}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    name: str
+    nodes: int
+    gpus: int
+    gpus_used: int
+    kinds: dict[str, int]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "gpus_used": self.gpus_used,
+                **{kind: self.kinds.get(kind, 0) for kind in KINDS}}
+
+
+@dataclass(frozen=True)
+class Status:
+    """One look at the cluster: what ``compass status`` prints, and its --json document."""
+
+    fragmentation: Fragmentation
+    policy: str
+    partition: str | None
+    slurm_version: str
+    read_at: float
+    cells: tuple[NodeCell, ...]
+    partitions: tuple[PartitionSummary, ...]
+    pending: tuple[PendingJob, ...]
+    abs_violations: dict[str, str] = field(default_factory=dict)
+    orphans: int = 0
+
+    @property
+    def partial_cells(self) -> list[NodeCell]:
+        return [c for c in self.cells if c.partial]
+
+    @property
+    def stranded_gpus(self) -> int:
+        """Free GPUs on partial nodes: capacity no whole-node job can use."""
+        return sum(c.gpus - c.gpus_used for c in self.partial_cells)
+
+    def kinds(self) -> dict[str, int]:
+        counts = Counter(c.kind for c in self.cells)
+        return {kind: counts.get(kind, 0) for kind in KINDS}
+
+    def as_json(self) -> dict[str, Any]:
+        partial = self.partial_cells
+        return {
+            **self.fragmentation.as_dict(),
+            "within_bound": self.fragmentation.within_bound,
+            "policy": self.policy,
+            "partition": self.partition,
+            "slurm_version": self.slurm_version,
+            "read_at": self.read_at,
+            "kinds": self.kinds(),
+            "partial_nodes": [c.name for c in partial],
+            "pinned_partial": [c.name for c in partial if c.pinned],
+            "stranded_gpus": self.stranded_gpus,
+            "orphans": self.orphans,
+            "abs_violations": self.abs_violations,
+            "partitions": [p.as_json() for p in self.partitions],
+            "node_map": [c.as_json() for c in self.cells],
+            "pending": [p.as_json() for p in self.pending],
+        }
+
+
+class StatusError(ValueError):
+    """The state has nothing to show (unknown partition, no GPU nodes); the message says which."""
+
+
+def build_status(state: SlurmState, partition: str | None = None, policy: str = "compass") -> Status:
+    if partition is not None and partition not in {p.name for p in state.partitions}:
+        known = ", ".join(p.name for p in state.partitions) or "none"
+        raise StatusError(f"no partition {partition!r} (partitions: {known})")
+    translator = Translator(state, [partition] if partition else ())
+    if not translator.nodes:
+        where = f"partition {partition!r}" if partition else "the cluster"
+        raise StatusError(f"{where} has no node with GPUs")
+    adopted = adopt(translator, policy)
+    violations = adopted.abs_violations()
+    cells = tuple(
+        _cell(translator.slurm_nodes[view.name], view, violations.get(view.name, "")) for view in adopted.view()
+    )
+    return Status(
+        fragmentation=measure(adopted),
+        policy=policy,
+        partition=partition,
+        slurm_version=state.version,
+        read_at=state.read_at,
+        cells=cells,
+        partitions=_summaries(state, cells, partition),
+        pending=tuple(blocked_jobs(translator)),
+        abs_violations=violations,
+        orphans=getattr(adopted, "orphans", lambda: 0)(),  # only ABS policies have orphans
+    )
+
+
+def adopt(translator: Translator, policy: str) -> Policy:
+    """A policy holding every running GPU allocation on the translator's nodes.
+
+    GPUs Slurm reports in use (GresUsed) that no visible job explains, e.g. under
+    PrivateData=jobs, are adopted as pinned placeholders so the counts match Slurm's.
+    """
+    engine = make_policy(policy, translator.nodes)
+    running = list(translator.observe().running.values())
+    explained: Counter[str] = Counter()
+    for job, nodes in running:
+        for name in nodes:
+            explained[name] += job.gpus
+    for node in translator.slurm_nodes.values():
+        unexplained = min(node.gpus_used, node.gpus) - explained[node.name]
+        if unexplained > 0:
+            running.append((Job(f"?{node.name}", 1, unexplained, migratable=False), (node.name,)))
+    # Anchors before 1-GPU instances, so the ones land as fillers where slots leave room.
+    for job, nodes in sorted(running, key=lambda r: (-r[0].gpus, r[0].id)):
+        engine.adopt(job, nodes)
+    return engine
+
+
+# -- cells and summaries -----------------------------------------------------------------------
+
+
+def _cell(node: SlurmNode, view: NodeView, violation: str) -> NodeCell:
+    used = view.used
+    if not view.available:
+        kind = "unavailable"
+    elif used == 0:
+        kind = "empty"
+    elif used >= node.gpus:
+        kind = "full"
+    elif violation or view.role not in ("pool", "slotted"):
+        kind = "partial"
+    else:
+        kind = view.role
+    notes = [violation] if violation else []
+    if not node.available:
+        notes.insert(0, "+".join([node.state, *sorted(node.flags)]) + (f": {node.reason}" if node.reason else ""))
+    elif not view.available:
+        notes.insert(0, "in a reservation")
+    return NodeCell(node.name, node.gpus, used, kind, view.role, node.state, node.partitions,
+                    any(p.pinned for p in view.instances), "; ".join(notes))
+
+
+def _summaries(state: SlurmState, cells: Sequence[NodeCell], partition: str | None) -> tuple[PartitionSummary, ...]:
+    out = []
+    for p in state.partitions:
+        if partition is not None and p.name != partition:
+            continue
+        mine = [c for c in cells if p.name in c.partitions]
+        if mine:
+            out.append(PartitionSummary(p.name, len(mine), sum(c.gpus for c in mine),
+                                        sum(c.gpus_used for c in mine), dict(Counter(c.kind for c in mine))))
+    return tuple(out)
+
+
+# -- why pending jobs wait ------------------------------------------------------------------------
+
+
+def blocked_jobs(translator: Translator) -> Iterable[PendingJob]:
+    """Every pending GPU job of the translator's partitions, in Slurm's order, with what its request lacks."""
+    nodes = translator.slurm_nodes
+    for job in priority_order(translator.state.jobs):
+        parts = set(job.partition.split(",")) & set(translator.partitions)
+        if not job.pending or job.gpus_requested <= 0 or not parts:
+            continue
+        capacity = max((nodes[n].gpus for p in parts for n in translator.partitions[p] if n in nodes), default=0)
+        req = request(job, capacity) if capacity else None
+        shape = f"{req.instances}x{req.gpus}" if req else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s)"
+        if job.reservation:
+            blocked: str | None = f"runs in reservation {job.reservation}: Slurm places it"
+        elif req is None:
+            blocked = f"{shape} is not w x g instances of at most {capacity} GPUs"
+        else:
+            eligible = translator.eligible(job, req)
+            usable = [nodes[n] for n in (translator.available if eligible is None else eligible)]
+            blocked = _what_blocks(req, sorted(usable, key=lambda n: n.name), job.partition)
+        yield PendingJob(job.id, job.user, job.partition, shape, job.gpus_requested, job.held, job.reason, blocked)
+
+
+def _what_blocks(req: Request, usable: Sequence[SlurmNode], partition: str) -> str | None:
+    """None when the GPUs are free for the request now, else what it needs against what there is."""
+    w, g = req.instances, req.gpus
+    if not usable:
+        return f"no usable node in {partition} (down, drained, reserved, excluded or short of CPUs/memory)"
+    if all(g == n.gpus for n in usable):
+        have = sum(1 for n in usable if n.gpus_used == 0)
+        return None if have >= w else f"needs {_count(w, 'empty node')}, {have} free"
+    if req.distinct_nodes or w == 1:
+        have = sum(1 for n in usable if n.gpus_free >= g)
+        return None if have >= w else f"needs {_count(w, 'node')} with {g} free GPUs, {have} {_has(have)}"
+    room = sum(n.gpus_free // g for n in usable)
+    return None if room >= w else f"needs room for {w} instances of {g} GPUs, {room} fit"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _has(n: int) -> str:
+    return "has" if n == 1 else "have"
+

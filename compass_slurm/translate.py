@@ -1,0 +1,216 @@
+"""Slurm's view in the engine's terms: nodes, jobs as w x g instances, observed allocations, eligible nodes.
+
+Request mapping (spec section 1). G is the largest GPU node of the job's
+partitions, k the job's GPUs in all, w Slurm's node count for it:
+
+- ``--gpus-per-node=g`` on w nodes: w instances of g, on distinct nodes when w > 1 and g < G;
+- k in all (``--gpus``, or ``--gpus-per-task`` times tasks): on w > 1 nodes with k divisible
+  by w, w instances of k/w (distinct when k/w < G); else k <= G: one instance of k; else k a
+  multiple of G: k/G instances of G. Any other request cannot be split into equal instances
+  and is left to Slurm.
+
+A node takes new work only when Slurm would start a job there: not down, drained,
+draining, failing, in maintenance or in a reservation. Jobs that asked for a
+reservation are Slurm's to place (they may use reserved nodes; the engine may not).
+A job's eligible nodes are the available GPU nodes of its partitions with the
+CPUs, memory and GPU type one instance needs, minus its excluded nodes (and
+within its required nodes, when it names some).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .model import Job, Node
+from .slurm.state import SlurmJob, SlurmNode, SlurmState
+
+#: pending reasons under which Slurm would start the job as soon as it is pointed at free nodes
+STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
+
+#: job states in which a job holds its GPUs (squeue also lists jobs that ended, for MinJobAge)
+HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING",
+                            "STAGE_OUT", "RESIZING"})
+
+#: a set of node names, or None for "every node the engine knows" (the policies' fast path)
+Eligible = frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job asks for in engine terms."""
+
+    instances: int
+    gpus: int
+    distinct_nodes: bool
+
+
+def request(job: SlurmJob, capacity: int) -> Request | None:
+    """The job's w x g request on nodes of ``capacity`` GPUs; None when it is not a GPU job or not expressible."""
+    if job.gpus_per_node and not job.gpus_per_job:
+        w, g = job.num_nodes, job.gpus_per_node
+        return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
+    k, w = job.gpus_requested, job.num_nodes
+    if k <= 0:
+        return None
+    if w > 1 and k % w == 0 and k // w <= capacity:
+        return Request(w, k // w, k // w < capacity)
+    if k <= capacity:
+        return Request(1, k, False)
+    if k % capacity == 0:
+        return Request(k // capacity, capacity, False)
+    return None
+
+
+def engine_job(job: SlurmJob, req: Request) -> Job:
+    return Job(job.id, req.instances, req.gpus, migratable=job.migratable, distinct_nodes=req.distinct_nodes,
+               user=job.user or None)
+
+
+def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int) -> tuple[Job, tuple[str, ...]]:
+    """A running allocation as instances: the requested size when the per-node counts fit it, else their gcd."""
+    req = request(job, capacity)
+    counts = list(alloc.values())
+    if req is not None and all(n % req.gpus == 0 for n in counts):
+        gpus = req.gpus
+    else:
+        gpus = math.gcd(*counts)
+    nodes = tuple(name for name, n in alloc.items() for _ in range(n // gpus))
+    distinct = req is not None and req.distinct_nodes and gpus == req.gpus and len(nodes) == len(alloc)
+    return Job(job.id, len(nodes), gpus, migratable=job.migratable, distinct_nodes=distinct,
+               user=job.user or None), nodes
+
+
+def node_available(node: SlurmNode, reserved: frozenset[str]) -> bool:
+    return node.available and not node.reserved and node.name not in reserved
+
+
+def priority_order(jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
+    """Slurm's order: highest priority first, then oldest submission, then lowest id."""
+    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time, id_order(j.id)))
+
+
+def id_order(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0]
+    return (int(head), job_id) if head.isdigit() else (0, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A managed pending GPU job the daemon may place."""
+
+    slurm: SlurmJob
+    job: Job
+    eligible: Eligible
+
+
+@dataclass
+class Observation:
+    """One SlurmState, translated. ``skipped`` says why managed jobs are left to Slurm."""
+
+    nodes: tuple[Node, ...]
+    running: dict[str, tuple[Job, tuple[str, ...]]] = field(default_factory=dict)
+    pending: list[Pending] = field(default_factory=list)
+    queue_len: int = 0
+    pending_gpus: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    #: the Slurm job behind every engine job above, for gpu types and user names
+    slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
+
+
+class Translator:
+    """Translates one SlurmState; ``partitions`` limits what the daemon manages (empty: all)."""
+
+    def __init__(self, state: SlurmState, partitions: Iterable[str] = ()) -> None:
+        self.state = state
+        wanted = set(partitions)
+        self.partitions = {p.name: p.nodes for p in state.partitions if not wanted or p.name in wanted}
+        in_scope = {n for nodes in self.partitions.values() for n in nodes}
+        reserved = frozenset(n for r in state.reservations if r.active for n in r.nodes)
+        self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope}
+        self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved)) for n in self.slurm_nodes.values())
+        self.available = frozenset(n.name for n in self.nodes if n.available)
+        self._eligible: dict[tuple, Eligible] = {}
+
+    def observe(self) -> Observation:
+        out = Observation(self.nodes)
+        pending: list[SlurmJob] = []
+        for job in self.state.jobs:
+            if job.gpus_requested <= 0 and not job.gpus_alloc:
+                continue  # not a GPU job: Slurm's alone
+            if job.pending:
+                if self._partitions_of(job):
+                    out.queue_len += 1
+                    out.pending_gpus += job.gpus_requested
+                    if job.managed:
+                        pending.append(job)
+                continue
+            alloc = {n: c for n, c in job.gpus_alloc.items() if n in self.slurm_nodes}
+            if alloc and job.state in HOLDING_STATES:
+                out.running[job.id] = observed(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
+                out.slurm_jobs[job.id] = job
+        for job in priority_order(pending):
+            why = self._unmanageable(job)
+            if why is not None:
+                out.skipped[job.id] = why
+                continue
+            req = request(job, self._capacity(job))
+            if req is None:
+                out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
+                continue
+            out.pending.append(Pending(job, engine_job(job, req), self.eligible(job, req)))
+            out.slurm_jobs[job.id] = job
+        return out
+
+    def _partitions_of(self, job: SlurmJob) -> list[str]:
+        return [p for p in job.partition.split(",") if p in self.partitions]
+
+    def _capacity(self, job: SlurmJob) -> int:
+        caps = [self.slurm_nodes[n].gpus for p in self._partitions_of(job) for n in self.partitions[p]
+                if n in self.slurm_nodes]
+        return max(caps, default=0)
+
+    def _unmanageable(self, job: SlurmJob) -> str | None:
+        if job.held:
+            return "held"
+        if job.reservation:
+            return f"runs in reservation {job.reservation}"
+        reason = job.reason.split(",")[0].strip()
+        if reason not in STARTABLE_REASONS:
+            return f"Slurm holds it back: {job.reason}"
+        if self._capacity(job) == 0:
+            return f"no GPU nodes in partition {job.partition}"
+        return None
+
+    def eligible(self, job: SlurmJob, req: Request) -> Eligible:
+        """Nodes one instance of ``job`` may use (None: all nodes); cached per distinct need."""
+        cpus = -(-job.cpus // req.instances)
+        if job.memory_per_node_mb is not None:
+            memory = job.memory_per_node_mb
+        else:
+            memory = (job.memory_per_cpu_mb or 0) * cpus
+        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes)
+        if key not in self._eligible:
+            self._eligible[key] = self._compute_eligible(job, cpus, memory)
+        return self._eligible[key]
+
+    def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int) -> Eligible:
+        excluded, required = set(job.excluded_nodes), set(job.required_nodes)
+        names = set()
+        for p in self._partitions_of(job):
+            for name in self.partitions[p]:
+                node = self.slurm_nodes.get(name)
+                if node is None or name not in self.available or name in excluded:
+                    continue
+                if required and name not in required:
+                    continue
+                if job.gpu_type and node.gpu_type != job.gpu_type:
+                    continue
+                if node.cpus - node.cpus_alloc < cpus:
+                    continue
+                if node.memory_mb and node.memory_mb - node.memory_alloc_mb < memory:
+                    continue
+                names.add(name)
+        # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
+        return None if names == self.available else frozenset(names)

@@ -1,0 +1,202 @@
+"""The sbatch wrapper (``scripts/compass-sbatch``, ``compass submit``): a drop-in for sbatch for GPU jobs.
+
+A GPU job whose daemon answers a ping within ``wrapper_timeout`` is submitted
+with the user's arguments plus ``--comment=<marker>`` (the user's own comment
+kept beside the marker) and ``--begin=now+<lease>``: the job waits for the
+daemon to place it, and if the daemon never does, Slurm starts it by itself
+when the lease runs out. Everything else runs plain sbatch with the user's
+arguments, minus ``--migratable``:
+
+- no GPUs asked for, ``--help``/``--usage``/``--version``;
+- arguments or directives we cannot read with certainty (sbatch reports its own errors);
+- the user's own ``--begin`` (the daemon would start the job early), other clusters
+  (``--clusters``), heterogeneous jobs (one node list cannot place them);
+- the daemon unreachable, slow or failing: then one line on stderr says so.
+
+sbatch runs exactly once on every path, and never again after it may have
+submitted. Its stdout and stderr reach the user unchanged, and its exit code
+is ours. Standard library imports only: this sits in every submission.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+from . import control
+from .config import ConfigError, load_config
+from .sbatch_args import (
+    INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, environment_options, gpu_request, last,
+    parse_command_line, parse_directives,
+)
+from .slurm import names
+from .slurm.errors import SlurmNameError
+from .slurm.state import marker_comment
+
+PROG = "compass-sbatch"
+#: the "submitted" notice is a courtesy (the lease starts the job anyway): never wait long for it
+NOTIFY_TIMEOUT = 0.5
+_SUBMITTED = re.compile(rb"Submitted batch job (\S+)")
+_PARSABLE = re.compile(rb"(\d[\d_]*)(?:;\S*)?")
+
+
+class _Sbatch:
+    """Runs sbatch at most once; ``started`` says whether it may have submitted."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.started = False
+
+    def _begin(self) -> None:
+        assert not self.started, "sbatch must run only once"
+        self.started = True
+
+    def plain(self, argv: Sequence[str], stdin: bytes | None) -> int:
+        """sbatch with its output going straight to ours; exec'd when the script is not on our stdin."""
+        self._begin()
+        if stdin is None:
+            try:
+                os.execvp(self.binary, [self.binary, *argv])
+            except OSError as err:
+                return _cannot_run(self.binary, err)
+        try:
+            return _exit_code(subprocess.run([self.binary, *argv], input=stdin).returncode)
+        except OSError as err:
+            return _cannot_run(self.binary, err)
+
+    def managed(self, argv: Sequence[str], stdin: bytes | None, on_job: Callable[[str], None]) -> int:
+        """sbatch relaying its stdout line by line; ``on_job`` gets the job id as soon as it is printed."""
+        self._begin()
+        try:
+            proc = subprocess.Popen([self.binary, *argv], stdin=subprocess.PIPE if stdin is not None else None,
+                                    stdout=subprocess.PIPE)
+        except OSError as err:
+            return _cannot_run(self.binary, err)
+        # Ctrl-C reaches sbatch too (same process group); we must outlive it to relay its output
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if stdin is not None:
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(stdin)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # sbatch stopped reading; its exit code tells what happened
+        assert proc.stdout is not None
+        out = sys.stdout.buffer
+        job: str | None = None
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            if job is None:
+                job = job_id_from_output(line)
+                if job is not None:
+                    on_job(job)
+        return _exit_code(proc.wait())
+
+
+def job_id_from_output(line: bytes) -> str | None:
+    """The job id in a line of sbatch's stdout (``Submitted batch job N`` or --parsable's ``N[;cluster]``)."""
+    match = _SUBMITTED.search(line) or _PARSABLE.fullmatch(line.strip())
+    if not match:
+        return None
+    try:
+        return names.job_id(match.group(1).decode())
+    except SlurmNameError:
+        return None
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Submit like sbatch would; returns sbatch's exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if environ is None else environ
+    sbatch = _Sbatch(env.get("COMPASS_SBATCH") or "sbatch")
+    submission = _Submission(args, env, sbatch)
+    try:
+        return submission.run()
+    except Exception as err:  # a bug of ours must not cost the user their submission
+        if sbatch.started:
+            raise
+        _say(f"internal error ({type(err).__name__}: {err}), submitted with plain sbatch")
+        return sbatch.plain(submission.plain_argv, submission.stdin)
+
+
+class _Submission:
+    def __init__(self, args: list[str], env: Mapping[str, str], sbatch: _Sbatch) -> None:
+        self.env = env
+        self.sbatch = sbatch
+        self.stdin: bytes | None = None
+        self.plain_argv = _strip_own_flag(args)
+        self.args = args
+
+    def run(self) -> int:
+        try:
+            command = parse_command_line(self.args)
+        except SbatchArgsError:
+            return self.sbatch.plain(self.plain_argv, None)  # sbatch says what is wrong, in its own words
+        self.plain_argv = command.argv()
+        if any(option.name in INFORMATIONAL for option in command.options):
+            return self.sbatch.plain(self.plain_argv, None)
+        try:
+            script = self._script(command)
+            directives, heterogeneous = parse_directives(script) if script is not None else ([], False)
+            options = [*directives, *environment_options(self.env), *command.options]
+            wants_gpus = gpu_request(options).wants_gpus
+        except (OSError, SbatchArgsError):
+            return self.sbatch.plain(self.plain_argv, self.stdin)  # sbatch reports the unreadable script or value
+        unmanaged = (not wants_gpus or heterogeneous or command.heterogeneous
+                     or last(options, "begin") is not None or last(options, "clusters") is not None)
+        if unmanaged:
+            return self.sbatch.plain(self.plain_argv, self.stdin)
+        try:
+            config = load_config(environ=self.env)
+            reply = control.request(config.socket, {"op": "ping"}, config.wrapper_timeout)
+            if not reply["ok"]:
+                raise control.ControlUnavailable(f"it answered: {reply.get('error', 'an error')}")
+        except (ConfigError, control.ControlUnavailable) as err:
+            _say(f"daemon unavailable ({err}), submitted with plain sbatch")
+            return self.sbatch.plain(self.plain_argv, self.stdin)
+        extra = [f"--comment={marker_comment(command.migratable, last(options, 'comment') or '')}",
+                 f"--begin=now+{math.ceil(config.lease)}"]
+        return self.sbatch.managed(command.argv(extra), self.stdin, lambda job: _notify(config.socket, job))
+
+    def _script(self, command: SbatchCommand) -> bytes | None:
+        """The job script's bytes: from its file, from our stdin (kept to hand to sbatch), or none (--wrap)."""
+        if last(command.options, "wrap") is not None:
+            return None
+        if command.script is not None:
+            with open(command.script, "rb") as file:
+                return file.read()
+        self.stdin = sys.stdin.buffer.read()
+        return self.stdin
+
+
+def _notify(socket_path: str, job: str) -> None:
+    try:
+        control.request(socket_path, {"op": "submitted", "job": job}, NOTIFY_TIMEOUT)
+    except control.ControlUnavailable:
+        pass  # the daemon finds the job in its next cycle, or the lease starts it
+
+
+def _strip_own_flag(args: list[str]) -> list[str]:
+    """Removes --migratable from arguments we could not parse: from the leading dash-arguments only,
+    since after the script everything belongs to the script."""
+    end = next((i for i, a in enumerate(args) if a == "--" or not a.startswith("-")), len(args))
+    return [a for a in args[:end] if a != MIGRATABLE] + args[end:]
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode  # killed by a signal: the shell's convention
+
+
+def _cannot_run(binary: str, err: OSError) -> int:
+    _say(f"cannot run {binary}: {err.strerror or err}")
+    return 127
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,133 @@
+"""``compass status`` on the recorded 16-node snapshot and the synthetic 2,000-node one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import MIXED, invoke, json_of
+
+from compass_slurm.model import Decision, Job
+from compass_slurm.slurm import snapshot
+from compass_slurm.store import DecisionRecord, Store
+
+CONTRACT = {"schema_version", "nodes", "gpus", "gpus_used", "partial", "phi_star", "sif", "sif_bound", "wcc"}
+
+
+def test_json_on_the_recorded_16_node_cluster() -> None:
+    doc = json_of("status", "--snapshot", str(MIXED))
+    assert CONTRACT <= set(doc)
+    assert {k: doc[k] for k in CONTRACT} == {
+        "schema_version": 1, "nodes": 16, "gpus": 128, "gpus_used": 22, "partial": 2, "phi_star": 1,
+        "sif": 0.0625, "sif_bound": 0.125, "wcc": True,
+    }
+    assert doc["partial_nodes"] == ["node02", "node14"]
+    assert doc["kinds"] == {"empty": 9, "pool": 0, "slotted": 0, "partial": 1, "full": 2, "unavailable": 4}
+    cells = {c["name"]: c for c in doc["node_map"]}
+    assert len(cells) == 16
+    assert (cells["node01"]["kind"], cells["node02"]["kind"], cells["node11"]["kind"]) == ("full", "partial", "unavailable")
+    assert cells["node02"]["note"] == "orphaned fillers: 6_2#0 (1 GPU)"
+    assert cells["node10"]["note"] == "idle+DRAIN: maintenance window"
+    pending = {p["job"]: p for p in doc["pending"]}
+    assert list(pending) == ["10", "9", "11_[1-3]"]  # Slurm's priority order
+    assert pending["10"]["blocked"] == "needs 1 node with 4 free GPUs, 0 have"  # it asked for node16, which is full
+    assert pending["9"] == {"job": "9", "user": "root", "partition": "gpu", "request": "1x8", "gpus": 8, "held": True,
+                            "slurm_reason": "JobHeldUser", "blocked": None, "fits": True}
+    assert doc["decisions"] is None and doc["decisions_note"].startswith("no decision log at ")
+
+
+def test_json_on_2000_nodes(large: Path) -> None:
+    state = snapshot.load(large)
+    doc = json_of("status", "--snapshot", str(large))
+    used = sum(n.gpus_used for n in state.nodes)
+    partial = sorted(n.name for n in state.nodes if 0 < n.gpus_used < n.gpus)
+    assert (doc["nodes"], doc["gpus"], doc["gpus_used"]) == (2000, 16000, used)
+    assert doc["partial_nodes"] == partial and doc["partial"] == len(partial) == 218
+    # WCC holds and the running GPUs are not a multiple of 8: Phi* is 1 (spec section 2).
+    assert used % 8 and (doc["wcc"], doc["phi_star"]) == (True, 1)
+    assert doc["sif"] == (218 - 1) / 2000 and doc["sif_bound"] == 2 / 2000
+    assert doc["within_bound"] is False
+    blocked = {p["job"]: p["blocked"] for p in doc["pending"]}
+    assert blocked == {
+        "9001": "needs 700 empty nodes, 92 free",
+        "9002": "needs 2 empty nodes, 1 free",
+        "9003": None,
+        "9004": None,
+        "9005": "needs 3 empty nodes, 1 free",
+    }
+
+
+def test_partition_filter(large: Path) -> None:
+    doc = json_of("status", "--snapshot", str(large), "--partition", "h100")
+    assert (doc["nodes"], doc["partition"]) == (500, "h100")
+    assert [p["name"] for p in doc["partitions"]] == ["h100"]
+    assert {p["job"] for p in doc["pending"]} == {"9002", "9004", "9005"}
+    assert all(c["partitions"] == ["h100"] for c in doc["node_map"])
+
+
+def test_table_is_short_at_2000_nodes(large: Path) -> None:
+    result = invoke("status", "--snapshot", str(large), env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) < 80, "2,000 nodes must fit a couple of screens"
+    assert "partial 218  Phi* 1  SIF 0.108 > 2/N 0.001  WCC holds" in result.stdout
+    assert "needs 2 empty nodes, 1 free" in result.stdout
+    assert "... and 206 more (--json lists all)" in result.stdout
+    assert max(len(line) for line in lines) <= 80
+
+
+def test_map_folds_uniform_rows(tmp_path: Path) -> None:
+    """A rack of idle nodes is one line, not a screenful."""
+    from compass_slurm.slurm.state import SlurmNode, SlurmPartition, SlurmState
+
+    nodes = tuple(SlurmNode(f"n{k:04d}", "idle", partitions=("p",), gpus=8) for k in range(1, 1001))
+    path = tmp_path / "idle.json"
+    snapshot.save(SlurmState(nodes, (), (SlurmPartition("p", tuple(n.name for n in nodes)),), (), "23.02.1", 0.0), path)
+    result = invoke("status", "--snapshot", str(path), env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "n0001  .......... ... n1000: 1000 nodes, all empty" in result.stdout
+
+
+def test_text_shows_map_legend_and_latest_decisions(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    with Store.open(db) as store:
+        store.record_decision(DecisionRecord.of(Decision("77", ("node03",), 8, "anchor slot on a newly opened node"),
+                                                Job("77", 1, 8), "compass"))
+    result = invoke("status", "--snapshot", str(MIXED), "--db", db)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "node01  #!.......xxx.x.#" in out
+    assert ". empty 9  p pool 0  s slotted 0  ! partial 1  # full 2  x unavailable 4" in out
+    assert "node02  5/8  slotted, pinned  orphaned fillers: 6_2#0 (1 GPU)" in out
+    assert "job 77  1x8  placed  node03:8  anchor slot on a newly opened node" in out
+    assert "\x1b[" not in out  # not a terminal: no colour codes
+
+
+def test_no_color_is_respected_even_when_colour_is_forced() -> None:
+    coloured = invoke("status", "--snapshot", str(MIXED), env={"FORCE_COLOR": "1", "TERM": "xterm"})
+    assert "\x1b[" in coloured.stdout  # the check below can fail
+    plain = invoke("status", "--snapshot", str(MIXED), env={"FORCE_COLOR": "1", "TERM": "xterm", "NO_COLOR": "1"})
+    assert plain.exit_code == 0 and "\x1b[3" not in plain.stdout and "\x1b[9" not in plain.stdout
+
+
+def test_unknown_partition_is_a_clear_error() -> None:
+    result = invoke("status", "--snapshot", str(MIXED), "--partition", "cpu")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("compass: error: no partition 'cpu' (partitions: gpu)\nhint: ")
+    assert "Traceback" not in result.output
+
+
+def test_bad_snapshot_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    result = invoke("status", "--snapshot", str(bad))
+    assert result.exit_code == 2
+    assert "not JSON" in result.stderr and "hint: record one with `compass snapshot save FILE`" in result.stderr
+    missing = invoke("status", "--snapshot", str(tmp_path / "missing.json"))
+    assert missing.exit_code == 2 and "cannot read snapshot" in missing.stderr
+
+
+def test_live_slurm_missing_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = invoke("status")
+    assert result.exit_code == 2
+    assert "cannot run" in result.stderr and "compass doctor" in result.stderr

@@ -1,0 +1,353 @@
+"""The daemon's cycle on recorded and hand-built Slurm states: exact decisions and exact scontrol lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compass_slurm.cli import cli
+from compass_slurm.config import Config
+from compass_slurm.daemon import Daemon, anchors_text
+from compass_slurm.slurm.backend import DryRunBackend, lease_argv
+from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
+from compass_slurm.slurm.snapshot import SnapshotBackend, save
+from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+from compass_slurm.store import Store
+
+RECORDED = Path(__file__).resolve().parent / "data" / "slurm" / "mixed-16x8"
+
+
+# -- building states --------------------------------------------------------------------------
+
+
+def node(name: str, gpus: int = 8, state: str = "idle", flags: tuple[str, ...] = (), cpus_alloc: int = 0,
+         mem_alloc: int = 0, gpu_type: str | None = None) -> SlurmNode:
+    return SlurmNode(name, state, frozenset(flags), ("gpu",), gpus, 0, gpu_type, 32, cpus_alloc, 256000, mem_alloc)
+
+
+def pending(job_id: str, *, gpus: int | None = None, per_node: int | None = None, nodes: int = 1,
+            comment: str = "compass", priority: int = 100, reason: str = "BeginTime", **kw) -> SlurmJob:
+    return SlurmJob(job_id, "alice", "PENDING", "gpu", num_nodes=nodes, gpus_per_job=gpus, gpus_per_node=per_node,
+                    comment=comment, priority=priority, reason=reason, memory_per_cpu_mb=1000, **kw)
+
+
+def running(job_id: str, alloc: dict[str, int], *, per_node: int | None = None, comment: str = "",
+            user: str = "bob") -> SlurmJob:
+    gpus_per_job = None if per_node else sum(alloc.values())
+    return SlurmJob(job_id, user, "RUNNING", "gpu", nodes=tuple(alloc), gpus_alloc=alloc, num_nodes=len(alloc),
+                    gpus_per_node=per_node, gpus_per_job=gpus_per_job, comment=comment)
+
+
+def cluster(nodes: list[SlurmNode], jobs: list[SlurmJob], reservations: tuple = ()) -> SlurmState:
+    part = SlurmPartition("gpu", tuple(n.name for n in nodes))
+    return SlurmState(tuple(nodes), tuple(jobs), (part,), reservations, "22.05.8", 1.0e9)
+
+
+def nodes(count: int, **kw) -> list[SlurmNode]:
+    return [node(f"n{i}", **kw) for i in range(1, count + 1)]
+
+
+def recorded(**override: str) -> CliBackend:
+    """The CLI backend answering from the recorded mixed-16x8 scenario; ``override`` replaces outputs by command."""
+    answers = json.loads((RECORDED / "commands.json").read_text())
+
+    def run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+        key = " ".join(argv)
+        if key in override:
+            return 0, override[key], ""
+        return (0, (RECORDED / answers[key]).read_text(), "") if key in answers else (1, "", f"not recorded: {key}")
+
+    return CliBackend(runner=run)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def compass(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from compass_slurm.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def daemon_for(state: SlurmState, tmp_path: Path, **config) -> tuple[Daemon, SnapshotBackend, Clock]:
+    backend = SnapshotBackend(state, out=None)
+    clock = Clock()
+    cfg = Config(anchors=str(tmp_path / "anchors"), **config)
+    return Daemon(cfg, backend, f"sqlite:///{tmp_path / 'log.db'}", clock=clock), backend, clock
+
+
+def update(job_id: str, nodes: str, count: int, gpus: int, gpu: str = "gpu") -> list[str]:
+    return ["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={nodes}", f"NumNodes={count}", "TresPerJob=",
+            f"TresPerNode=gres:{gpu}:{gpus}", "StartTime=now"]
+
+
+# -- placing ----------------------------------------------------------------------------------
+
+
+def test_managed_jobs_are_pinned_in_priority_order_with_exact_commands(tmp_path):
+    state = cluster(nodes(4), [
+        pending("11", gpus=1, priority=50),
+        pending("10", gpus=4, priority=90),
+        pending("12", per_node=8, nodes=2, priority=70),
+        pending("13", per_node=2, nodes=2, priority=60),
+        pending("14", gpus=2, comment="user note"),  # foreign: Slurm's own
+        SlurmJob("15", "carol", "PENDING", "gpu", comment="compass"),  # no GPUs: passes through
+    ])
+    daemon, backend, _ = daemon_for(state, tmp_path)
+    report = daemon.cycle()
+    assert [(d.job_id, d.request, d.gpus_per_node, d.action) for d in report.decisions] == [
+        ("10", "1x4", {"n1": 4}, "placed"),
+        ("12", "2x8", {"n2": 8, "n3": 8}, "placed"),
+        ("13", "2x2", {"n1": 2, "n4": 2}, "placed"),
+    ]  # 11 (1 GPU) finds no vacancy, pool or empty node under ABS: it waits, its lease renewed
+    assert backend.commands == [
+        update("10", "n1", 1, 4),
+        update("12", "n[2-3]", 2, 8),
+        update("13", "n[1,4]", 2, 2),
+        ["scontrol", "update", "JobId=11", "StartTime=now+60"],
+    ]
+    assert report.sample is not None and report.sample.queue_len == 5 and report.sample.pending_gpus == 27
+    with Store.open(daemon.db, create=False) as store:
+        logged = store.decisions()
+        assert [(d.job_id, d.nodes, d.policy, d.user) for d in logged] == [
+            ("10", ("n1",), "compass", "alice"), ("12", ("n2", "n3"), "compass", "alice"),
+            ("13", ("n1", "n4"), "compass", "alice"),
+        ]
+        assert logged[0].sif_before == 0.0 and logged[0].sif_after == 0.0  # one 4-GPU job: Phi* = 1, one partial
+        assert len(store.samples()) == 1
+
+
+def test_recorded_state_adopts_foreign_jobs_and_leaves_held_ones(tmp_path):
+    backend = DryRunBackend(recorded(), out=None)
+    daemon = Daemon(Config(anchors=str(tmp_path / "anchors")), backend, None)
+    report = daemon.cycle()
+    assert report.skipped is None
+    assert sorted(report.adopted) == ["1", "2", "3", "4", "6_1", "6_2", "7"]
+    view = {v.name: v for v in daemon.policy.view()}
+    assert sorted((p.job, p.gpus, p.pinned) for p in view["node01"].instances) == [
+        ("1", 2, True), ("2", 3, True), ("3", 3, False)]
+    assert not view["node10"].available and not view["node11"].available and not view["node12"].available
+    assert not view["node14"].available  # draining
+    assert report.decisions == [] and "5" not in daemon.policy.cluster.jobs  # no GPUs: not ours
+    assert backend.commands == []  # the held managed job 9 is not touched
+
+
+def test_a_managed_job_that_does_not_fit_keeps_its_lease_on_the_recorded_state(tmp_path):
+    # Job 10 (4 GPUs) requires node16, which a foreign 8-GPU job fills.
+    state = recorded().read_state()
+    state = replace(state, jobs=tuple(replace(j, comment="compass") if j.id == "10" else j for j in state.jobs))
+    daemon, backend, _ = daemon_for(state, tmp_path, lease=45)
+    report = daemon.cycle()
+    assert report.decisions == []
+    assert backend.commands == [["scontrol", "update", "JobId=10", "StartTime=now+45"]]
+    # Without the node requirement it is placed, on a newly opened node.
+    state = replace(state, jobs=tuple(replace(j, required_nodes=()) if j.id == "10" else j for j in state.jobs))
+    backend.state = state
+    report = daemon.cycle()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("10", {"node03": 4})]
+
+
+def test_unavailable_nodes_and_short_cpu_or_memory_are_never_chosen(tmp_path):
+    state = cluster(
+        [node("n1", state="down"), node("n2", flags=("DRAIN",)), node("n3", flags=("RESERVED",)),
+         node("n4", cpus_alloc=30), node("n5", mem_alloc=253000), node("n6", flags=("MAINTENANCE",)), node("n7"),
+         node("n8")],
+        [pending("20", gpus=2, cpus=4), pending("21", gpus=8, cpus=1)],
+        reservations=(SlurmReservation("r", ("n8",), "", "", True),),
+    )
+    daemon, backend, _ = daemon_for(state, tmp_path)
+    report = daemon.cycle()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("20", {"n7": 2}), ("21", {"n4": 8})]
+
+
+def test_typed_gpu_requests_only_go_to_that_type(tmp_path):
+    state = cluster([node("a1", gpu_type="v100"), node("b1", gpu_type="a100")],
+                    [pending("30", gpus=2, gpu_type="a100")])
+    daemon, backend, _ = daemon_for(state, tmp_path)
+    daemon.cycle()
+    assert backend.commands == [update("30", "b1", 1, 2, gpu="gpu:a100")]
+
+
+def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
+    state = cluster(nodes(2), [running("1", {"n1": 8}), running("2", {"n2": 4}), running("3", {"n2": 2}),
+                               pending("40", gpus=4), pending("41", gpus=8), pending("42", gpus=2)])
+    daemon, backend, clock = daemon_for(state, tmp_path, lease=60)
+    report = daemon.cycle()
+    assert [d.job_id for d in report.decisions] == ["42"]
+    assert backend.commands == [update("42", "n2", 1, 2),
+                                ["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
+    backend.state = replace(state, jobs=state.jobs[:3] + (running("42", {"n2": 2}, comment="compass"),) + state.jobs[3:5])
+    clock.now += 20
+    daemon.cycle()
+    assert len(backend.commands) == 2  # renewed at most every half lease
+    clock.now += 15
+    daemon.cycle()
+    assert backend.commands[2:] == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
+
+
+def test_lease_command_line_checks_ids():
+    assert lease_argv(["7", "8_1"], 90) == ["scontrol", "update", "JobId=7,8_1", "StartTime=now+90"]
+    with pytest.raises(SlurmError):
+        lease_argv(["7 Priority=1"], 90)
+
+
+def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
+    state = cluster(nodes(3), [pending("50", gpus=4)])
+    daemon, backend, clock = daemon_for(state, tmp_path)
+    daemon.cycle()
+    assert backend.commands == [update("50", "n1", 1, 4)]
+    # Still pending next cycle and n1 fine: nothing new.
+    clock.now += 10
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 1
+    # n1 drains before the job started: re-planned elsewhere.
+    backend.state = cluster([node("n1", flags=("DRAIN",)), node("n2"), node("n3")], [pending("50", gpus=4)])
+    clock.now += 10
+    report = daemon.cycle()
+    assert [(d.action, d.gpus_per_node) for d in report.decisions] == [("replanned", {"n2": 4})]
+    assert backend.commands[-1] == update("50", "n2", 1, 4)
+    # It runs where decided: verified, kept, nothing sent.
+    backend.state = cluster(nodes(3), [running("50", {"n2": 4}, comment="compass")])
+    report = daemon.cycle()
+    assert report.adopted == [] and report.decisions == [] and len(backend.commands) == 2
+    assert daemon.policy.cluster.jobs["50"].gpus == 4
+    # It ended: removed from the engine.
+    backend.state = cluster(nodes(3), [])
+    assert daemon.cycle().departed == ["50"] and daemon.policy.cluster.jobs == {}
+
+
+def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
+    class Refusing(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if "JobId=60" in argv:
+                raise SlurmCommandError(argv, "exit 1: Invalid job id specified")
+
+    state = cluster(nodes(2), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
+    daemon = Daemon(Config(anchors=""), Refusing(state, out=None), f"sqlite:///{tmp_path / 'log.db'}")
+    report = daemon.cycle()
+    assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [
+        ("60", "failed", {"n1": 8}), ("61", "placed", {"n1": 8})]
+    assert "Invalid job id specified" in report.decisions[0].reason
+    assert "60" not in daemon.policy.cluster.jobs
+    with Store.open(daemon.db, create=False) as store:
+        assert [d.action for d in store.decisions()] == ["failed", "placed"]
+
+
+# -- migrations -------------------------------------------------------------------------------
+
+
+def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
+    # A full pool node and a partial one; when most of n1's jobs end, Compact drains it into n2.
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, clock = daemon_for(cluster(nodes(3), jobs), tmp_path, migrations_per_hour=1)
+    daemon.cycle()
+    assert backend.commands == []
+    backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
+    report = daemon.cycle()
+    assert report.departed == ["1", "2", "3", "4", "5", "6"]
+    assert [(m.job_id, m.src, m.dst, m.status) for m in report.migrations] == [("7", "n1", "n2", "done")]
+    assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
+                                ["scontrol", "release", "7"]]
+    # The hour's budget is spent: job 8 waits.
+    backend.state = cluster(nodes(3), [replace(j, nodes=("n2",), gpus_alloc={"n2": 1}) if j.id == "7" else j
+                                       for j in jobs[6:]])
+    assert daemon.cycle().migrations == [] and len(backend.commands) == 3
+    clock.now += 3601
+    report = daemon.cycle()
+    assert [(m.job_id, m.dst) for m in report.migrations] == [("8", "n2")]
+    with Store.open(daemon.db, create=False) as store:
+        assert [(m.job_id, m.src, m.dst, m.status) for m in store.migrations()] == [
+            ("7", "n1", "n2", "done"), ("8", "n1", "n2", "done")]
+
+
+def test_pinned_jobs_never_migrate(tmp_path):
+    jobs = [running(str(i), {"n1": 1}, comment="compass") for i in range(1, 3)]
+    jobs += [running(str(i), {"n2": 1}) for i in range(3, 9)]
+    daemon, backend, _ = daemon_for(cluster(nodes(2), jobs), tmp_path)
+    report = daemon.cycle()
+    assert report.migrations == [] and backend.commands == []
+    assert report.sample.partial == 2
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def test_unparseable_slurm_output_skips_the_cycle_and_is_recorded(tmp_path):
+    backend = recorded(**{"squeue --json": '{"jobs": [{"job_id": "x"}]}'})
+    daemon = Daemon(Config(anchors=str(tmp_path / "anchors")), backend, f"sqlite:///{tmp_path / 'log.db'}")
+    report = daemon.cycle()
+    assert report.skipped is not None and "squeue --json" in report.skipped
+    assert daemon.policy is None and not (tmp_path / "anchors").exists()
+    with Store.open(daemon.db, create=False) as store:
+        errors = store.errors()
+        assert [e.kind for e in errors] == ["slurm"] and "squeue --json" in errors[0].message
+        assert store.samples() == []
+
+
+def test_a_broken_decision_log_does_not_stop_placement(tmp_path, caplog):
+    db = tmp_path / "log.db"
+    db.write_bytes(b"this is no database" * 100)
+    backend = SnapshotBackend(cluster(nodes(1), [pending("70", gpus=1)]), out=None)
+    daemon = Daemon(Config(anchors=""), backend, f"sqlite:///{db}")
+    daemon.cycle()
+    assert backend.commands == [update("70", "n1", 1, 1)]
+    assert daemon.store_errors == 1 and "DECISION LOG NOT WRITTEN" in caplog.text
+    backend.state = cluster(nodes(1), [pending("71", gpus=1)])
+    daemon.cycle()
+    assert backend.commands[-1] == update("71", "n1", 1, 1) and daemon.store_errors == 2
+
+
+def test_the_anchors_file_is_replaced_atomically_and_parses(tmp_path):
+    state = cluster(nodes(2), [running("1", {"n1": 3}), running("2", {"n1": 1})])
+    daemon, _, clock = daemon_for(state, tmp_path)
+    daemon.cycle()
+    text = (tmp_path / "anchors").read_text()
+    lines = text.splitlines()
+    assert lines[0] == f"# compass-anchors v1 generated={int(clock.now)} policy=compass cycle=1"
+    anchors = dict(line.split() for line in lines[1:])
+    assert list(anchors) == [str(g) for g in range(1, 9)]
+    assert anchors["4"] == "n1" and anchors["8"] == "n2"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".anchors")] == []
+    assert anchors_text(daemon.policy, 1, clock.now) == text
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def test_daemon_once_on_a_snapshot_prints_the_commands_and_logs_dry_run(tmp_path):
+    snap = tmp_path / "state.json"
+    save(cluster(nodes(3), [pending("80", per_node=8, nodes=2), pending("81", gpus=1)]), snap)
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    done = compass("daemon", "--snapshot", str(snap), "--once", "--db", db, "--policy", "best-fit")
+    assert done.returncode == 0, done.stderr
+    assert "dry-run job 80 (2x8, alice) on n1:8,n2:8" in done.stderr
+    assert done.stdout.splitlines() == [
+        "scontrol update JobId=80 ReqNodeList=n[1-2] NumNodes=2 TresPerJob= TresPerNode=gres:gpu:8 StartTime=now",
+        "scontrol update JobId=81 ReqNodeList=n3 NumNodes=1 TresPerJob= TresPerNode=gres:gpu:1 StartTime=now",
+    ]
+    listed = CliRunner().invoke(cli, ["decisions", "--json", "--db", db])
+    docs = json.loads(listed.stdout)
+    assert [(d["job_id"], d["action"], d["policy"], d["gpus_per_node"]) for d in docs] == [
+        ("80", "dry-run", "best-fit", {"n1": 8, "n2": 8}), ("81", "dry-run", "best-fit", {"n3": 1})]
+
+
+def test_daemon_bad_input_is_a_clear_error(tmp_path):
+    runner = CliRunner()
+    bad = tmp_path / "garbage.json"
+    bad.write_text("{nope")
+    done = runner.invoke(cli, ["daemon", "--snapshot", str(bad), "--once"])
+    assert done.exit_code == 2 and "not JSON" in done.stderr and "Traceback" not in done.output
+    done = runner.invoke(cli, ["daemon", "--policy", "nonesuch", "--once"])
+    assert done.exit_code == 2 and "unknown policy 'nonesuch'" in done.stderr
