@@ -19,8 +19,8 @@ caller, never from anything the caller says about itself: a user may only ask
 about or act on their own jobs (``require_owner``); root and the daemon's own
 uid may do anything.
 
-Imports are standard library only: the sbatch wrapper uses the client and must
-start fast.
+The sbatch wrapper uses the client and must start fast: standard library
+imports only, and the Slurm name checks only where the server needs them.
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from .slurm import names
-from .slurm.errors import SlurmNameError
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +105,9 @@ def require_owner(peer: Peer, owner: int | str, daemon_uid: int | None = None) -
 
 def validate(doc: Any, fields: Mapping[str, Mapping[str, type]]) -> dict[str, Any]:
     """The request if it is well formed: an object with a known ``op`` and exactly that op's fields."""
+    from .slurm import names  # here, not at the top: the wrapper imports this module for the client only
+    from .slurm.errors import SlurmNameError
+
     if not isinstance(doc, dict):
         raise RequestError("the request must be a JSON object")
     op = doc.get("op")
@@ -342,7 +342,7 @@ def request(path: str | os.PathLike, doc: Mapping[str, Any], timeout: float) -> 
             if len(data) > MAX_REQUEST:
                 raise ControlUnavailable("the answer is too large")
     except TimeoutError:
-        raise ControlUnavailable(f"no answer within {timeout:g} s") from None
+        raise ControlUnavailable(f"no answer within {timeout:.2g} s") from None
     except OSError as err:
         reason = os.strerror(err.errno) if err.errno else str(err)
         if err.errno in (errno.ENOENT, errno.ECONNREFUSED):

@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import Config
@@ -221,11 +221,17 @@ class Daemon:
     # -- decide and express ------------------------------------------------------------------
 
     def _decide(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> list[Migration]:
-        """Place the managed pending jobs that fit, in priority order; returns the migrations made on the way."""
+        """Place the managed pending jobs that fit, in priority order, then tell Slurm.
+
+        Slurm hears each job's place only after the whole pass, because Compact may still
+        move a job placed earlier in the same pass (e.g. pull it as a filler); those moves
+        cost no requeue and are not returned. Returns the other migrations made on the way.
+        """
         moves: list[Migration] = []
         for why in obs.skipped.items():
             log.debug("job %s left to Slurm: %s", *why)
         frag = _measure(policy)
+        fresh: list[tuple[Pending, Decision, str, Fragmentation | None, Fragmentation | None]] = []
         for p in obs.pending:
             action = "placed"
             if p.job.id in self.placed:
@@ -248,24 +254,28 @@ class Daemon:
             moves += decision.migrations
             moves += policy.compact()
             after = _measure(policy)
+            fresh.append((p, decision, action, frag, after))
+            frag = after
+        for p, decision, action, before, after in fresh:
+            nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
+            decision = replace(decision, nodes=nodes)
             failure = self._express(p, decision)
             if failure is not None:
                 policy.remove(p.job.id)
                 action, after = "failed", _measure(policy)
-            elif self.dry_run:
-                action = "dry-run"
-            if failure is None:
+            else:
                 self.placed[p.job.id] = _Placed(decision, p.job, now)
+                action = "dry-run" if self.dry_run else action
             record = DecisionRecord.of(
-                decision, p.job, policy.name, sif_before=_sif(frag), sif_after=_sif(after),
-                partial_before=_partial(frag), partial_after=_partial(after),
+                decision, p.job, policy.name, sif_before=_sif(before), sif_after=_sif(after),
+                partial_before=_partial(before), partial_after=_partial(after),
                 reason=failure or decision.rule, action=action,
             )
             report.decisions.append(record)
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", action, p.job.id, record.request, record.user,
                      _fmt(record.gpus_per_node), record.reason, _num(record.sif_before), _num(record.sif_after))
-            frag = after
-        return moves
+        placed_now = {p.job.id for p, *_ in fresh}
+        return [m for m in moves if m.job not in placed_now]
 
     def _stale(self, p: Pending, policy: Policy, now: float) -> str | None:
         """Why a placed-but-pending job must be re-planned, or None while its decision still holds."""

@@ -102,7 +102,6 @@ def _greedy_packing(counts: tuple[int, ...], capacity: int) -> tuple[int, int]:
         if left:
             per_bin = capacity // size
             full_bins, rest = divmod(left, per_bin)
-            bins += full_bins + (1 if rest else 0)
             gaps[capacity - per_bin * size] += full_bins
             if rest:
                 gaps[capacity - rest * size] += 1

@@ -62,7 +62,7 @@ def parse_events(lines: Iterable[str], max_gpus: int) -> Iterator[Event]:
         if not raw.strip():
             continue
         try:
-            doc = json.loads(raw)
+            doc = json.loads(raw.rstrip("\r\n"))  # so that a column points into the line
         except json.JSONDecodeError as err:
             raise EventError(number, f"malformed JSON ({err.msg} at column {err.colno})") from None
         if not isinstance(doc, dict):

@@ -273,6 +273,7 @@ def plots(report: Report) -> dict[str, bytes]:
         for label, values in series:
             ax.step(times, values, where="post", label=label, linestyle="--" if label == "2/N" else "-")
         ax.set_title(title)
+        ax.set_xlabel("time (UTC)")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left")
         fig.autofmt_xdate()

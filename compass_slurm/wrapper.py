@@ -26,17 +26,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import control
-from .config import ConfigError, load_config
 from .sbatch_args import (
     INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, environment_options, gpu_request, last,
     parse_command_line, parse_directives,
 )
-from .slurm import names
-from .slurm.errors import SlurmNameError
-from .slurm.state import marker_comment
 
 PROG = "compass-sbatch"
 #: the "submitted" notice is a courtesy (the lease starts the job anyway): never wait long for it
@@ -101,6 +97,9 @@ class _Sbatch:
 
 def job_id_from_output(line: bytes) -> str | None:
     """The job id in a line of sbatch's stdout (``Submitted batch job N`` or --parsable's ``N[;cluster]``)."""
+    from .slurm import names
+    from .slurm.errors import SlurmNameError
+
     match = _SUBMITTED.search(line) or _PARSABLE.fullmatch(line.strip())
     if not match:
         return None
@@ -110,12 +109,18 @@ def job_id_from_output(line: bytes) -> str | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Submit like sbatch would; returns sbatch's exit code."""
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None,
+         started: float | None = None) -> int:
+    """Submit like sbatch would; returns sbatch's exit code.
+
+    ``started`` (time.monotonic() when the process began) makes the time spent
+    starting up count against wrapper_timeout, so that the extra latency of a
+    hung daemon stays within it.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     sbatch = _Sbatch(env.get("COMPASS_SBATCH") or "sbatch")
-    submission = _Submission(args, env, sbatch)
+    submission = _Submission(args, env, sbatch, time.monotonic() if started is None else started)
     try:
         return submission.run()
     except Exception as err:  # a bug of ours must not cost the user their submission
@@ -126,7 +131,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 class _Submission:
-    def __init__(self, args: list[str], env: Mapping[str, str], sbatch: _Sbatch) -> None:
+    def __init__(self, args: list[str], env: Mapping[str, str], sbatch: _Sbatch, started: float) -> None:
+        self.started = started
         self.env = env
         self.sbatch = sbatch
         self.stdin: bytes | None = None
@@ -152,9 +158,15 @@ class _Submission:
                      or last(options, "begin") is not None or last(options, "clusters") is not None)
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
+        # imported only for GPU jobs, so that every other submission starts as fast as it can
+        from . import control
+        from .config import ConfigError, load_config
+        from .slurm.state import marker_comment
+
         try:
             config = load_config(environ=self.env)
-            reply = control.request(config.socket, {"op": "ping"}, config.wrapper_timeout)
+            left = config.wrapper_timeout - (time.monotonic() - self.started)
+            reply = control.request(config.socket, {"op": "ping"}, max(left, 0.0))
             if not reply["ok"]:
                 raise control.ControlUnavailable(f"it answered: {reply.get('error', 'an error')}")
         except (ConfigError, control.ControlUnavailable) as err:
@@ -176,6 +188,8 @@ class _Submission:
 
 
 def _notify(socket_path: str, job: str) -> None:
+    from . import control
+
     try:
         control.request(socket_path, {"op": "submitted", "job": job}, NOTIFY_TIMEOUT)
     except control.ControlUnavailable:

@@ -237,9 +237,9 @@ def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
     daemon = Daemon(Config(anchors=""), Refusing(state, out=None), f"sqlite:///{tmp_path / 'log.db'}")
     report = daemon.cycle()
     assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [
-        ("60", "failed", {"n1": 8}), ("61", "placed", {"n1": 8})]
+        ("60", "failed", {"n1": 8}), ("61", "placed", {"n2": 8})]
     assert "Invalid job id specified" in report.decisions[0].reason
-    assert "60" not in daemon.policy.cluster.jobs
+    assert "60" not in daemon.policy.cluster.jobs and daemon.policy.cluster.used == [0, 8]
     with Store.open(daemon.db, create=False) as store:
         assert [d.action for d in store.decisions()] == ["failed", "placed"]
 

@@ -51,7 +51,9 @@ def run_main(group: click.Group) -> None:
     from ..model import EngineError
 
     try:
-        group.main(standalone_mode=False)
+        # Without standalone mode click returns ctx.exit()'s code instead of exiting.
+        code = group.main(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.exceptions.Abort:

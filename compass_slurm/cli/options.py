@@ -11,7 +11,7 @@ from .common import UserError
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..slurm.backend import Backend
+    from ..slurm.state import SlurmState
     from ..store import Store
 
 CONFIG_HINT = "fix the value in the config file or the COMPASS_* variable (`compass config show` lists both)"
@@ -46,13 +46,12 @@ def open_log(url: str | None) -> Store:
     return Store.open(url or None, create=False)
 
 
-def read_slurm(snapshot: str | None) -> tuple[Backend, Any]:
-    """The backend and one read of its state; Slurm failures become a UserError with a hint."""
+def read_slurm(snapshot: str | None) -> SlurmState:
+    """One read of live Slurm, or of a snapshot; Slurm failures become a UserError with a hint."""
     from ..slurm import SlurmError, open_backend
 
     try:
-        backend = open_backend(snapshot=snapshot)
-        return backend, backend.read_state()
+        return open_backend(snapshot=snapshot).read_state()
     except SlurmError as err:
         hint = "record one with `compass snapshot save FILE`" if snapshot else SLURM_HINT
         raise UserError(str(err), hint=hint) from None

@@ -49,7 +49,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     from ..status import StatusError, build_status
 
     config = settings(db=db)
-    _, state = read_slurm(snapshot)
+    state = read_slurm(snapshot)
     try:
         status = build_status(state, partition, config.policy)
     except StatusError as err:

@@ -83,27 +83,30 @@ class AbsState:
         return sum(s.vacancy for s in self.slots[i])
 
     def refresh(self, i: int) -> None:
-        """Recompute node i's membership in every index from its contents."""
-        cap = self.c.capacity[i]
-        avail = self.c.available[i]
-        kind = self.kind(i)
-        self.empty[cap].discard(i)
-        if kind == "empty" and avail:
+        """Recompute node i's membership in every index from its contents (runs on every change)."""
+        c = self.c
+        cap = c.capacity[i]
+        avail = c.available[i]
+        slots, ones, extras = self.slots[i], self.ones[i], self.extras[i]
+        slotted = bool(slots or extras)
+        if avail and not slotted and not ones:
             self.empty[cap].add(i)
-        residue = self.residue_of(i) if kind == "slotted" else None
-        self.residue[cap].set(i, residue if avail and residue is not None and residue >= 0 else None)
-        self.pool_room[cap].set(i, cap - len(self.ones[i]) if avail and kind == "pool" else None)
+        else:
+            self.empty[cap].discard(i)
+        residue = self.residue_of(i) if avail and slotted else None
+        self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None)
+        self.pool_room[cap].set(i, cap - len(ones) if avail and ones and not slotted else None)
         # A vacancy is usable only while the node has raw GPUs free: a work-conserving
         # extra may sit in space that a slot's vacancy also claims.
-        if avail and self.c.used[i] < cap and any(s.vacancy > 0 for s in self.slots[i]):
+        if avail and slots and c.used[i] < cap and any(s.vacancy > 0 for s in slots):
             self.vacant.add(i)
         else:
             self.vacant.discard(i)
-        if kind == "slotted" and self.ones[i]:
+        if slotted and ones:
             self.orphaned.add(i)
         else:
             self.orphaned.discard(i)
-        if self.extras[i]:
+        if extras:
             self.foreign.add(i)
         else:
             self.foreign.discard(i)
@@ -173,12 +176,16 @@ class AbsState:
         buckets = self.residue[cap]
         out: list[int] = []
         for d in range(max(min_residue, 0), cap + 1):
-            out.extend(buckets.bucket(d))
+            bucket = buckets.bucket(d)
+            if bucket:  # most are empty; listing one sorts it (Compact calls this on every event)
+                out.extend(bucket)
         return out
 
     def partial_pools(self) -> list[int]:
         out: list[int] = []
         for cap, buckets in self.pool_room.items():
             for room in range(1, cap):
-                out.extend(buckets.bucket(room))
+                bucket = buckets.bucket(room)
+                if bucket:
+                    out.extend(bucket)
         return out

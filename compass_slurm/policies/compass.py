@@ -76,7 +76,8 @@ class Compass(Policy):
     # -- Place ---------------------------------------------------------------------------------
 
     def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
-        if not self._may_fit(job, allowed):
+        # A single instance that finds no spot is refused before anything changes: no pre-check needed.
+        if job.instances > 1 and not self._may_fit(job, allowed):
             return None
         c, a = self.cluster, self.abs
         c.register(job)
@@ -184,15 +185,16 @@ class Compass(Policy):
 
     def _undo_place(self, job_id: str, placed: int, pulls: list[Migration]) -> None:
         c, a = self.cluster, self.abs
+        # The job's own instances leave first: a later one may sit where a pulled filler came from.
+        for k in range(placed):
+            a.detach((job_id, k))
+            c.remove((job_id, k))
         for m in reversed(pulls):
             key = (m.job, m.instance)
             a.detach(key)
             src = c.index[m.src]
             c.move(key, src)
             a.add_one(src, key)
-        for k in range(placed):
-            a.detach((job_id, k))
-            c.remove((job_id, k))
         c.unregister(job_id)
 
     # -- Remove --------------------------------------------------------------------------------
@@ -238,6 +240,8 @@ class Compass(Policy):
             moves += self._restore_extras()
         moves += self._drain_pools()
         for cap in self.abs.empty:
+            if len(self.abs.partial_hosts(cap)) < 2:  # slot passes and repair need two hosts
+                continue
             for width in sorted((w for w in _movable_widths(cap)), reverse=True):
                 moves += self._drain_slots(cap, width)
             if self.repair:
@@ -563,6 +567,8 @@ def _net(moves: list[Migration]) -> tuple[Migration, ...]:
     Keeps each instance's first source and last destination, in first-move order,
     and drops round trips.
     """
+    if not moves:
+        return ()
     net: dict[InstanceKey, Migration] = {}
     for m in moves:
         first = net.get((m.job, m.instance), m)

@@ -56,8 +56,8 @@ def _expand_ranges(body: str, whole: str) -> list[str]:
         lo, hi = int(first), int(last)
         if hi < lo:
             raise HostlistError(f"hostlist {whole!r}: range {item!r} runs backwards")
-        if hi - lo + 1 > MAX_HOSTS:
-            raise HostlistError(f"hostlist {whole!r}: range {item!r} has more than {MAX_HOSTS} hosts")
+        if len(out) + hi - lo + 1 > MAX_HOSTS:
+            raise HostlistError(f"hostlist {whole!r}: [{body}] has more than {MAX_HOSTS} hosts")
         width = len(first) if first.startswith("0") or len(first) == len(last) else 0
         out.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
     return out
@@ -69,9 +69,10 @@ def _expand_one(pattern: str, whole: str) -> list[str]:
     while pos < len(pattern):
         if pattern[pos] == "[":
             end = pattern.index("]", pos)
-            names = [n + r for n in names for r in _expand_ranges(pattern[pos + 1 : end], whole)]
-            if len(names) > MAX_HOSTS:
+            ranges = _expand_ranges(pattern[pos + 1 : end], whole)
+            if len(names) * len(ranges) > MAX_HOSTS:  # check before building the product
                 raise HostlistError(f"hostlist {whole!r}: more than {MAX_HOSTS} hosts")
+            names = [n + r for n in names for r in ranges]
             pos = end + 1
         else:
             literal = _NAME_CHARS.match(pattern, pos).group(0)
@@ -92,6 +93,8 @@ def expand(text: str) -> list[str]:
         if not part:
             raise HostlistError(f"hostlist {text!r}: empty name between commas")
         names.extend(_expand_one(part, text))
+        if len(names) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {text!r}: more than {MAX_HOSTS} hosts")
     return names
 
 

@@ -463,6 +463,21 @@ def test_a_job_is_placed_all_or_nothing():
     assert set(pulls) == {Migration("p", 0, "n0", "n1"), Migration("p", 1, "n0", "n1")}
 
 
+@pytest.mark.parametrize("name", ["compass", "compass-wc"])
+def test_undo_puts_a_pulled_filler_back_even_where_a_later_instance_landed(name):
+    # n0: a 4-GPU slot and two orphans. The first 3-GPU instance opens n1 and pulls an orphan;
+    # compass-wc then puts the second (distinct) instance on n0's freed GPUs; the third fits
+    # nowhere, and the undo must free n0 before the orphan goes back.
+    policy = make_policy(name, cluster(2))
+    policy.adopt(Job("a", 1, 4), ["n0"])
+    policy.adopt(Job("o", 2, 1), ["n0", "n0"])
+    before = policy.view()
+    assert policy.place(Job("j", 3, 3, distinct_nodes=True)) is None
+    assert policy.view() == before
+    assert policy.orphans() == 2
+    policy.check()
+
+
 def test_a_refused_distinct_nodes_job_leaves_no_trace():
     policy = built("compass", 2, [one("a", 4, "n0")])
     before = policy.view()

@@ -54,8 +54,9 @@ def clear(call: Callable[[], Any], *errors: type[BaseException]) -> Any:
 
 
 def recorded(filename: str) -> list[str]:
-    """The text a command printed on the dev cluster, one entry per recorded scenario."""
-    return [(SLURM_DATA / scenario / filename).read_text() for scenario in SCENARIOS]
+    """The text a command printed on the dev cluster, one entry per scenario that recorded it."""
+    paths = [SLURM_DATA / scenario / filename for scenario in SCENARIOS]
+    return [path.read_text() for path in paths if path.exists()]
 
 
 # -- text mutations ---------------------------------------------------------------------------------

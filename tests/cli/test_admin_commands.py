@@ -1,0 +1,118 @@
+"""``compass doctor``, ``config show``, ``policies`` and the conventions every command keeps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import MIXED, invoke, json_of
+
+from compass_slurm.cli import COMMANDS
+from compass_slurm.store import Store
+
+COMPASS = Path(sys.executable).parent / "compass"
+READ_COMMANDS = [("status", "--snapshot", str(MIXED)), ("policies",), ("config", "show"), ("doctor",)]
+
+
+def test_doctor_without_slurm_fails_each_check_with_a_hint(monkeypatch, isolated: Path) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("COMPASS_SOCKET", str(isolated.parent / "no.sock"))
+    result = invoke("doctor", "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert doc["ok"] is False and doc["schema_version"] == 1
+    assert list(checks) == ["config file", "Slurm version", "backend", "--json support", "GPU usage source",
+                            "decision log", "daemon socket"]
+    assert checks["config file"]["ok"] is True  # the isolated config file exists
+    for name in ("Slurm version", "backend", "GPU usage source", "decision log", "daemon socket"):
+        assert checks[name]["ok"] is False and checks[name]["hint"], name
+    assert "cannot run" in checks["Slurm version"]["detail"]
+    assert "slurm-client" in checks["Slurm version"]["hint"]
+    assert "systemctl enable --now compass-daemon" in checks["daemon socket"]["hint"]
+    text = invoke("doctor")
+    assert text.exit_code == 1 and "FAIL Slurm version" in text.stdout and "fix: install the Slurm" in text.stdout
+
+
+def test_doctor_passes_the_log_check_with_a_database(tmp_path: Path, monkeypatch) -> None:
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    Store.open(url).close()
+    monkeypatch.setenv("COMPASS_DB", url)
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert checks["decision log"]["ok"] and "schema version 1" in checks["decision log"]["detail"]
+
+
+def test_doctor_missing_config_file(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("COMPASS_CONFIG", str(tmp_path / "absent.toml"))
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert not checks["config file"]["ok"] and "does not exist" in checks["config file"]["detail"]
+
+
+def test_config_show_names_each_source(isolated: Path, monkeypatch) -> None:
+    isolated.write_text('[compass]\npolicy = "compass-wc"\ninterval = 5\n')
+    monkeypatch.setenv("COMPASS_INTERVAL", "2.5")
+    settings = json_of("config", "show")["settings"]
+    assert settings["policy"] == {"value": "compass-wc", "source": str(isolated)}
+    assert settings["interval"] == {"value": 2.5, "source": "COMPASS_INTERVAL"}
+    assert settings["lease"] == {"value": 60.0, "source": "default"}
+    text = invoke("config", "show", env={"COLUMNS": "120"}).stdout
+    assert "compass-wc" in text and "COMPASS_INTERVAL" in text
+
+
+def test_config_show_bad_value_is_a_clear_error(isolated: Path) -> None:
+    isolated.write_text("[compass]\ninterval = -1\n")
+    result = invoke("config", "show")
+    assert result.exit_code == 2
+    assert "interval = -1" in result.stderr and "hint: " in result.stderr and "Traceback" not in result.output
+
+
+def test_the_shipped_example_config_loads() -> None:
+    etc = Path(__file__).resolve().parents[2] / "etc" / "config.toml"
+    settings = json_of("config", "show", "--config", str(etc))["settings"]
+    assert settings["policy"] == {"value": "compass", "source": str(etc)}
+
+
+def test_policies_lists_every_registered_policy() -> None:
+    from compass_slurm.policies.base import policy_names
+
+    doc = json_of("policies")
+    assert [p["name"] for p in doc["policies"]] == policy_names()
+    assert {"name": "compass", "summary": "COMPASS-ABS with repair: at most 2 partial nodes while WCC holds"} \
+        in doc["policies"]
+
+
+# `compass submit` is a drop-in for sbatch: its -h is sbatch's own, passed through.
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"submit"}))
+def test_every_command_has_short_help(name: str) -> None:
+    result = invoke(name, "-h")
+    assert result.exit_code == 0 and result.stdout.startswith("Usage: ")
+
+
+def test_subcommand_of_config_has_short_help() -> None:
+    assert invoke("config", "show", "-h").stdout.startswith("Usage: cli config show")  # CliRunner names it cli
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=lambda a: a[0])
+def test_every_read_command_prints_json_with_a_schema_version(args: tuple[str, ...]) -> None:
+    result = invoke(*args, "--json")
+    assert result.exit_code in (0, 1), result.output  # doctor exits 1 here: no Slurm, no daemon
+    assert json.loads(result.stdout)["schema_version"] == 1
+
+
+def test_help_does_not_load_heavy_libraries() -> None:
+    code = ("import sys; from compass_slurm.cli import cli; "
+            "sys.argv = ['compass', '-h']\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('rich', 'numpy', 'sqlalchemy', 'matplotlib', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_installed_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:
+    done = subprocess.run([str(COMPASS), "explain", "5", "--db", f"sqlite:///{tmp_path / 'no.db'}"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("compass: error: no decision log at")
+    assert "Traceback" not in done.stderr

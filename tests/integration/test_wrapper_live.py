@@ -1,0 +1,123 @@
+"""The real wrapper and the real sbatch on the dev cluster, with a ControlServer in a thread as the daemon."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compass_slurm.control import ControlServer, Peer
+
+pytestmark = pytest.mark.slurm
+
+WRAPPER = Path(__file__).resolve().parents[2] / "scripts" / "compass-sbatch"
+LEASE = 600
+
+
+class Daemon:
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def handlers(self) -> dict[str, Any]:
+        return {"ping": lambda doc, peer: {"policy": "compass", "cycle": 1}, "submitted": self.notify}
+
+    def notify(self, doc: dict[str, Any], peer: Peer) -> dict[str, Any]:
+        self.submitted.append(doc["job"])
+        return {}
+
+
+@pytest.fixture
+def wrapper_env(tmp_path: Path, dev_cluster: Any) -> dict[str, str]:
+    config = tmp_path / "compass.toml"
+    config.write_text(f'socket = "{tmp_path / "run" / "c.sock"}"\nlease = {LEASE}\n')
+    env = {**os.environ, "COMPASS_CONFIG": str(config)}
+    env.pop("COMPASS_SOCKET", None)
+    return env
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, wrapper_env: dict[str, str]) -> Iterator[Daemon]:
+    state = Daemon()
+    with ControlServer(tmp_path / "run" / "c.sock", state.handlers()):
+        yield state
+
+
+def submit(env: dict[str, str], slurm: Any, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, str(WRAPPER), *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    slurm.submitted.append(done.stdout.split()[-1].split(";")[0])
+    return done
+
+
+def fields(slurm: Any, job: str) -> dict[str, str]:
+    """scontrol's KEY=VALUE words (a value with spaces, such as the comment, is cut: read it with comment())."""
+    out = slurm.show(job)
+    return dict(word.split("=", 1) for word in out.split() if "=" in word)
+
+
+def comment(job: str) -> str:
+    return subprocess.run(["squeue", "--noheader", f"--jobs={job}", "--format=%k"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_gpu_job_through_a_running_daemon(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any) -> None:
+    done = submit(wrapper_env, slurm, "--migratable", "--comment=nightly", "--gpus-per-node=2", "-N", "1",
+                  "--output=/dev/null", "--wrap", "sleep 300")
+    job = slurm.submitted[-1]
+    assert done.stdout == f"Submitted batch job {job}\n"
+    assert done.stderr == ""
+    assert daemon.submitted == [job]
+    seen = fields(slurm, job)
+    assert comment(job) == "compass:migratable nightly"
+    assert seen["JobState"] == "PENDING" and seen["Reason"] == "BeginTime"
+    eligible = subprocess.run(["squeue", "--noheader", f"--jobs={job}", "--format=%S"], capture_output=True,
+                              text=True).stdout.strip()
+    lead = time.mktime(time.strptime(eligible, "%Y-%m-%dT%H:%M:%S")) - time.time()
+    assert LEASE - 30 < lead <= LEASE + 1
+
+
+def test_gpu_job_on_stdin_with_the_daemon_down(wrapper_env: dict[str, str], slurm: Any) -> None:
+    script = "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH --output=/dev/null\nsleep 300\n"
+    done = submit(wrapper_env, slurm, "--migratable", "--parsable", stdin=script)
+    job = slurm.submitted[-1]
+    assert done.stdout == f"{job}\n"
+    assert "daemon unavailable" in done.stderr and "submitted with plain sbatch" in done.stderr
+    slurm.wait(job, "RUNNING")
+    assert comment(job) == "(null)"
+    assert fields(slurm, job)["TresPerNode"] == "gres:gpu:1"
+
+
+def test_non_gpu_job_passes_through(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any) -> None:
+    done = submit(wrapper_env, slurm, "-c", "2", "--output=/dev/null", "--wrap", "sleep 300")
+    job = slurm.submitted[-1]
+    assert done.stderr == ""
+    assert daemon.submitted == []
+    slurm.wait(job, "RUNNING")
+    assert comment(job) == "(null)"
+
+
+def test_fifty_concurrent_submissions(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any) -> None:
+    name = f"wrap50-{os.getpid()}"
+    # 50 interpreters starting at once on a small machine can take longer than the 1 s default to reach the
+    # daemon; this test is about exactly-once through the daemon path, the fallback has its own tests
+    env = {**wrapper_env, "COMPASS_WRAPPER_TIMEOUT": "20"}
+    args = ["--gpus=1", f"--job-name={name}", "--output=/dev/null", "--parsable", "--wrap", "sleep 300"]
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        runs = list(pool.map(lambda _: subprocess.run([sys.executable, str(WRAPPER), *args], capture_output=True,
+                                                      text=True, env=env, timeout=120), range(50)))
+    ids = [run.stdout.strip() for run in runs]
+    slurm.submitted.extend(ids)
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs if run.returncode]
+    assert len(set(ids)) == 50
+    assert sorted(daemon.submitted) == sorted(ids)
+    listed = subprocess.run(["squeue", "--noheader", f"--name={name}", "--format=%i|%k"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert sorted(listed) == sorted(f"{job}|compass" for job in ids)
