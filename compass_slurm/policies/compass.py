@@ -14,11 +14,11 @@ sets ``migration_budget``, a move that would exceed it is not made.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from ..fragmentation import slot_width, slot_widths
-from ..index import MinSet
+from ..index import Buckets, MinSet
 from ..model import Decision, InstanceKey, Job, Migration
 from .abs_state import ANCHOR, EXTRA, FILLER, ONE, AbsState, Slot
 from .base import Policy, register
@@ -114,39 +114,23 @@ class Compass(Policy):
         a = self.abs
         caps = [cap for cap in a.empty if cap >= gpus]
         if gpus >= 2:
-            best: tuple[int, int] | None = None
-            for cap in caps:
-                width = slot_width(gpus, cap)
-                for d in range(width, cap + 1):
-                    i = _pick(a.residue[cap].bucket(d), allowed, exclude)
-                    if i is not None:
-                        if best is None or (d, i) < best:
-                            best = (d, i)
-                        break
-            if best is not None:
-                return best[1], "slot", None
-            for cap in caps:
-                i = _pick(a.empty[cap], allowed, exclude)
-                if i is not None:
-                    return i, "new-slot", None
+            # Best fit by residue: the smallest D(n) >= w*(g).
+            i = _best_fit(a.residue, caps, lambda cap: range(slot_width(gpus, cap), cap + 1), allowed, exclude)
+            if i is not None:
+                return i, "slot", None
+            i = _first_empty(a.empty, caps, allowed, exclude)
+            if i is not None:
+                return i, "new-slot", None
             return self._outside_abs(gpus, allowed, exclude)
         i = _pick(a.vacant, allowed, exclude)
         if i is not None:
             return i, "vacancy", next(s for s in a.slots[i] if s.vacancy > 0)
-        best = None
-        for cap in caps:
-            for room in range(1, cap):
-                i = _pick(a.pool_room[cap].bucket(room), allowed, exclude)
-                if i is not None:
-                    if best is None or (room, i) < best:
-                        best = (room, i)
-                    break
-        if best is not None:
-            return best[1], "pool", None
-        for cap in caps:
-            i = _pick(a.empty[cap], allowed, exclude)
-            if i is not None:
-                return i, "new-pool", None
+        i = _best_fit(a.pool_room, caps, lambda cap: range(1, cap), allowed, exclude)
+        if i is not None:
+            return i, "pool", None
+        i = _first_empty(a.empty, caps, allowed, exclude)
+        if i is not None:
+            return i, "new-pool", None
         return self._outside_abs(gpus, allowed, exclude)
 
     def _outside_abs(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
@@ -543,6 +527,36 @@ class CompassWorkConserving(Compass):
     name = "compass-wc"
     summary = "COMPASS plus a raw-fit fallback outside ABS that Compact later restores"
     work_conserving = True
+
+
+def _best_fit(
+    buckets: dict[int, Buckets],
+    caps: list[int],
+    keys: Callable[[int], range],
+    allowed: frozenset[int] | None,
+    exclude: set[int],
+) -> int | None:
+    """Over the capacity groups: the smallest key with a usable node, then the lowest index."""
+    best: tuple[int, int] | None = None
+    for cap in caps:
+        for key in keys(cap):
+            i = _pick(buckets[cap].bucket(key), allowed, exclude)
+            if i is not None:
+                if best is None or (key, i) < best:
+                    best = (key, i)
+                break
+    return None if best is None else best[1]
+
+
+def _first_empty(
+    empty: dict[int, MinSet], caps: list[int], allowed: frozenset[int] | None, exclude: set[int]
+) -> int | None:
+    """The lowest usable empty node of the smallest capacity that fits (bigger nodes stay whole)."""
+    for cap in caps:
+        i = _pick(empty[cap], allowed, exclude)
+        if i is not None:
+            return i
+    return None
 
 
 def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) -> int | None:
