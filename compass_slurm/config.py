@@ -102,6 +102,8 @@ def load_config(path: str | os.PathLike | None = None, flags: Mapping[str, Any] 
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read config file {file}: {err}") from None
         section = doc.get("compass", doc)
+        if not isinstance(section, dict):
+            raise ConfigError(f"{file}: 'compass' must be a table of settings, got {section!r}")
         for name, value in section.items():
             if name not in known:
                 raise ConfigError(f"unknown setting {name!r} in {file}; known: {', '.join(known)}")

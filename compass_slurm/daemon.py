@@ -17,6 +17,13 @@ refusing an update undoes the decision (action ``failed``). Compact's migrations
 only of jobs marked ``compass:migratable`` and within ``migrations_per_hour`` over
 a sliding hour, are requeues onto the new nodes.
 
+Jobs are placed in Slurm's priority order, each where it fits (no head-of-line
+blocking: without run-time estimates there is no safe backfill reservation). A
+job is told to Slurm only after the whole pass, since Compact may still move
+jobs placed earlier in the pass. The control socket's ``submitted`` wakes the
+loop for an early cycle (``Daemon.handlers()``); the Prometheus textfile
+(``metrics_textfile``) is rewritten every cycle.
+
 A cycle whose Slurm read fails or cannot be parsed is skipped and the error
 recorded: nothing is changed on a partial picture. A decision log that cannot be
 written is reported on stderr and counted; placement carries on.
@@ -39,12 +46,14 @@ import tempfile
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import Config
+from .control import Handler, Peer, RequestError, require_owner
 from .fragmentation import Fragmentation, measure
+from .metrics import Totals, write_textfile
 from .model import Decision, EngineError, Job, Migration, Node
 from .policies.base import Policy, make_policy
 from .slurm.backend import Backend
@@ -116,11 +125,16 @@ class Daemon:
         self.publish = publish and bool(config.anchors)
         self.policy: Policy | None = None
         self.placed: dict[str, _Placed] = {}
+        #: per running job, the allocation last found equal to the policy's (unchanged ones are not re-checked)
+        self.seen: dict[str, Mapping[str, int]] = {}
         self.leases: dict[str, float] = {}
         self.rate = RateLimit(config.migrations_per_hour)
         self.stale_after = max(30.0, 3 * config.interval)
         self.cycles = 0
         self.store_errors = 0
+        self.totals = Totals()
+        #: the latest translated Slurm state, for the control socket's questions
+        self.observation: Observation | None = None
         self.store: Store | None = None
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
@@ -155,12 +169,15 @@ class Daemon:
         try:
             obs = Translator(self.backend.read_state(), self.config.partitions).observe()
             if not obs.nodes:
-                raise SlurmError(f"no GPU nodes in the managed partitions ({', '.join(self.config.partitions) or 'all'})")
+                scope = ", ".join(self.config.partitions) or "all"
+                raise SlurmError(f"no GPU nodes in the managed partitions ({scope})")
         except SlurmError as err:
             report.skipped = str(err)
             report.error("slurm", f"cycle {self.cycles} skipped: {err}")
             self._record(report)
+            self._export_metrics(report)
             return report
+        self.observation = obs
         now = self.clock()
         policy, moves = self._sync(obs, report, now)
         moves += self._decide(obs, policy, report, now)
@@ -168,6 +185,7 @@ class Daemon:
         self._renew_leases(obs, report, now)
         report.sample = self._sample(obs, policy, report, time.monotonic() - started)
         self._record(report)
+        self._export_metrics(report)
         if self.publish:
             self._publish_anchors(policy, now)
         return report
@@ -182,6 +200,7 @@ class Daemon:
                 log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.placed.clear()
+            self.seen.clear()
         else:
             for node in obs.nodes:
                 if policy.cluster.available[policy.cluster.index[node.name]] != node.available:
@@ -194,10 +213,15 @@ class Daemon:
             if job_id in obs.running or (job_id in self.placed and job_id in pending):
                 continue
             self.placed.pop(job_id, None)
+            self.seen.pop(job_id, None)
             moves += policy.remove(job_id)
             report.departed.append(job_id)
+        changed = [r.engine() for job_id, r in obs.running.items()
+                   if job_id in self.placed or self.seen.get(job_id) != r.alloc]
         # Larger instances first, so adopted anchors get slots before 1-GPU instances fill nodes.
-        for job_id, (job, nodes) in sorted(obs.running.items(), key=lambda item: -item[1][0].gpus):
+        for job, nodes in sorted(changed, key=lambda jn: -jn[0].gpus):
+            job_id = job.id
+            self.seen[job_id] = obs.running[job_id].alloc
             if job_id in policy.cluster.jobs:
                 if _per_node(policy, job_id) == _counts(job, nodes):
                     self.placed.pop(job_id, None)
@@ -210,6 +234,7 @@ class Daemon:
             try:
                 policy.adopt(job, nodes)
             except EngineError as err:
+                del self.seen[job_id]
                 report.error("adopt", f"job {job_id}: {err}")
                 continue
             report.adopted.append(job_id)
@@ -232,29 +257,39 @@ class Daemon:
             log.debug("job %s left to Slurm: %s", *why)
         frag = _measure(policy)
         fresh: list[tuple[Pending, Decision, str, Fragmentation | None, Fragmentation | None]] = []
+        # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing.
+        replanned = set()
         for p in obs.pending:
-            action = "placed"
-            if p.job.id in self.placed:
-                stale = self._stale(p, policy, now)
-                if stale is None:
-                    continue
+            stale = self._stale(p, policy, now) if p.job.id in self.placed else None
+            if stale is not None:
                 policy.remove(p.job.id)
                 del self.placed[p.job.id]
-                action = "replanned"
+                replanned.add(p.job.id)
                 log.info("job %s: re-planning, %s", p.job.id, stale)
-            elif p.job.id in policy.cluster.jobs:
+        # Shapes that found no place since the last placement: placing nothing changes nothing,
+        # so the same shape fails again (a long blocked queue costs one attempt per shape).
+        blocked: set[tuple] = set()
+        for p in obs.pending:
+            if p.job.id in policy.cluster.jobs:
+                continue
+            shape = (p.job.instances, p.job.gpus, p.job.distinct_nodes, p.eligible)
+            if shape in blocked:
                 continue
             try:
                 decision = policy.place(p.job, p.eligible)
             except EngineError as err:
-                report.error("engine", f"job {p.job.id}: {err}")
-                continue
+                # The engine may be left half-changed: rebuild it from Slurm next cycle.
+                report.error("engine", f"job {p.job.id}: {err}; rebuilding the engine state next cycle")
+                self.policy = None
+                break
             if decision is None:
+                blocked.add(shape)
                 continue
+            blocked.clear()
             moves += decision.migrations
             moves += policy.compact()
             after = _measure(policy)
-            fresh.append((p, decision, action, frag, after))
+            fresh.append((p, decision, "replanned" if p.job.id in replanned else "placed", frag, after))
             frag = after
         for p, decision, action, before, after in fresh:
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
@@ -318,7 +353,7 @@ class Daemon:
         for job_id, job_moves in by_job.items():
             target = _per_node(policy, job_id)
             running = obs.running.get(job_id)
-            if running is not None and _counts(*running) == target:
+            if running is not None and dict(running.alloc) == target:
                 continue  # moved and moved back within the cycle
             status, reason = "done", "compact"
             try:
@@ -338,10 +373,20 @@ class Daemon:
             except SlurmError as err:
                 status, reason = "failed", f"compact; Slurm refused: {err}"
                 report.error("migration", f"job {job_id}: {err}")
+                self.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
+                if job_id not in self.placed:
+                    self._release(job_id)
             self.rate.spend(now, len(job_moves))
             for m in job_moves:
                 report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
             log.info("migrated job %s to %s: %s", job_id, _fmt(target), status)
+
+    def _release(self, job_id: str) -> None:
+        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly)."""
+        try:
+            self.backend.release(job_id)
+        except SlurmError as err:
+            log.debug("release of job %s after a failed migration: %s", job_id, err)
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -352,7 +397,7 @@ class Daemon:
         self.leases = {j: t for j, t in self.leases.items() if j in waiting}
         if lease < 1:
             return
-        due = [j for j in sorted(waiting, key=id_order) if j not in self.leases or now - self.leases[j] >= lease / 2]
+        due = sorted((j for j in waiting if j not in self.leases or now - self.leases[j] >= lease / 2), key=id_order)
         for start in range(0, len(due), LEASE_BATCH):
             batch = due[start:start + LEASE_BATCH]
             try:
@@ -397,6 +442,46 @@ class Daemon:
             self.store_errors += 1
             log.error("DECISION LOG NOT WRITTEN (%d failures so far): %s%s", self.store_errors, err.message,
                       f"; hint: {err.hint}" if err.hint else "")
+
+    def _export_metrics(self, report: CycleReport) -> None:
+        failed = sum(1 for m in report.migrations if m.status == "failed")
+        self.totals = self.totals.plus(len(report.decisions), len(report.migrations), failed, len(report.errors))
+        if not self.config.metrics_textfile:
+            return
+        try:
+            write_textfile(self.config.metrics_textfile, report.sample, self.totals, self.clock())
+        except OSError as err:
+            log.error("cannot write metrics to %s: %s", self.config.metrics_textfile, err)
+
+    # -- the control socket's questions ------------------------------------------------------
+
+    def handlers(self) -> dict[str, Handler]:
+        """Answers for compass_slurm.control.ControlServer: ping, submitted (wakes a cycle), job."""
+        return {
+            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles},
+            "submitted": self._submitted,
+            "job": self._job_status,
+        }
+
+    def _submitted(self, doc: dict, peer: Peer) -> dict:
+        self.poke()
+        return {"cycle": self.cycles}
+
+    def _job_status(self, doc: dict, peer: Peer) -> dict:
+        obs, job_id = self.observation, doc["job"]
+        slurm = obs.slurm_jobs.get(job_id) if obs is not None else None
+        if slurm is None:
+            raise RequestError(f"job {job_id} is not a GPU job the daemon manages or has seen running")
+        require_owner(peer, slurm.user)
+        if job_id in obs.running:
+            return {"job": job_id, "state": "running", "gpus_per_node": dict(obs.running[job_id].alloc)}
+        placed = self.placed.get(job_id)
+        if placed is not None:
+            return {"job": job_id, "state": "placed", "gpus_per_node": placed.decision.gpus_per_node(),
+                    "rule": placed.decision.rule}
+        if job_id in obs.skipped:
+            return {"job": job_id, "state": "left to Slurm", "reason": obs.skipped[job_id]}
+        return {"job": job_id, "state": "waiting", "reason": "no place for it yet; its lease is renewed"}
 
     def _publish_anchors(self, policy: Policy, now: float) -> None:
         try:

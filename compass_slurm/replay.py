@@ -65,13 +65,15 @@ def parse_events(lines: Iterable[str], max_gpus: int) -> Iterator[Event]:
             doc = json.loads(raw.rstrip("\r\n"))  # so that a column points into the line
         except json.JSONDecodeError as err:
             raise EventError(number, f"malformed JSON ({err.msg} at column {err.colno})") from None
+        except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep
+            raise EventError(number, f"unreadable JSON ({err})") from None
         if not isinstance(doc, dict):
             raise EventError(number, "an event must be a JSON object")
         missing = [name for name in ("t", "event", "job") if name not in doc]
         if missing:
             raise EventError(number, f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
         t = doc.get("t")
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not abs(t) < 1e300:  # NaN, inf, 10**400
             raise EventError(number, f"'t' must be a number, got {t!r}")
         job_id = doc.get("job")
         if not isinstance(job_id, str) or not job_id:

@@ -167,7 +167,7 @@ def adopt(translator: Translator, policy: str) -> Policy:
     PrivateData=jobs, are adopted as pinned placeholders so the counts match Slurm's.
     """
     engine = make_policy(policy, translator.nodes)
-    running = list(translator.observe().running.values())
+    running = [r.engine() for r in translator.observe().running.values()]
     explained: Counter[str] = Counter()
     for job, nodes in running:
         for name in nodes:

@@ -97,6 +97,18 @@ def id_order(job_id: str) -> tuple[int, str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Running:
+    """The GPUs a job holds on the engine's nodes; ``engine()`` makes instances of them (on demand: it costs)."""
+
+    slurm: SlurmJob
+    alloc: Mapping[str, int]
+    capacity: int
+
+    def engine(self) -> tuple[Job, tuple[str, ...]]:
+        return observed(self.slurm, self.alloc, self.capacity)
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """A managed pending GPU job the daemon may place."""
 
@@ -110,12 +122,12 @@ class Observation:
     """One SlurmState, translated. ``skipped`` says why managed jobs are left to Slurm."""
 
     nodes: tuple[Node, ...]
-    running: dict[str, tuple[Job, tuple[str, ...]]] = field(default_factory=dict)
+    running: dict[str, Running] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     queue_len: int = 0
     pending_gpus: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-    #: the Slurm job behind every engine job above, for gpu types and user names
+    #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
 
 
@@ -132,6 +144,8 @@ class Translator:
         self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved)) for n in self.slurm_nodes.values())
         self.available = frozenset(n.name for n in self.nodes if n.available)
         self._eligible: dict[tuple, Eligible] = {}
+        self._capacities: dict[str, int] = {}
+        self._managed_partitions: dict[str, list[str]] = {}
 
     def observe(self) -> Observation:
         out = Observation(self.nodes)
@@ -148,9 +162,10 @@ class Translator:
                 continue
             alloc = {n: c for n, c in job.gpus_alloc.items() if n in self.slurm_nodes}
             if alloc and job.state in HOLDING_STATES:
-                out.running[job.id] = observed(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
+                out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
                 out.slurm_jobs[job.id] = job
         for job in priority_order(pending):
+            out.slurm_jobs[job.id] = job
             why = self._unmanageable(job)
             if why is not None:
                 out.skipped[job.id] = why
@@ -160,16 +175,23 @@ class Translator:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
                 continue
             out.pending.append(Pending(job, engine_job(job, req), self.eligible(job, req)))
-            out.slurm_jobs[job.id] = job
         return out
 
     def _partitions_of(self, job: SlurmJob) -> list[str]:
-        return [p for p in job.partition.split(",") if p in self.partitions]
+        """The job's partitions that the daemon manages (cached per partition list)."""
+        found = self._managed_partitions.get(job.partition)
+        if found is None:
+            found = [p for p in job.partition.split(",") if p in self.partitions]
+            self._managed_partitions[job.partition] = found
+        return found
 
     def _capacity(self, job: SlurmJob) -> int:
-        caps = [self.slurm_nodes[n].gpus for p in self._partitions_of(job) for n in self.partitions[p]
-                if n in self.slurm_nodes]
-        return max(caps, default=0)
+        """G for the job: the largest GPU node of its partitions (cached per partition list)."""
+        if job.partition not in self._capacities:
+            caps = [self.slurm_nodes[n].gpus for p in self._partitions_of(job) for n in self.partitions[p]
+                    if n in self.slurm_nodes]
+            self._capacities[job.partition] = max(caps, default=0)
+        return self._capacities[job.partition]
 
     def _unmanageable(self, job: SlurmJob) -> str | None:
         if job.held:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from compass_slurm.cli import cli
+from compass_slurm import translate
 from compass_slurm.config import Config
+from compass_slurm.control import ControlServer, request
 from compass_slurm.daemon import Daemon, anchors_text
 from compass_slurm.slurm.backend import DryRunBackend, lease_argv
 from compass_slurm.slurm.cli import CliBackend
@@ -20,6 +25,7 @@ from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from compass_slurm.store import Store
+from compass_slurm.translate import Request
 
 RECORDED = Path(__file__).resolve().parent / "data" / "slurm" / "mixed-16x8"
 
@@ -75,9 +81,11 @@ class Clock:
         return self.now
 
 
+COMPASS = [sys.executable, "-c", "from compass_slurm.cli import main; main()"]
+
+
 def compass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from compass_slurm.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run([*COMPASS, *args], capture_output=True, text=True, timeout=60)
 
 
 def daemon_for(state: SlurmState, tmp_path: Path, **config) -> tuple[Daemon, SnapshotBackend, Clock]:
@@ -187,7 +195,8 @@ def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
     assert [d.job_id for d in report.decisions] == ["42"]
     assert backend.commands == [update("42", "n2", 1, 2),
                                 ["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
-    backend.state = replace(state, jobs=state.jobs[:3] + (running("42", {"n2": 2}, comment="compass"),) + state.jobs[3:5])
+    started = running("42", {"n2": 2}, comment="compass")
+    backend.state = replace(state, jobs=state.jobs[:3] + (started,) + state.jobs[3:5])
     clock.now += 20
     daemon.cycle()
     assert len(backend.commands) == 2  # renewed at most every half lease
@@ -351,3 +360,89 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
     assert done.exit_code == 2 and "not JSON" in done.stderr and "Traceback" not in done.output
     done = runner.invoke(cli, ["daemon", "--policy", "nonesuch", "--once"])
     assert done.exit_code == 2 and "unknown policy 'nonesuch'" in done.stderr
+
+
+# -- the loop, the control socket, signals ----------------------------------------------------
+
+
+def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
+    state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=12)])
+    daemon, backend, _ = daemon_for(state, tmp_path, metrics_textfile=str(tmp_path / "compass.prom"))
+    path = tmp_path / "run" / "compass.sock"
+    with ControlServer(path, daemon.handlers()):
+        loop = threading.Thread(target=daemon.run, args=(60.0,))
+        loop.start()
+        try:
+            deadline = time.monotonic() + 10
+            while daemon.cycles < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert request(path, {"op": "submitted", "job": "90"}, 2.0) == {"ok": True, "cycle": 1}
+            while daemon.cycles < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert daemon.cycles == 2  # woken long before the 60 s interval
+            assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": "compass", "cycle": 2}
+            assert request(path, {"op": "job", "job": "90"}, 2.0) == {
+                "ok": True, "job": "90", "state": "placed", "gpus_per_node": {"n1": 2},
+                "rule": "anchor slot on a newly opened node"}
+            assert request(path, {"op": "job", "job": "91"}, 2.0)["state"] == "left to Slurm"
+        finally:
+            daemon.shutdown()
+            loop.join(10)
+    assert not loop.is_alive()
+    metrics = (tmp_path / "compass.prom").read_text()
+    assert "compass_cycles_total 2" in metrics and "compass_decisions_total 1" in metrics
+
+
+def test_sigterm_stops_the_daemon_cleanly(tmp_path):
+    snap = tmp_path / "state.json"
+    save(cluster(nodes(2), [pending("95", gpus=1)]), snap)
+    proc = subprocess.Popen([*COMPASS, "daemon", "--snapshot", str(snap), "--interval", "0.2", "--db",
+                             f"sqlite:///{tmp_path / 'log.db'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "stopped after" in err and "Traceback" not in err
+    assert out.splitlines()[0].startswith("scontrol update JobId=95 ReqNodeList=n1")
+    with Store.open(f"sqlite:///{tmp_path / 'log.db'}", create=False) as store:
+        assert len(store.samples()) >= 3
+
+
+def test_a_migration_refused_half_way_releases_the_job(tmp_path):
+    class RefusingUpdates(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if argv[1] == "update":
+                raise SlurmCommandError(argv, "exit 1: Invalid node name specified")
+
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    backend = RefusingUpdates(cluster(nodes(3), jobs), out=None)
+    daemon = Daemon(Config(anchors="", migrations_per_hour=1), backend, None)
+    daemon.cycle()
+    backend.state = cluster(nodes(3), jobs[6:])
+    report = daemon.cycle()
+    assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
+                                ["scontrol", "release", "7"]]
+    assert [e.kind for e in report.errors] == ["migration"]
+    # Next cycle Slurm still shows it on n1: the engine follows Slurm again.
+    daemon.cycle()
+    assert {v.name: v.used for v in daemon.policy.view()}["n1"] == 2
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({"gpus_per_job": 3}, Request(1, 3, False)),  # --gpus=3
+    ({"gpus_per_node": 8, "num_nodes": 2}, Request(2, 8, False)),  # --nodes=2 --gpus-per-node=8
+    ({"gpus_per_node": 2, "num_nodes": 3}, Request(3, 2, True)),  # fixed node count, less than a node each
+    ({"gpus_per_job": 16, "num_nodes": 2}, Request(2, 8, False)),  # --gpus=16 (Slurm counts 2 nodes)
+    ({"gpus_per_job": 24}, Request(3, 8, False)),  # a multiple of G without a node count
+    ({"gpus_per_job": 4, "num_nodes": 2}, Request(2, 2, True)),  # --nodes=2 --gpus=4
+    ({"gpus_per_task": 1, "tasks": 2}, Request(1, 2, False)),  # --ntasks=2 --gpus-per-task=1
+    ({"gpus_per_job": 12}, None),  # not w equal instances: left to Slurm
+    ({"gpus_per_node": 9}, None),  # larger than any node
+    ({}, None),  # no GPUs
+])
+def test_slurm_requests_map_to_instances(kw, expected):
+    assert translate.request(SlurmJob("1", "u", "PENDING", "gpu", **kw), 8) == expected

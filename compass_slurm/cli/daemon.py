@@ -19,7 +19,7 @@ LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 @click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it had to be skipped).")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
 @click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the system log.")
-@click.option("--policy", metavar="NAME", help="Placement policy (see `compass simulate --help`).")
+@click.option("--policy", metavar="NAME", help="Placement policy (see `compass policies`).")
 @click.option("--snapshot", metavar="FILE", help="Read a saved Slurm state instead of Slurm (implies a dry run).")
 @click.option("-v", "--verbose", is_flag=True, help="Also log why managed jobs are left to Slurm.")
 def command(config_file: str | None, interval: float | None, once: bool, dry_run: bool, db: str | None,
@@ -30,6 +30,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     Logs go to stderr, one line per decision.
     """
     from ..config import ConfigError, load_config
+    from ..control import ControlError, ControlServer
     from ..daemon import Daemon
     from ..model import EngineError
     from ..policies.base import policy_class
@@ -56,8 +57,19 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
         sys.exit(1 if report.skipped else 0)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.shutdown())
-    logging.getLogger("compass.daemon").info(
-        "started: policy %s, every %g s, backend %s, log %s", config.policy, config.interval, backend.name,
-        daemon.db)
-    daemon.run(config.interval)
-    logging.getLogger("compass.daemon").info("stopped after %d cycles", daemon.cycles)
+    log = logging.getLogger("compass.daemon")
+    server = None
+    if not simulated:  # a dry run must not take the live daemon's socket
+        try:
+            server = ControlServer(config.socket, daemon.handlers())
+            server.start()
+        except ControlError as err:
+            raise UserError(str(err), hint="set `socket` in the config or COMPASS_SOCKET") from None
+    log.info("started: policy %s, every %g s, backend %s, log %s, socket %s", config.policy, config.interval,
+             backend.name, daemon.db, config.socket if server else "none")
+    try:
+        daemon.run(config.interval)
+    finally:
+        if server is not None:
+            server.stop()
+    log.info("stopped after %d cycles", daemon.cycles)

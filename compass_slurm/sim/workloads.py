@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -86,8 +86,9 @@ def load(path: str | Path, *, skip_bad: bool = False, cluster: str | None = None
 
 
 def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluster: str | None = None) -> Trace:
-    reader = csv.reader(io.StringIO(text))
-    header = [h.strip() for h in next(reader, [])]
+    reader = csv.reader(io.StringIO(text, newline=""))  # newline="": csv itself reads \r, \n and \r\n ends
+    rows = _rows(reader, name)
+    header = [h.strip() for h in next(rows, [])]
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise TraceError(f"{name}: line 1: missing column(s) {', '.join(missing)} (need {', '.join(REQUIRED)})")
@@ -97,7 +98,7 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
     width = max(col[c] for c in REQUIRED) + 1
     records: list[TraceRecord] = []
     skipped: list[str] = []
-    for row in reader:
+    for row in rows:
         line = reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
@@ -119,6 +120,14 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
         except ValueError as err:
             _bad(name, line, err, skip_bad, skipped)
     return _finish(records, skipped)
+
+
+def _rows(reader: Iterator[list[str]], name: str) -> Iterator[list[str]]:
+    """The reader's rows; what csv cannot split (e.g. a field past its size limit) is a TraceError."""
+    try:
+        yield from reader
+    except csv.Error as err:
+        raise TraceError(f"{name}: line {reader.line_num}: {err}") from None
 
 
 def _text(value: str, column: str) -> str:
@@ -220,8 +229,10 @@ _NOT_A_TIME = {"Unknown", "None", ""}
 
 def _timestamp(value: str, field: str) -> datetime:
     try:
-        return datetime.fromisoformat(value.strip())
-    except ValueError:
+        stamp = datetime.fromisoformat(value.strip())
+        # sacct prints local times; one with a UTC offset is made local too, so that the two can be subtracted
+        return stamp.astimezone().replace(tzinfo=None) if stamp.tzinfo else stamp
+    except (ValueError, OverflowError):
         raise ValueError(f"{field} {value!r} is not a date-time") from None
 
 

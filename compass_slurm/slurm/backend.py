@@ -124,8 +124,9 @@ class Backend(ABC):
     def place(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
               gpu_type: str | None = None) -> None:
         """Pin a pending job to ``nodes`` and let it start: hold, update, release."""
+        update = update_argv(job_id, nodes, gpus_per_node, gpu_type)  # check before acting: never leave it held
         self.hold(job_id)
-        self.set_nodes(job_id, nodes, gpus_per_node, gpu_type)
+        self.scontrol(update)
         self.release(job_id)
 
     def migrate(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,

@@ -8,6 +8,7 @@ lists. Anything else unexpected raises SlurmParseError naming the field.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,9 +25,14 @@ def load(text: str, command: str) -> Mapping[str, Any]:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise SlurmParseError(f"{command}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep
+        raise SlurmParseError(f"{command}: unreadable JSON ({err})") from None
     if not isinstance(doc, Mapping):
         raise SlurmParseError(f"{command}: expected a JSON object, got {type(doc).__name__}")
-    errors = [e for e in doc.get("errors") or () if e]
+    errors = doc.get("errors") or []
+    if not isinstance(errors, list):
+        raise SlurmParseError(f"{command}: field 'errors' is not a list: {errors!r}")
+    errors = [e for e in errors if e]
     if errors:
         raise SlurmParseError(f"{command}: Slurm reported errors: {errors}")
     return doc
@@ -64,7 +70,8 @@ class _Fields:
             value = value.get("number") if value.get("set", True) and not value.get("infinite") else None
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        finite = not isinstance(value, float) or math.isfinite(value)  # json.loads reads NaN and Infinity
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite:
             raise SlurmParseError(f"{self.what}: field {key!r} is not a number: {value!r}")
         return int(value)
 

@@ -51,7 +51,7 @@ class Record:
             return default
         # NumNodes=1-2 on a pending job: the lower bound is what it needs
         head = text.split("-")[0].split(":")[0]
-        if not head.isdigit():
+        if not head.isdecimal():  # isdigit() also passes '²', which int() refuses
             raise SlurmParseError(f"{self.what}: field {key!r} is not a number: {text!r}")
         return int(head)
 

@@ -49,7 +49,10 @@ def memory_mb(text: str, what: str) -> int:
     match = _MEMORY.fullmatch(text.strip())
     if not match:
         raise SlurmParseError(f"{what}: not a memory size: {text!r}")
-    return int(float(match.group(1)) * _MB_PER[match.group(2).upper()])
+    size = float(match.group(1)) * _MB_PER[match.group(2).upper()]
+    if size == float("inf"):  # hundreds of digits: past float's range
+        raise SlurmParseError(f"{what}: memory size out of range: {text[:40]!r}")
+    return int(size)
 
 
 def held(reason: str) -> bool:

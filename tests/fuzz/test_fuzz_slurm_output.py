@@ -11,7 +11,8 @@ import json
 import re
 from typing import Any
 
-from fuzzing import clear, garbage, json_values, mutated_json, mutated_text, recorded, target
+import pytest
+from fuzzing import CASES, NASTY, clear, garbage, json_values, mutated_json, mutated_text, recorded, target
 from hypothesis import strategies as st
 
 from compass_slurm.slurm import parse_json, parse_text
@@ -54,6 +55,53 @@ for _command in TEXT_PARSERS:
     _text_target(_command)
 for _command in JSON_PARSERS:
     _json_target(_command)
+
+
+# -- every field of a record, every nasty value: the rare combinations random mutation would miss ----
+
+_FIELD = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=(\S*)")
+JSON_NASTY = ("NaN", "Infinity", "1e400", "-1", "1.5", "9" * 400, '""', '"²"', '"9999M"', "[]", "[[]]", "{}",
+              '{"set": true, "number": "x"}', '{"number": NaN}', "true", "null", '"a,b"', '"node[1-"', '"gpu:x:y"')
+
+
+def _text_sweep(command: str) -> None:
+    filename, parse = TEXT_PARSERS[command]
+
+    @pytest.mark.fuzz(parser=command)
+    def test() -> None:
+        for text in recorded(filename):
+            line = text.splitlines()[0]
+            for field in _FIELD.finditer(line):
+                for value in NASTY:
+                    CASES[command] += 1
+                    changed = f"{line[: field.start()]}{field.group(1)}={value}{line[field.end() :]}"
+                    clear(lambda: parse(changed), SlurmParseError, case=f"{field.group(1)}={value}")
+
+    globals()[f"test_every_field_of_{filename.replace('.', '_')}_with_nasty_values"] = test
+
+
+def _json_sweep(command: str) -> None:
+    filename, parse = JSON_PARSERS[command]
+
+    @pytest.mark.fuzz(parser=command)
+    def test() -> None:
+        for text in recorded(filename):
+            doc = json.loads(text)
+            entries = next(key for key in ("nodes", "jobs") if key in doc)
+            first = doc[entries][0]
+            for key in first:
+                for value in JSON_NASTY:
+                    CASES[command] += 1
+                    changed = json.dumps({entries: [{**first, key: "@"}]}).replace('"@"', value)
+                    clear(lambda: parse(parse_json.load(changed, command)), SlurmParseError, case=f"{key}: {value}")
+
+    globals()[f"test_every_field_of_{filename.replace('.', '_')}_with_nasty_values"] = test
+
+
+for _command in TEXT_PARSERS:
+    _text_sweep(_command)
+for _command in JSON_PARSERS:
+    _json_sweep(_command)
 
 
 # -- fields a newer Slurm adds change nothing ---------------------------------------------------------
@@ -109,24 +157,29 @@ def test_job_state_answer_is_a_word_or_none(code, text):
 _STATE_FIELDS = {"state", "job_state"}
 
 
-def _respell(obj: Any, choose: st.DrawFn) -> Any:
-    """The same document as a later openapi version might print it, respelling each field or not."""
+def _keys(obj: Any) -> set[str]:
     if isinstance(obj, list):
-        return [_respell(v, choose) for v in obj]
+        return set().union(*map(_keys, obj))
+    return set(obj).union(*map(_keys, obj.values())) if isinstance(obj, dict) else set()
+
+
+def _respell(obj: Any, respelled: set[str], extra: dict[str, Any]) -> Any:
+    """The same document as a later openapi version might print it: the ``respelled`` fields in the new
+    spelling, and ``extra`` fields (unknown to us) in every object."""
+    if isinstance(obj, list):
+        return [_respell(v, respelled, extra) for v in obj]
     if not isinstance(obj, dict):
         return obj
     out: dict[str, Any] = {}
     for key, value in obj.items():
-        if key in _STATE_FIELDS and isinstance(value, str) and choose(st.booleans()):
+        if key in respelled and key in _STATE_FIELDS and isinstance(value, str):
             value = value.upper().split("+")
-        elif isinstance(value, int) and not isinstance(value, bool) and choose(st.booleans()):
+        elif key in respelled and isinstance(value, int) and not isinstance(value, bool):
             value = {"set": True, "infinite": False, "number": value}
-        elif value is None and choose(st.booleans()):
+        elif key in respelled and value is None:
             value = {"set": False, "infinite": False, "number": 0}
-        out[key] = _respell(value, choose)
-    if choose(st.booleans()):
-        out[choose(st.from_regex(r"new_[a-z_]{1,12}", fullmatch=True))] = choose(json_values)
-    return out
+        out[key] = _respell(value, respelled, extra)
+    return {**out, **{k: v for k, v in extra.items() if k not in out}}
 
 
 def _meta(choose: st.DrawFn) -> dict[str, Any]:
@@ -142,7 +195,10 @@ def _other_version_target(command: str) -> None:
     @target("--json of other Slurm versions", st.sampled_from(recorded(filename)), st.data())
     def test(text: str, data: st.DataObject) -> None:
         doc = json.loads(text)
-        newer = _respell(doc, data.draw)
+        respelled = data.draw(st.sets(st.sampled_from(sorted(_keys(doc)))), label="respelled fields")
+        extra = data.draw(st.dictionaries(st.from_regex(r"new_[a-z_]{1,12}", fullmatch=True), json_values,
+                                          max_size=3), label="new fields")
+        newer = _respell(doc, respelled, extra)
         newer["meta"] = _meta(data.draw)
         assert parse(parse_json.load(json.dumps(newer), command)) == parse(doc)
         assert parse_json.version(newer) == newer["meta"]["Slurm"]["release"]

@@ -136,7 +136,8 @@ def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster,
             submitted.append(submit(idle_cluster, f"--gpus={rng.choice(sizes)}", managed="compass:migratable",
                                     seconds=rng.randint(3, 10)))
         report = daemon.cycle()
-        assert report.skipped is None and report.errors == []
+        # A short job may end, or start, between the read and a migration: Slurm then refuses it.
+        assert report.skipped is None and all(e.kind in ("migration", "mismatch") for e in report.errors)
         samples.append(report.sample)
         placed = {d.job_id: d.gpus_per_node for d in report.decisions}
         seen = wait_running(backend, list(placed), timeout=15)
@@ -150,3 +151,4 @@ def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster,
     with Store.open(daemon.db, create=False) as store:
         assert len(store.samples()) == len(samples)
         assert {d.job_id for d in store.decisions()} <= set(submitted)
+    assert not [j.id for j in backend.read_state().jobs if j.held]  # no requeue left a job held
