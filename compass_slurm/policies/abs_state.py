@@ -95,7 +95,8 @@ class AbsState:
             self.empty[cap].discard(i)
         residue = self.residue_of(i) if avail and slotted else None
         self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None)
-        self.pool_room[cap].set(i, cap - len(ones) if avail and ones and not slotted else None)
+        room = cap - len(ones)  # negative only on an overcommitted adopted node: in no bucket
+        self.pool_room[cap].set(i, room if avail and ones and not slotted and room >= 0 else None)
         # A vacancy is usable only while the node has raw GPUs free: a work-conserving
         # extra may sit in space that a slot's vacancy also claims.
         if avail and slots and c.used[i] < cap and any(s.vacancy > 0 for s in slots):

@@ -25,6 +25,10 @@ from .base import Policy, register
 
 Spot = tuple[int, str, Slot | None]  # node, how it was chosen, the slot with a vacancy (fillers only)
 Unit = Slot | InstanceKey  # what Compact moves as one piece: a whole slot, or one orphan
+# Under COMPASS a capacity group has at most a few non-full slotted nodes; hundreds
+# only occur after adopting a foreign placement, where the quadratic first-fit plan
+# would cost seconds per event and the drains converge more cheaply.
+REPAIR_MAX_HOSTS = 64
 
 _RULES = {
     "slot": "anchor slot on the best-fit slotted node",
@@ -210,7 +214,7 @@ class Compass(Policy):
             slot = next((s for s in a.slots[i] if s.vacancy > 0), None)
             if slot is not None:
                 a.add_filler(i, slot, key)
-            elif a.kind(i) != "slotted" or a.residue_of(i) >= 1:
+            elif a.residue_of(i) >= 1:  # room on an empty, pool or slotted node
                 a.add_one(i, key)
             else:
                 a.add_extra(i, key)
@@ -220,6 +224,8 @@ class Compass(Policy):
     def compact(self) -> tuple[Migration, ...]:
         moves: list[Migration] = []
         moves += self._settle_ones()
+        if self.migration_budget == 0:  # every pass below moves something; skip their search
+            return _net(moves)
         if self.work_conserving:
             moves += self._restore_extras()
         moves += self._drain_pools()
@@ -236,6 +242,7 @@ class Compass(Policy):
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
         c, a = self.cluster, self.abs
         moves: list[Migration] = []
+        homeless = False  # once no vacancy or partial pool node takes an orphan, none will
         for i in list(a.orphaned):
             for key in list(a.ones[i]):
                 own = next((s for s in a.slots[i] if s.vacancy > 0), None)
@@ -243,13 +250,15 @@ class Compass(Policy):
                     a.detach(key)
                     a.add_filler(i, own, key)
                     continue
+                if homeless or self.migration_budget == 0:
+                    continue
                 # Opening an empty node for an orphan would add a partial node, not remove one.
                 spot = self._spot(1, None, {i})
                 if spot is None or spot[1] not in ("vacancy", "pool"):
+                    homeless = True
                     continue
-                if not self._can_move(key, spot[0]) or not self._spend(1):
-                    continue
-                moves += self._move_one(key, spot)
+                if self._can_move(key, spot[0]) and self._spend(1):
+                    moves += self._move_one(key, spot)
         while a.vacancy_total > 0:
             target = next(
                 ((i, s) for i in a.vacant for s in a.slots[i] if s.vacancy > 0),
@@ -331,19 +340,18 @@ class Compass(Policy):
         """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
         a = self.abs
         moves: list[Migration] = []
-        stuck: set[int] = set()
-        while True:
-            hosts = [i for i in a.partial_pools()]
-            sources = [i for i in hosts if i not in stuck]
-            if len(hosts) < 2 or not sources:
+        while self.migration_budget != 0:
+            hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
+            # Sources from the most room down; pinned ones are skipped without a rescan.
+            for src in reversed(hosts):
+                dst = hosts[0] if hosts[0] != src else (hosts[1] if len(hosts) > 1 else None)
+                key = None if dst is None else self._movable(a.ones[src], dst)
+                if key is not None and self._spend(1):
+                    moves += self._move_one(key, (dst, "pool", None))
+                    break
+            else:
                 return moves
-            src = max(sources, key=lambda i: (self._pool_room(i), i))
-            dst = min((i for i in hosts if i != src), key=lambda i: (self._pool_room(i), i))
-            key = self._movable(a.ones[src], dst)
-            if key is None or not self._spend(1):
-                stuck.add(src)
-                continue
-            moves += self._move_one(key, (dst, "pool", None))
+        return moves
 
     def _pool_room(self, i: int) -> int:
         return self.cluster.capacity[i] - len(self.abs.ones[i])
@@ -352,23 +360,21 @@ class Compass(Policy):
         """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
         a = self.abs
         moves: list[Migration] = []
-        stuck: set[int] = set()
-        while True:
-            hosts = a.partial_hosts(cap)
-            sources = [i for i in hosts if i not in stuck]
-            if not sources:
+        while self.migration_budget != 0:
+            room = {i: a.residue_of(i) // width for i in a.partial_hosts(cap)}
+            dsts = sorted((i for i in room if room[i] >= 1), key=lambda i: (room[i], a.residue_of(i), i))
+            # Sources from the most room down: move one of their slots to the fullest other host.
+            for src in sorted(room, key=lambda i: (room[i], i), reverse=True):
+                dst = next((i for i in dsts if i != src), None)
+                if dst is None or room[dst] > room[src]:
+                    continue
+                slot = next((s for s in a.slots[src] if s.width == width and self._slot_movable(s)), None)
+                if slot is not None and self._spend(len(slot.members())):
+                    moves += self._move_units([(slot, src, dst)])
+                    break
+            else:
                 return moves
-            src = max(sources, key=lambda i: (a.residue_of(i) // width, i))
-            dsts = [i for i in hosts if i != src and a.residue_of(i) >= width]
-            slot = next((s for s in a.slots[src] if s.width == width and self._slot_movable(s)), None)
-            if not dsts or slot is None or not self._spend(len(slot.members())):
-                stuck.add(src)
-                continue
-            dst = min(dsts, key=lambda i: (a.residue_of(i) // width, a.residue_of(i), i))
-            if a.residue_of(dst) // width > a.residue_of(src) // width:
-                stuck.add(src)
-                continue
-            moves += self._move_units([(slot, src, dst)])
+        return moves
 
     def _repack(self, cap: int) -> list[Migration]:
         """Repair: first-fit-decreasing of everything on the non-full slotted nodes into those nodes.
@@ -382,7 +388,7 @@ class Compass(Policy):
         """
         a = self.abs
         hosts = sorted(a.partial_hosts(cap), key=lambda i: (a.residue_of(i), i))
-        if len(hosts) < 2:
+        if not 2 <= len(hosts) <= REPAIR_MAX_HOSTS:
             return []
         units: dict[int, list[Unit]] = {
             i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)]
