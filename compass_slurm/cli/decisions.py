@@ -50,22 +50,23 @@ def _table(records: list[DecisionRecord]) -> Table:
     policies = ", ".join(sorted({r.policy for r in records}))
     table = Table(title=f"{len(records)} decisions by {policies}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for name in ("time UTC", "job", "request", "SIF"):
+    for name in ("time UTC", "job", "user", "request", "SIF", "action"):
         table.add_column(name, no_wrap=True)
-    # Names and free text wrap, so the table fits a terminal 80 columns wide.
-    for name in ("user", "rule", "action", "nodes", "reason"):
-        table.add_column(name, overflow="fold")
+    # Nodes and the reason wrap at word boundaries, so the table fits 80 columns.
+    table.add_column("nodes", overflow="fold")
+    table.add_column("why", ratio=1)
     for r in records:
+        # For a placement the reason is the rule that chose; otherwise say both.
+        why = r.rule if r.reason in ("", r.rule) else f"{r.reason} ({r.rule})" if r.rule else r.reason
         table.add_row(
             r.time.strftime("%m-%d %H:%M:%S"),
             r.job_id,
+            r.user or "-",
             r.request,
             f"{_sif(r.sif_before)}→{_sif(r.sif_after)}",
-            r.user or "-",
-            r.rule,
             r.action,
             " ".join(f"{node}:{gpus}" for node, gpus in r.gpus_per_node.items()),
-            r.reason,
+            why,
         )
     return table
 

@@ -345,7 +345,9 @@ class Compass(Policy):
             # Sources from the most room down; pinned ones are skipped without a rescan.
             for src in reversed(hosts):
                 dst = hosts[0] if hosts[0] != src else (hosts[1] if len(hosts) > 1 else None)
-                key = None if dst is None else self._movable(a.ones[src], dst)
+                if dst is None or self._pool_room(dst) > self._pool_room(src):
+                    continue  # only ever towards the fuller node, or moves could cycle
+                key = self._movable(a.ones[src], dst)
                 if key is not None and self._spend(1):
                     moves += self._move_one(key, (dst, "pool", None))
                     break

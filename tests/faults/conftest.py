@@ -1,0 +1,61 @@
+"""Fault tests on the real dev cluster (marker ``faults``): 64 nodes x 8 GPUs, one per session.
+
+Like tests/integration, a cluster already running with this layout is reused and one
+this fixture started is stopped at the end; COMPASS_DEV_DIR and COMPASS_DEV_PORT
+keep it apart from other clusters on the machine. Skipped only where Slurm cannot
+run: not Linux, or not root.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from harness import DaemonProcess, cancel, dev, ensure_cluster, jobs_named
+
+NODES, GPUS = 64, 8
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[dict[str, str]]:
+    """The running dev cluster's environment (SLURM_CONF, ...), also set in os.environ meanwhile."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the dev cluster needs Linux")
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
+    env, started = ensure_cluster(NODES, GPUS)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    if started:
+        dev("stop")
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest, cluster: dict[str, str]) -> Iterator[str]:
+    """A job-name prefix unique to this test; its jobs are cancelled afterwards."""
+    prefix = f"f{os.getpid()}-{request.node.name[:40]}-"
+    yield prefix
+    cancel(j.id for j in jobs_named(prefix) if j.state in ("PENDING", "RUNNING", "CONFIGURING"))
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, cluster: dict[str, str]) -> Iterator[Callable[..., DaemonProcess]]:
+    """Makes daemon processes under tmp_path (not started); every one is killed afterwards."""
+    made: list[DaemonProcess] = []
+
+    def make(**options) -> DaemonProcess:
+        made.append(DaemonProcess(tmp_path / f"daemon{len(made)}", **options))
+        return made[-1]
+
+    yield make
+    for daemon in made:
+        daemon.kill()

@@ -1,0 +1,255 @@
+"""Fault injection on the real dev cluster: the daemon as a real process, slurmctld crashes, job accounting.
+
+Shared by the fault tests (tests/faults) and the soak (benchmarks/soak.py).
+Every job gets a unique name, so Slurm's own view (``squeue --states=all``;
+finished jobs stay listed for the cluster's MinJobAge, 300 s) tells whether
+it was submitted once, and where it ran.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
+WRAPPER = REPO / "scripts" / "compass-sbatch"
+_VENV_COMPASS = Path(sys.executable).with_name("compass")
+COMPASS = [str(_VENV_COMPASS)] if _VENV_COMPASS.exists() else [
+    sys.executable, "-c", "from compass_slurm.cli import main; main()"]
+#: squeue fields; the comment and the name cannot hold it
+SEP = "\x1f"
+T = TypeVar("T")
+
+
+def dev(*args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/dev-cluster; it honours COMPASS_DEV_DIR and COMPASS_DEV_PORT from our environment."""
+    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
+
+
+def ensure_cluster(nodes: int, gpus: int) -> tuple[dict[str, str], bool]:
+    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it."""
+    status = dev("status")
+    started = not (status.returncode == 0 and f"{nodes} nodes x {gpus} GPUs" in status.stdout)
+    if started:
+        done = dev("start", "--nodes", str(nodes), "--gpus-per-node", str(gpus))
+        if done.returncode != 0:
+            raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+    env = {}
+    for line in dev("env").stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value
+    return env, started
+
+
+def kill_ctld() -> None:
+    done = dev("kill-ctld")
+    assert done.returncode == 0, done.stderr
+
+
+def restart_ctld() -> None:
+    done = dev("restart-ctld")
+    assert done.returncode == 0, done.stderr
+
+
+def until(check: Callable[[], T], timeout: float, what: str, poll: float = 0.3) -> T:
+    """check()'s first truthy value; AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not true after {timeout:.0f} s (last: {value!r})")
+        time.sleep(poll)
+
+
+# -- the daemon as a process ------------------------------------------------------------------
+
+
+class DaemonProcess:
+    """``compass daemon --interval S`` with its socket, anchors, config and log under ``workdir``."""
+
+    def __init__(self, workdir: Path, *, lease: int = 60, interval: float = 1.0, db: Path | None = None,
+                 extra_env: Mapping[str, str] | None = None) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.db = db or workdir / "log.db"
+        self.socket = workdir / "run" / "compass.sock"
+        self.interval = interval
+        config = workdir / "compass.toml"
+        config.write_text("")  # nothing from /etc/compass: the environment below says everything
+        self.env = {**os.environ, "COMPASS_CONFIG": str(config), "COMPASS_DB": f"sqlite:///{self.db}",
+                    "COMPASS_SOCKET": str(self.socket), "COMPASS_ANCHORS": str(workdir / "anchors"),
+                    "COMPASS_LEASE": str(lease), **(extra_env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "daemon.log"
+
+    def start(self) -> DaemonProcess:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.starts += 1
+        with open(self.log, "ab") as log:
+            log.write(f"=== start {self.starts}\n".encode())
+            self.proc = subprocess.Popen([*COMPASS, "daemon", "--interval", str(self.interval)],
+                                         stdout=log, stderr=log, env=self.env)
+        until(lambda: self.ping() is not None, 30, "the daemon answers ping")
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or the OOM killer would."""
+        if self.running():
+            self.signal(signal.SIGCONT)  # a stopped process dies only once continued
+            self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.running():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def ping(self) -> int | None:
+        """The daemon's cycle count, or None when it does not answer."""
+        from compass_slurm import control
+
+        try:
+            reply = control.request(self.socket, {"op": "ping"}, 2.0)
+        except control.ControlUnavailable:
+            return None
+        return reply.get("cycle") if reply.get("ok") else None
+
+    def wait_cycles(self, n: int, timeout: float = 60) -> int:
+        """Wait until ``n`` more cycles ran; returns the count reached."""
+        start = until(self.ping, timeout, "the daemon answers ping")
+        return until(lambda: (c := self.ping()) is not None and c >= start + n and c, timeout,
+                     f"{n} daemon cycles")
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+# -- jobs, as Slurm sees them -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    id: str
+    name: str
+    state: str
+    comment: str
+    nodes: str
+    reason: str
+
+
+def jobs_named(prefix: str) -> list[SlurmJob]:
+    """Every job Slurm still knows (finished ones for MinJobAge) whose name starts with ``prefix``."""
+    out = subprocess.run(["squeue", "--noheader", "--states=all", "--array",
+                          f"--format=%i{SEP}%j{SEP}%T{SEP}%k{SEP}%N{SEP}%r"],
+                         capture_output=True, text=True, check=True).stdout
+    found = [SlurmJob(*line.split(SEP)) for line in out.splitlines() if SEP in line]
+    return [j for j in found if j.name.startswith(prefix)]
+
+
+def cancel(job_ids: Iterable[str]) -> None:
+    ids = list(job_ids)
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, check=False)
+
+
+def submit(env: Mapping[str, str], *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The real wrapper (scripts/compass-sbatch) with ``args``; returns its run and its wall time."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, str(WRAPPER), *args], capture_output=True, text=True, env=dict(env),
+                          timeout=timeout)
+    return done, time.monotonic() - began
+
+
+def job_id(done: subprocess.CompletedProcess[str]) -> str:
+    """The id a --parsable submission printed."""
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def wrapper_env(daemon: DaemonProcess, **settings: str) -> dict[str, str]:
+    """The environment a user's wrapper would run with, pointing at ``daemon``."""
+    return {**os.environ, "COMPASS_CONFIG": daemon.env["COMPASS_CONFIG"], "COMPASS_SOCKET": str(daemon.socket),
+            "COMPASS_LEASE": daemon.env["COMPASS_LEASE"], **settings}
+
+
+def expand(nodes: str) -> tuple[str, ...]:
+    from compass_slurm.slurm.hostlist import expand as hostlist_expand
+
+    return tuple(hostlist_expand(nodes)) if nodes else ()
+
+
+def log_disagreements(db: Path, jobs: Iterable[SlurmJob]) -> list[str]:
+    """Where the decision log and Slurm disagree, for ``jobs``: empty when they agree.
+
+    Each job was placed at most once (a re-plan is a new decision with its reason); a
+    job that started after a decision runs on the nodes of the job's latest decision.
+    """
+    from compass_slurm.store import Store
+
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        decisions = [d for d in store.decisions() if d.action in ("placed", "replanned")]
+    by_job: dict[str, list] = {}
+    for d in decisions:
+        by_job.setdefault(d.job_id, []).append(d)
+    problems = []
+    for job in jobs:
+        mine = by_job.get(job.id, [])
+        if sum(d.action == "placed" for d in mine) > 1:
+            problems.append(f"job {job.id} placed {sum(d.action == 'placed' for d in mine)} times")
+        ran = expand(job.nodes) if job.state not in ("PENDING", "CANCELLED") else ()
+        if mine and ran and set(mine[-1].nodes) != set(ran):
+            problems.append(f"job {job.id} ran on {','.join(ran)}, the log says {','.join(mine[-1].nodes)}")
+    return problems
+
+
+def submit_managed(name: str, lease: int, *args: str, seconds: int = 60) -> str:
+    """sbatch exactly as the wrapper runs it for a GPU job when the daemon answers (marker, lease)."""
+    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--comment=compass",
+                          f"--begin=now+{lease}", *args, "--wrap", f"sleep {seconds}"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip().split(";")[0]
+
+
+def states(prefix: str) -> dict[str, str]:
+    return {j.id: j.state for j in jobs_named(prefix)}
+
+
+def all_in(prefix: str, wanted: set[str], count: int) -> dict[str, str] | None:
+    """The jobs' states once ``count`` jobs carry ``prefix`` and all are in ``wanted``."""
+    seen = states(prefix)
+    return seen if len(seen) == count and set(seen.values()) <= wanted else None
+
+
+def held(prefix: str) -> list[str]:
+    return [j.id for j in jobs_named(prefix) if "Held" in j.reason or j.reason == "JobHeldAdmin"]
