@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..timeparse import SINCE
-from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_json, json_option
+from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_option
+from .options import db_option, read_log
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -22,16 +23,10 @@ if TYPE_CHECKING:
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True,
               help="Show the N latest matching decisions; 0 shows all.")
 @json_option
-@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the daemon's.")
+@db_option
 def command(since: datetime | None, job_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
     """List placement decisions, oldest first: where each job went, by which rule, and why."""
-    from ..store import Store, StoreError
-
-    try:
-        with Store.open(db, create=False) as store:
-            records = store.decisions(since=since, job=job_id, limit=limit or None)
-    except StoreError as err:
-        raise UserError(err.message, hint=err.hint) from None
+    records = read_log(db, lambda store: store.decisions(since=since, job=job_id, limit=limit or None))
 
     if as_json:
         emit_json([{"schema_version": SCHEMA_VERSION, **record.as_json()} for record in records])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_json, json_option
-from .options import db_option, open_log, settings
+from .options import db_option, read_log
 
 if TYPE_CHECKING:
     from ..store import DecisionRecord, MigrationRecord, Store
@@ -28,14 +28,7 @@ def command(job_id: str, as_json: bool, db: str | None) -> None:
     decision about JOBID (Compact runs after each placement); "suffered" lists the
     moves of JOBID itself.
     """
-    from ..store import StoreError
-
-    config = settings(db=db)
-    try:
-        with open_log(config.db) as store:
-            doc = explain(store, job_id)
-    except StoreError as err:
-        raise UserError(err.message, hint=err.hint) from None
+    doc = read_log(db, lambda store: explain(store, job_id))
     if doc is None:
         raise UserError(f"no decision or migration logged for job {job_id}",
                         hint="`compass decisions` lists logged jobs; jobs submitted with plain sbatch are "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..slurm.state import SlurmState
     from ..store import Store
+
+T = TypeVar("T")
 
 CONFIG_HINT = "fix the value in the config file or the COMPASS_* variable (`compass config show` lists both)"
 SLURM_HINT = ("check that the Slurm client commands are installed and can reach slurmctld (SLURM_CONF); "
@@ -44,6 +46,17 @@ def open_log(url: str | None) -> Store:
     from ..store import Store
 
     return Store.open(url or None, create=False)
+
+
+def read_log(db: str | None, read: Callable[[Store], T]) -> T:
+    """``read`` on the decision log that --db, $COMPASS_DB or the config file names; errors become UserError."""
+    from ..store import StoreError
+
+    try:
+        with open_log(settings(db=db).db) as store:
+            return read(store)
+    except StoreError as err:
+        raise UserError(err.message, hint=err.hint) from None
 
 
 def read_slurm(snapshot: str | None) -> SlurmState:

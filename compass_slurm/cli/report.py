@@ -10,7 +10,7 @@ import click
 from ..report import FORMATS
 from ..timeparse import SINCE
 from .common import CONTEXT_SETTINGS, UserError
-from .options import db_option, open_log, settings
+from .options import db_option, read_log
 
 
 @click.command("report", context_settings=CONTEXT_SETTINGS)
@@ -27,14 +27,7 @@ def command(since: datetime, fmt: str, output: str | None, db: str | None) -> No
     with exit code 0; a missing decision log is an error (exit 2).
     """
     from ..report import build_report, render
-    from ..store import StoreError
-
-    config = settings(db=db)
-    try:
-        with open_log(config.db) as store:
-            report = build_report(store, since)
-    except StoreError as err:
-        raise UserError(err.message, hint=err.hint) from None
+    report = read_log(db, lambda store: build_report(store, since))
     text = render(report, fmt)
     if output is None:
         click.echo(text, nl=False)
