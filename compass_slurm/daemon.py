@@ -26,7 +26,8 @@ loop for an early cycle (``Daemon.handlers()``); the Prometheus textfile
 
 A cycle whose Slurm read fails or cannot be parsed is skipped and the error
 recorded: nothing is changed on a partial picture. A decision log that cannot be
-written is reported on stderr and counted; placement carries on.
+written is reported on stderr and counted (an error of kind ``log``, written to the
+log once it works again); placement carries on.
 
 Anchors file (``Config.anchors``), replaced atomically every cycle, for submit hooks::
 
@@ -59,7 +60,7 @@ from .policies.base import Policy, make_policy
 from .slurm.backend import Backend
 from .slurm.errors import SlurmError
 from .store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord, Store, StoreError
-from .translate import Observation, Pending, Translator, id_order
+from .translate import Observation, Pending, Request, Translator, id_order
 
 log = logging.getLogger("compass.daemon")
 
@@ -132,6 +133,8 @@ class Daemon:
         self.stale_after = max(30.0, 3 * config.interval)
         self.cycles = 0
         self.store_errors = 0
+        #: the first log failure not yet in the log (written when the log works again)
+        self.unlogged: ErrorRecord | None = None
         self.totals = Totals()
         #: the latest translated Slurm state, for the control socket's questions
         self.observation: Observation | None = None
@@ -167,7 +170,8 @@ class Daemon:
         self.cycles += 1
         report = CycleReport(self.cycles)
         try:
-            obs = Translator(self.backend.read_state(), self.config.partitions).observe()
+            translator = Translator(self.backend.read_state(), self.config.partitions)
+            obs = translator.observe()
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"
                 raise SlurmError(f"no GPU nodes in the managed partitions ({scope})")
@@ -180,7 +184,7 @@ class Daemon:
         self.observation = obs
         now = self.clock()
         policy, moves = self._sync(obs, report, now)
-        moves += self._decide(obs, policy, report, now)
+        moves += self._decide(obs, translator, policy, report, now)
         self._migrate(obs, policy, moves, report, now)
         self._renew_leases(obs, report, now)
         report.sample = self._sample(obs, policy, report, time.monotonic() - started)
@@ -245,7 +249,8 @@ class Daemon:
 
     # -- decide and express ------------------------------------------------------------------
 
-    def _decide(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> list[Migration]:
+    def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
+                now: float) -> list[Migration]:
         """Place the managed pending jobs that fit, in priority order, then tell Slurm.
 
         Slurm hears each job's place only after the whole pass, because Compact may still
@@ -259,9 +264,11 @@ class Daemon:
         fresh: list[tuple[Pending, Decision, str, Fragmentation | None, Fragmentation | None]] = []
         # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing.
         replanned = set()
-        for p in obs.pending:
-            stale = self._stale(p, policy, now) if p.job.id in self.placed else None
+        pending = list(obs.pending)
+        for at, p in enumerate(pending):
+            stale = self._stale(p, policy, now, translator) if p.job.id in self.placed else None
             if stale is not None:
+                pending[at] = _unpinned(p, self.placed[p.job.id].decision, translator)
                 policy.remove(p.job.id)
                 del self.placed[p.job.id]
                 replanned.add(p.job.id)
@@ -269,7 +276,7 @@ class Daemon:
         # Shapes that found no place since the last placement: placing nothing changes nothing,
         # so the same shape fails again (a long blocked queue costs one attempt per shape).
         blocked: set[tuple] = set()
-        for p in obs.pending:
+        for p in pending:
             if p.job.id in policy.cluster.jobs:
                 continue
             shape = (p.job.instances, p.job.gpus, p.job.distinct_nodes, p.eligible)
@@ -312,12 +319,13 @@ class Daemon:
         placed_now = {p.job.id for p, *_ in fresh}
         return [m for m in moves if m.job not in placed_now]
 
-    def _stale(self, p: Pending, policy: Policy, now: float) -> str | None:
+    def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator) -> str | None:
         """Why a placed-but-pending job must be re-planned, or None while its decision still holds."""
         c = policy.cluster
         for name in dict.fromkeys(self.placed[p.job.id].decision.nodes):
             i = c.index[name]
-            if not c.available[i]:
+            # "unknown": a restarted slurmctld has not heard from the node yet; give it until stale_after
+            if not c.available[i] and translator.slurm_nodes[name].state != "unknown":
                 return f"node {name} takes no new work"
             if p.eligible is not None and name not in p.eligible:
                 return f"node {name} lacks the CPUs or memory it needs"
@@ -430,6 +438,9 @@ class Daemon:
             if self.store is None:
                 self.store = Store.open(self.db)
             with self.store.cycle():
+                if self.unlogged is not None:
+                    self.store.record_error(replace(self.unlogged, message=f"{self.unlogged.message} "
+                                                    f"(the log failed in {self.store_errors} cycles so far)"))
                 for record in report.decisions:
                     self.store.record_decision(record)
                 for record in report.migrations:
@@ -438,10 +449,14 @@ class Daemon:
                     self.store.record_error(record)
                 if report.sample is not None:
                     self.store.record_sample(report.sample)
+            self.unlogged = None
         except StoreError as err:
             self.store_errors += 1
             log.error("DECISION LOG NOT WRITTEN (%d failures so far): %s%s", self.store_errors, err.message,
                       f"; hint: {err.hint}" if err.hint else "")
+            # counted in compass_errors_total now, and written to the log once it works again
+            report.errors.append(ErrorRecord(kind="log", message=err.message))
+            self.unlogged = self.unlogged or ErrorRecord(kind="log", message=f"cycle {self.cycles}: {err.message}")
 
     def _export_metrics(self, report: CycleReport) -> None:
         failed = sum(1 for m in report.migrations if m.status == "failed")
@@ -514,6 +529,16 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 # -- small helpers ------------------------------------------------------------------------------
+
+
+def _unpinned(p: Pending, decision: Decision, translator: Translator) -> Pending:
+    """The job as the user asked for it: Slurm's ReqNodeList is our own pin when it names the decided nodes,
+    and must not keep the re-plan on them (a drained or lost node would hold the job forever)."""
+    if set(p.slurm.required_nodes) != set(decision.nodes):
+        return p
+    slurm = replace(p.slurm, required_nodes=())
+    req = Request(p.job.instances, p.job.gpus, p.job.distinct_nodes)
+    return replace(p, slurm=slurm, eligible=translator.eligible(slurm, req))
 
 
 def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:

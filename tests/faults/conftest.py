@@ -8,7 +8,9 @@ run: not Linux, or not root.
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from harness import DaemonProcess, cancel, dev, ensure_cluster, jobs_named
 
 NODES, GPUS = 64, 8
+_TESTS = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +45,7 @@ def cluster() -> Iterator[dict[str, str]]:
 @pytest.fixture
 def name(request: pytest.FixtureRequest, cluster: dict[str, str]) -> Iterator[str]:
     """A job-name prefix unique to this test; its jobs are cancelled afterwards."""
-    prefix = f"f{os.getpid()}-{request.node.name[:40]}-"
+    prefix = f"f{os.getpid()}-{next(_TESTS)}-{re.sub(r'[^A-Za-z0-9_]', '', request.node.name)[:40]}-"
     yield prefix
     cancel(j.id for j in jobs_named(prefix) if j.state in ("PENDING", "RUNNING", "CONFIGURING"))
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,8 @@ class DaemonProcess:
         config.write_text("")  # nothing from /etc/compass: the environment below says everything
         self.env = {**os.environ, "COMPASS_CONFIG": str(config), "COMPASS_DB": f"sqlite:///{self.db}",
                     "COMPASS_SOCKET": str(self.socket), "COMPASS_ANCHORS": str(workdir / "anchors"),
-                    "COMPASS_LEASE": str(lease), **(extra_env or {})}
+                    "COMPASS_LEASE": str(lease), "COMPASS_METRICS_TEXTFILE": str(workdir / "metrics.prom"),
+                    **(extra_env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -101,7 +103,7 @@ class DaemonProcess:
         self.starts += 1
         with open(self.log, "ab") as log:
             log.write(f"=== start {self.starts}\n".encode())
-            self.proc = subprocess.Popen([*COMPASS, "daemon", "--interval", str(self.interval)],
+            self.proc = subprocess.Popen([*COMPASS, "daemon", "--verbose", "--interval", str(self.interval)],
                                          stdout=log, stderr=log, env=self.env)
         until(lambda: self.ping() is not None, 30, "the daemon answers ping")
         return self
@@ -153,6 +155,11 @@ class DaemonProcess:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """The Prometheus textfile it writes every cycle, as metric -> value."""
+        lines = (self.workdir / "metrics.prom").read_text().splitlines()
+        return {k: float(v) for k, _, v in (line.partition(" ") for line in lines if line and line[0] != "#")}
 
 
 # -- jobs, as Slurm sees them -----------------------------------------------------------------
@@ -209,11 +216,12 @@ def expand(nodes: str) -> tuple[str, ...]:
     return tuple(hostlist_expand(nodes)) if nodes else ()
 
 
-def log_disagreements(db: Path, jobs: Iterable[SlurmJob]) -> list[str]:
+def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> list[str]:
     """Where the decision log and Slurm disagree, for ``jobs``: empty when they agree.
 
-    Each job was placed at most once (a re-plan is a new decision with its reason); a
-    job that started after a decision runs on the nodes of the job's latest decision.
+    With ``once``, each job was placed at most once (a re-plan is a new decision with its
+    reason; a restarted daemon may decide again what its killed self had decided); a job
+    that started after a decision runs on the nodes of the job's latest decision.
     """
     from compass_slurm.store import Store
 
@@ -225,7 +233,7 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob]) -> list[str]:
     problems = []
     for job in jobs:
         mine = by_job.get(job.id, [])
-        if sum(d.action == "placed" for d in mine) > 1:
+        if once and sum(d.action == "placed" for d in mine) > 1:
             problems.append(f"job {job.id} placed {sum(d.action == 'placed' for d in mine)} times")
         ran = expand(job.nodes) if job.state not in ("PENDING", "CANCELLED") else ()
         if mine and ran and set(mine[-1].nodes) != set(ran):
@@ -246,10 +254,33 @@ def states(prefix: str) -> dict[str, str]:
 
 
 def all_in(prefix: str, wanted: set[str], count: int) -> dict[str, str] | None:
-    """The jobs' states once ``count`` jobs carry ``prefix`` and all are in ``wanted``."""
+    """The jobs' states once ``count`` jobs carry ``prefix`` and all are in ``wanted``, else a falsy
+    description of what is missing (for the failure message)."""
     seen = states(prefix)
-    return seen if len(seen) == count and set(seen.values()) <= wanted else None
+    if len(seen) == count and set(seen.values()) <= wanted:
+        return seen
+    return _Missing(f"{len(seen)}/{count} jobs; " + ", ".join(f"{k} {v}" for k, v in Counter(seen.values()).items()))
+
+
+class _Missing(str):
+    def __bool__(self) -> bool:
+        return False
 
 
 def held(prefix: str) -> list[str]:
     return [j.id for j in jobs_named(prefix) if "Held" in j.reason or j.reason == "JobHeldAdmin"]
+
+
+def integrity(db: Path) -> list[str] | None:
+    """PRAGMA integrity_check's complaints ([] when sound), and whether every cycle's records landed whole."""
+    from sqlalchemy import text
+
+    from compass_slurm.store import Store
+
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        problems = store.integrity_check()
+        with store.engine.connect() as conn:
+            # a cycle is one transaction: its row exists only with its sample (no cycle here is skipped)
+            torn = conn.execute(text("SELECT count(*) FROM cycles WHERE id NOT IN (SELECT cycle FROM samples)"))
+            problems += [f"{n} cycles without their sample" for (n,) in torn if n]
+    return problems

@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from harness import all_in, held, jobs_named, kill_ctld, log_disagreements, restart_ctld, submit_managed
+from harness import all_in, held, jobs_named, kill_ctld, log_disagreements, restart_ctld, submit_managed, until
 
 pytestmark = pytest.mark.faults
 
@@ -28,12 +28,8 @@ def test_slurmctld_killed_in_the_middle_of_a_cycle(daemons, name):
     assert daemon.running()
     restart_ctld()
 
-    running = all_in(name, {"RUNNING"}, len(jobs))
-    deadline = time.monotonic() + 90
-    while running is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-        running = all_in(name, {"RUNNING"}, len(jobs))
-    assert running is not None, {j.id: (j.state, j.reason) for j in jobs_named(name)}
+    # Slurm may have lost the daemon's last updates (see SAVED): those are re-planned after stale_after, 30 s
+    running = until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 90, "every job running")
     assert sorted(running) == sorted(jobs)
     assert daemon.running()  # it survived the outage
     daemon.wait_cycles(3)

@@ -1,0 +1,54 @@
+"""The daemon SIGKILLed during a cycle and during a database write."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from harness import all_in, held, integrity, jobs_named, log_disagreements, submit_managed, until
+
+pytestmark = pytest.mark.faults
+
+LIVES = 4
+
+
+def test_killed_during_a_cycle_the_lease_starts_every_job(daemons, name):
+    lease = 8
+    daemon = daemons(lease=lease).start()
+    daemon.wait_cycles(1)  # its log exists
+    daemon.signal(signal.SIGSTOP)  # jobs pile up, so the next cycle has many to place
+    jobs = [submit_managed(f"{name}{i}", lease, f"--gpus={1 + i % 4}", "--nodes=1") for i in range(40)]
+    daemon.signal(signal.SIGCONT)
+    time.sleep(0.25)  # inside the cycle: some jobs pinned, others not yet
+    daemon.kill()
+    # No daemon any more: what it pinned starts now, the rest when their lease runs out.
+    until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 2 * lease + 20, "every job running without the daemon")
+    assert held(name) == []
+    assert integrity(daemon.db) == []
+    assert log_disagreements(daemon.db, jobs_named(name)) == []
+
+
+def test_killed_during_database_writes_restarts_cleanly(daemons, name):
+    lease = 300  # longer than the test: every job that runs was placed by one of the daemon's lives
+    daemon = daemons(lease=lease)
+    jobs: list[str] = []
+    for life in range(LIVES):
+        daemon.start()
+        daemon.signal(signal.SIGSTOP)
+        jobs += [submit_managed(f"{name}{life}-{i}", lease, f"--gpus={1 + i % 3}", seconds=600) for i in range(8)]
+        placed = daemon.text().count("INFO placed job")
+        daemon.signal(signal.SIGCONT)
+        # The cycle logs its decisions, then writes them in one transaction: kill right there.
+        until(lambda: daemon.text().count("INFO placed job") >= placed + 8, 90, "the decisions of this cycle",
+              poll=0.002)
+        daemon.kill()
+        assert integrity(daemon.db) == [], f"life {life}"
+    daemon.start()  # the last life sees everything through
+    until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 60, "every job running")  # noqa
+    daemon.wait_cycles(2)
+    assert daemon.running()
+    assert held(name) == []
+    assert integrity(daemon.db) == []
+    # a life killed before Slurm started its jobs left them to the next one, which may decide again
+    assert log_disagreements(daemon.db, jobs_named(name), once=False) == []

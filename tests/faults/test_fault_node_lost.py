@@ -1,0 +1,59 @@
+"""A node drained or set down between the daemon's decision and the job's start: the job is re-planned."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+import pytest
+from harness import all_in, expand, jobs_named, log_disagreements, submit_managed, until
+
+from compass_slurm.config import Config
+from compass_slurm.daemon import Daemon
+from compass_slurm.slurm.cli import CliBackend
+
+pytestmark = pytest.mark.faults
+
+LEASE = 300
+
+
+class LosesTheNode(CliBackend):
+    """Takes the first node of the first decision away (drain or down) just before Slurm hears the decision."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__()
+        self.state = state
+        self.lost: str | None = None
+
+    def set_nodes(self, job_id: str, nodes: Sequence[str], *args, **kwargs) -> None:
+        if self.lost is None:
+            self.lost = nodes[0]
+            scontrol("update", f"NodeName={self.lost}", f"State={self.state}", "Reason=compass-fault-test")
+        super().set_nodes(job_id, nodes, *args, **kwargs)
+
+
+def scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("state", ["DRAIN", "DOWN"])
+def test_job_is_replanned_when_its_node_is_lost(cluster, name, tmp_path, state):
+    backend = LosesTheNode(state)
+    daemon = Daemon(Config(anchors=str(tmp_path / "anchors"), lease=LEASE, interval=1), backend,
+                    f"sqlite:///{tmp_path / 'log.db'}")
+    try:
+        job = submit_managed(f"{name}0", LEASE, "--gpus=2")
+        first = daemon.cycle()
+        assert [d.action for d in first.decisions] == ["placed"] and backend.lost is not None
+        assert first.decisions[0].nodes == (backend.lost,)
+        second = daemon.cycle()  # sees the node gone before Slurm could start the job there
+        assert [(d.job_id, d.action) for d in second.decisions] == [(job, "replanned")]
+        assert backend.lost not in second.decisions[0].nodes
+        until(lambda: all_in(name, {"RUNNING"}, 1), 30, "the re-planned job runs")
+        ran = jobs_named(name)
+        assert expand(ran[0].nodes) == second.decisions[0].nodes
+        assert log_disagreements(tmp_path / "log.db", ran, once=True) == []
+    finally:
+        daemon.close()
+        if backend.lost is not None:
+            scontrol("update", f"NodeName={backend.lost}", "State=RESUME")
