@@ -205,6 +205,7 @@ class Daemon:
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.placed.clear()
             self.seen.clear()
+            self._take_over(obs, policy, now)
         else:
             for node in obs.nodes:
                 if policy.cluster.available[policy.cluster.index[node.name]] != node.available:
@@ -246,6 +247,37 @@ class Daemon:
                      "migratable" if job.migratable else "pinned", _fmt(_counts(job, nodes)))
         moves += policy.compact()
         return policy, moves
+
+    def _take_over(self, obs: Observation, policy: Policy, now: float) -> None:
+        """After a (re)start: pending jobs an earlier daemon already pinned are decisions, not new jobs.
+
+        A job counts as pinned by us when its last logged decision names exactly the nodes
+        in its ReqNodeList; placing it again would log a second decision and re-point a job
+        that Slurm is about to start.
+        """
+        pinned = [p for p in obs.pending if p.slurm.required_nodes]
+        if not pinned or self.db is None or self.dry_run:
+            return
+        try:
+            if self.store is None:
+                self.store = Store.open(self.db)
+            last = {p.job.id: self.store.decisions(job=p.job.id, limit=1) for p in pinned}
+        except StoreError as err:
+            log.warning("earlier decisions unreadable (%s): pinned pending jobs are placed afresh", err.message)
+            return
+        for p in pinned:
+            record = last[p.job.id][-1] if last[p.job.id] else None
+            if (record is None or record.action not in ("placed", "replanned")
+                    or len(record.nodes) != p.job.instances
+                    or set(record.nodes) != set(p.slurm.required_nodes)):
+                continue
+            try:
+                policy.adopt(p.job, record.nodes)
+            except EngineError as err:
+                log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
+                continue
+            self.placed[p.job.id] = _Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
+            log.info("job %s: taking over the earlier decision (%s)", p.job.id, _fmt(record.gpus_per_node))
 
     # -- decide and express ------------------------------------------------------------------
 

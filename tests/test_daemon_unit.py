@@ -235,6 +235,24 @@ def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
     assert daemon.cycle().departed == ["50"] and daemon.policy.cluster.jobs == {}
 
 
+def test_a_restarted_daemon_takes_over_the_pins_of_the_one_before(tmp_path):
+    state = cluster(nodes(3), [pending("50", gpus=4), pending("51", gpus=2)])
+    first, backend, clock = daemon_for(state, tmp_path)
+    first.cycle()
+    first.close()
+    assert backend.commands == [update("50", "n1", 1, 4), update("51", "n1", 1, 2)]
+    # Killed before Slurm started them: the next daemon sees both pending on their pins,
+    # plus one job pinned by a user's own --nodelist that it never decided.
+    pinned = [pending("50", gpus=4, required_nodes=("n1",)), pending("51", gpus=2, required_nodes=("n1",)),
+              pending("52", gpus=1, required_nodes=("n3",))]
+    second, backend, clock = daemon_for(cluster(nodes(3), pinned), tmp_path)
+    report = second.cycle()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("52", {"n3": 1})]
+    assert backend.commands == [update("52", "n3", 1, 1)]
+    assert set(second.placed) == {"50", "51", "52"}
+    assert second.policy.view()[0].used == 6
+
+
 def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
     class Refusing(SnapshotBackend):
         def scontrol(self, argv):
