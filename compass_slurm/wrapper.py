@@ -40,6 +40,9 @@ NOTIFY_TIMEOUT = 0.5
 _SUBMITTED = re.compile(rb"Submitted batch job (\S+)")
 _PARSABLE = re.compile(rb"(\d[\d_]*)(?:;\S*)?")
 
+#: seconds of wrapper_timeout kept back for starting plain sbatch after a failed ping.
+FALLBACK_RESERVE = 0.03
+
 
 class _Sbatch:
     """Runs sbatch at most once; ``started`` says whether it may have submitted."""
@@ -165,7 +168,8 @@ class _Submission:
 
         try:
             config = load_config(environ=self.env)
-            left = config.wrapper_timeout - (time.monotonic() - self.started)
+            # The budget is the user's extra wait: keep back what the fallback sbatch takes to start.
+            left = config.wrapper_timeout - FALLBACK_RESERVE - (time.monotonic() - self.started)
             reply = control.request(config.socket, {"op": "ping"}, max(left, 0.0))
             if not reply["ok"]:
                 raise control.ControlUnavailable(f"it answered: {reply.get('error', 'an error')}")
