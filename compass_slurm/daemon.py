@@ -315,6 +315,7 @@ class Daemon:
             if shape in blocked:
                 continue
             try:
+                candidates = policy.candidates(p.job, p.eligible)
                 decision = policy.place(p.job, p.eligible)
             except EngineError as err:
                 # The engine may be left half-changed: rebuild it from Slurm next cycle.
@@ -325,6 +326,7 @@ class Daemon:
                 blocked.add(shape)
                 continue
             blocked.clear()
+            decision = replace(decision, candidates=candidates)
             moves += decision.migrations
             moves += policy.compact()
             after = _measure(policy)

@@ -214,7 +214,7 @@ def test_lease_command_line_checks_ids():
 def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
     state = cluster(nodes(3), [pending("50", gpus=4)])
     daemon, backend, clock = daemon_for(state, tmp_path)
-    daemon.cycle()
+    assert daemon.cycle().decisions[0].candidates == ("n1 (empty)",)  # what `compass explain` shows
     assert backend.commands == [update("50", "n1", 1, 4)]
     # Still pending next cycle and n1 fine: nothing new.
     clock.now += 10

@@ -119,6 +119,13 @@ class Policy(ABC):
     @abstractmethod
     def _next(self, gpus: int) -> int | None: ...
 
+    def candidates(self, job: Job, eligible: Collection[str] | None = None) -> tuple[str, ...]:
+        """The nodes the policy would choose among for ``job`` now, labelled (for ``compass explain``).
+
+        Asked by drivers that log decisions, not on every placement: it costs lookups.
+        """
+        return ()
+
     def abs_violations(self) -> dict[str, str]:
         """Nodes whose contents break the policy's own invariants, with why (ABS policies only)."""
         return {}

@@ -14,7 +14,7 @@ sets ``migration_budget``, a move that would exceed it is not made.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import ClassVar
 
 from ..fragmentation import slot_width, slot_widths
@@ -112,6 +112,31 @@ class Compass(Policy):
             hows.append(how)
         rule = "; ".join(dict.fromkeys(_RULES[h] for h in hows))
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def candidates(self, job: Job, eligible: Collection[str] | None = None) -> tuple[str, ...]:
+        """What the rule for the job's first instance chooses among: the best node of each tier.
+
+        For an anchor, the lowest node of every residue D >= w*(g), then an empty node;
+        for a 1-GPU instance, a vacancy, the lowest pool node of every room, then an empty
+        node, in rule order. O(G) lookups.
+        """
+        gpus = job.gpus
+        allowed = None if eligible is None else frozenset(self._indexes(eligible))
+        a, names = self.abs, self.cluster.nodes
+        caps = [cap for cap in a.empty if cap >= gpus]
+        out: list[str] = []
+        if gpus >= 2:
+            tiers = [(a.residue[cap].bucket(d), f"D={d}") for cap in caps
+                     for d in range(slot_width(gpus, cap), cap + 1)]
+        else:
+            tiers = [(a.vacant, "vacancy")]
+            tiers += [(a.pool_room[cap].bucket(r), f"pool room {r}") for cap in caps for r in range(1, cap)]
+        tiers += [(a.empty[cap], "empty") for cap in caps]
+        for members, label in tiers:
+            i = _pick(members, allowed, set())
+            if i is not None:
+                out.append(f"{names[i].name} ({label})")
+        return tuple(out)
 
     def _spot(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
         """Where the next instance of ``gpus`` GPUs goes under the COMPASS rules, or None."""

@@ -536,3 +536,15 @@ def test_wc_places_a_three_gpu_job_where_d_is_two_and_compact_restores_abs():
     assert wc.policy.abs_violations() == {}
     assert layout(wc.policy) == {"n0": [("t", 0, 3), ("x", 0, 3)], "n1": [("two", 0, 2)]}
     assert wc.policy.abs.role[("x", 0)][0] == "anchor"
+
+
+def test_candidates_name_the_best_node_of_every_tier_the_rule_chooses_among():
+    policy = make_policy("compass", [Node(f"n{i}", 8) for i in range(4)])
+    steps = [(Job("a", 1, 4), ("n0 (empty)",)), (Job("b", 1, 2), ("n0 (D=4)", "n1 (empty)")),
+             (Job("c", 1, 3), ("n1 (empty)",)), (Job("d", 1, 1), ("n1 (vacancy)", "n2 (empty)"))]
+    for job, expected in steps:
+        assert policy.candidates(job) == expected
+        policy.place(job)
+    # A partition restriction limits the candidates too.
+    assert policy.candidates(Job("e", 1, 1), {"n3"}) == ("n3 (empty)",)
+    assert make_policy("best-fit", [Node("n0", 8)]).candidates(Job("x", 1, 1)) == ()
