@@ -265,7 +265,7 @@ class Compass(Policy):
 
     def _settle_ones(self) -> list[Migration]:
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
-        c, a = self.cluster, self.abs
+        a = self.abs
         moves: list[Migration] = []
         homeless = False  # once no vacancy or partial pool node takes an orphan, none will
         for i in list(a.orphaned):

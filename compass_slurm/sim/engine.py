@@ -183,7 +183,7 @@ class Simulation:
         self.completions.append(self.now - sj.submit)
 
     def _apply(self, step: Step) -> None:
-        now, end, heap, by_id = self.now, self.end, self.heap, self.by_id
+        now, end, by_id = self.now, self.end, self.by_id
         for decision in step.decisions:
             sj = by_id[decision.job]
             self.used += sj.job.total_gpus
