@@ -31,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS), str(TESTS / "faults")]  # devcluster.py, harness.py
 from harness import DaemonProcess, SlurmJob, log_disagreements, restart_ctld, submit  # noqa: E402
 
 SIZES = (1, 1, 1, 1, 2, 2, 4, 8)

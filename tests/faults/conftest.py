@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness import DaemonProcess, cancel, dev, ensure_cluster, jobs_named
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
+from devcluster import session_cluster  # noqa: E402
+from harness import DaemonProcess, cancel, jobs_named  # noqa: E402
 
 NODES, GPUS = 64, 8
 _TESTS = itertools.count()
@@ -25,21 +28,8 @@ _TESTS = itertools.count()
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[dict[str, str]]:
     """The running dev cluster's environment (SLURM_CONF, ...), also set in os.environ meanwhile."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the dev cluster needs Linux")
-    if os.geteuid() != 0:
-        pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
-    env, started = ensure_cluster(NODES, GPUS)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if started:
-        dev("stop")
+    with session_cluster(NODES, GPUS) as env:
+        yield env
 
 
 @pytest.fixture

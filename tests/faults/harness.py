@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from devcluster import dev
+
 REPO = Path(__file__).resolve().parents[2]
-DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
 WRAPPER = REPO / "scripts" / "compass-sbatch"
 _VENV_COMPASS = Path(sys.executable).with_name("compass")
 COMPASS = [str(_VENV_COMPASS)] if _VENV_COMPASS.exists() else [
@@ -28,26 +29,6 @@ COMPASS = [str(_VENV_COMPASS)] if _VENV_COMPASS.exists() else [
 #: squeue fields; the comment and the name cannot hold it
 SEP = "\x1f"
 T = TypeVar("T")
-
-
-def dev(*args: str) -> subprocess.CompletedProcess[str]:
-    """scripts/dev-cluster; it honours COMPASS_DEV_DIR and COMPASS_DEV_PORT from our environment."""
-    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
-
-
-def ensure_cluster(nodes: int, gpus: int) -> tuple[dict[str, str], bool]:
-    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it."""
-    status = dev("status")
-    started = not (status.returncode == 0 and f"{nodes} nodes x {gpus} GPUs" in status.stdout)
-    if started:
-        done = dev("start", "--nodes", str(nodes), "--gpus-per-node", str(gpus))
-        if done.returncode != 0:
-            raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
-    env = {}
-    for line in dev("env").stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value
-    return env, started
 
 
 def kill_ctld() -> None:

@@ -7,7 +7,6 @@ where Slurm cannot run here: not Linux, or not root.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-DEV_CLUSTER = REPO / "scripts" / "dev-cluster"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
+from devcluster import session_cluster  # noqa: E402
+
 NODES, GPUS = 8, 8
-
-
-def _dev(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
 
 
 @dataclass(frozen=True)
@@ -36,30 +32,8 @@ class DevCluster:
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[DevCluster]:
     """A running dev cluster; its environment (SLURM_CONF, ...) is set in os.environ meanwhile."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the dev cluster needs Linux")
-    if os.geteuid() != 0:
-        pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
-    status = _dev("status")
-    started = not (status.returncode == 0 and f"{NODES} nodes x {GPUS} GPUs" in status.stdout)
-    if started:
-        done = _dev("start", "--nodes", str(NODES), "--gpus-per-node", str(GPUS))
-        if done.returncode != 0:
-            pytest.fail(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
-    env = {}
-    for line in _dev("env").stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield DevCluster(env)
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    if started:
-        _dev("stop")
+    with session_cluster(NODES, GPUS) as env:
+        yield DevCluster(env)
 
 
 @pytest.fixture

@@ -1,0 +1,65 @@
+"""The dev cluster (scripts/dev-cluster) for the test sessions that need a real Slurm.
+
+Shared by tests/integration and tests/faults (each puts tests/ on sys.path) and by
+benchmarks/soak.py. COMPASS_DEV_DIR and COMPASS_DEV_PORT in the environment pick
+the cluster, so that two can run side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+DEV_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "dev-cluster"
+
+
+def dev(*args: str) -> subprocess.CompletedProcess[str]:
+    """scripts/dev-cluster; it honours COMPASS_DEV_DIR and COMPASS_DEV_PORT from our environment."""
+    return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
+
+
+def ensure_cluster(nodes: int, gpus: int) -> tuple[dict[str, str], bool]:
+    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it."""
+    status = dev("status")
+    started = not (status.returncode == 0 and f"{nodes} nodes x {gpus} GPUs" in status.stdout)
+    if started:
+        done = dev("start", "--nodes", str(nodes), "--gpus-per-node", str(gpus))
+        if done.returncode != 0:
+            raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+    env = {}
+    for line in dev("env").stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value
+    return env, started
+
+
+@contextmanager
+def session_cluster(nodes: int, gpus: int) -> Iterator[dict[str, str]]:
+    """A running cluster of this layout, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
+
+    One already running with the layout is reused and left running; one started here
+    is stopped at the end. Skips only where Slurm cannot run: not Linux, or not root.
+    """
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the dev cluster needs Linux")
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
+    env, started = ensure_cluster(nodes, gpus)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if started:
+            dev("stop")
