@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from compass_slurm.config import Config
-from compass_slurm.daemon import Daemon
-from compass_slurm.model import Job, Node
-from compass_slurm.policies.base import make_policy
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.engine.model import Job, Node
+from compass_slurm.engine.policies.base import make_policy
 from compass_slurm.slurm.snapshot import SnapshotBackend, load, save
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 

@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from compass_slurm.model import Job, Node
-from compass_slurm.policies.base import make_policy
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.model import Job, Node
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.scheduler import Scheduler
 from compass_slurm.sim.synthetic import MIXES
 
 POLICIES = ("compass", "best-fit")

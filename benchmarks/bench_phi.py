@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from compass_slurm import fragmentation
-from compass_slurm.fragmentation import phi_star, wcc_holds
+from compass_slurm.engine.fragmentation import phi_star, wcc_holds
 from compass_slurm.sim.synthetic import MIXES
 
 GPUS = 8

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from compass_slurm.policies.base import policy_names
-from compass_slurm.sim.engine import SimConfig, simulate
+from compass_slurm.engine.policies.base import policy_names
+from compass_slurm.sim.loop import SimConfig, simulate
 from compass_slurm.sim.sizing import cluster_size, make_nodes
 from compass_slurm.sim.workloads import load, to_jobs
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compass_slurm.control import ControlServer
+from compass_slurm.service.control import ControlServer
 
 WRAPPER = Path(__file__).resolve().parents[1] / "scripts" / "compass-sbatch"
 JOB = ["--gpus=1", "--hold", "--job-name=bench-wrapper", "--output=/dev/null", "--parsable", "--wrap", "sleep 1"]

@@ -138,7 +138,7 @@ def soak(jobs: int, concurrency: int, fault_every: float, seed: int, workdir: Pa
     duplicated += sorted(name for name, n in Counter(listed).items() if name.startswith(prefix) and n > 1)
     done_jobs = [SlurmJob(runs[0][0], name, "COMPLETED", "", runs[0][1], "") for name, runs in ran.items() if runs]
     disagreements = log_disagreements(daemon.db, done_jobs, once=False)
-    from compass_slurm.store import Store
+    from compass_slurm.service.store import Store
 
     with Store.open(f"sqlite:///{daemon.db}", create=False) as store:
         decided = {d.job_id for d in store.decisions() if d.action in ("placed", "replanned")}

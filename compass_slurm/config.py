@@ -23,13 +23,13 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    #: SQLAlchemy URL of the decision log; empty means compass_slurm.store.default_db_url().
+    #: SQLAlchemy URL of the decision log; empty means compass_slurm.service.store.default_db_url().
     db: str = ""
     #: Unix socket the daemon listens on and the wrapper connects to.
     socket: str = "/run/compass/compass.sock"
     #: where the daemon publishes the partial-node anchors for submit hooks.
     anchors: str = "/run/compass/anchors"
-    #: placement policy by name (compass_slurm.policies).
+    #: placement policy by name (compass_slurm.engine.policies).
     policy: str = "compass"
     #: seconds between daemon cycles.
     interval: float = 10.0

@@ -14,7 +14,7 @@ import pytest
 
 from compass_slurm.slurm import names
 from compass_slurm.slurm.backend import DryRunBackend
-from compass_slurm.slurm.cli import CliBackend, run_process
+from compass_slurm.slurm.cli_backend import CliBackend, run_process
 from compass_slurm.slurm.errors import SlurmNameError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,9 +73,9 @@ def _calls(path: Path) -> list[tuple[ast.Call, tuple[str, ...], list[ast.AST]]]:
 
 def test_the_scan_sees_the_code():
     sources = python_sources()
-    assert REPO / "compass_slurm" / "slurm" / "cli.py" in sources
+    assert REPO / "compass_slurm" / "slurm" / "cli_backend.py" in sources
     assert REPO / "scripts" / "dev-cluster" in sources
-    assert any(callee == ("subprocess", "run") for call, callee, _ in _calls(REPO / "compass_slurm/slurm/cli.py"))
+    assert any(callee == ("subprocess", "run") for call, callee, _ in _calls(REPO / "compass_slurm/slurm/cli_backend.py"))
 
 
 def test_no_subprocess_goes_through_a_shell():

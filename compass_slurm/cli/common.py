@@ -48,7 +48,7 @@ def console(stderr: bool = False):
 
 def run_main(group: click.Group) -> None:
     """Run the CLI; engine and input errors become one line on stderr, never a traceback."""
-    from ..model import EngineError
+    from ..engine.model import EngineError
 
     try:
         # Without standalone mode click returns ctx.exit()'s code instead of exiting.

@@ -1,4 +1,4 @@
-"""``compass daemon``: the helper daemon that places managed GPU jobs (see compass_slurm.daemon)."""
+"""``compass daemon``: the helper daemon that places managed GPU jobs (see compass_slurm.service.daemon)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     Logs go to stderr, one line per decision.
     """
     from ..config import ConfigError, load_config
-    from ..control import ControlError, ControlServer
-    from ..daemon import Daemon
-    from ..model import EngineError
-    from ..policies.base import policy_class
+    from ..service.control import ControlError, ControlServer
+    from ..service.daemon import Daemon
+    from ..engine.model import EngineError
+    from ..engine.policies.base import policy_class
     from ..slurm import DryRunBackend, SlurmError, open_backend
-    from ..store import resolve_db_url
+    from ..service.store import resolve_db_url
 
     try:
         config = load_config(config_file, flags={"interval": interval, "db": db, "policy": policy})

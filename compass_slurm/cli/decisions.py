@@ -14,7 +14,7 @@ from .options import db_option, read_log
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from ..store import DecisionRecord
+    from ..service.store import DecisionRecord
 
 
 @click.command("decisions", context_settings=CONTEXT_SETTINGS)

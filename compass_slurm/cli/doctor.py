@@ -97,7 +97,7 @@ class Doctor:
 
     def slurm_version(self) -> str:
         from ..slurm import SlurmError
-        from ..slurm.cli import CliBackend
+        from ..slurm.cli_backend import CliBackend
 
         try:
             return f"Slurm {CliBackend(timeout=10).version()}"
@@ -119,7 +119,7 @@ class Doctor:
 
     def json_support(self) -> str:
         from ..slurm import SlurmError
-        from ..slurm.cli import JSON_SINCE, CliBackend
+        from ..slurm.cli_backend import JSON_SINCE, CliBackend
 
         backend = self.backend if isinstance(self.backend, CliBackend) else CliBackend(timeout=10)
         try:
@@ -143,8 +143,8 @@ class Doctor:
                 f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
 
     def database(self) -> str:
-        from ..store import SCHEMA_VERSION as CODE_SCHEMA
-        from ..store import Store, StoreError
+        from ..service.store import SCHEMA_VERSION as CODE_SCHEMA
+        from ..service.store import Store, StoreError
 
         try:
             with Store.open(self.config.db or None, create=False) as store:
@@ -153,7 +153,7 @@ class Doctor:
             raise Failed(err.message, err.hint or "check --db / COMPASS_DB / the db setting") from None
 
     def daemon_socket(self) -> str:
-        from .. import control
+        from ..service import control
 
         path = self.config.socket
         try:

@@ -11,7 +11,7 @@ from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_j
 from .options import db_option, read_log
 
 if TYPE_CHECKING:
-    from ..store import DecisionRecord, MigrationRecord, Store
+    from ..service.store import DecisionRecord, MigrationRecord, Store
 
 #: a cycle's records are written within one transaction; this margin finds them all by time
 CYCLE_SPAN = timedelta(minutes=10)

@@ -12,7 +12,7 @@ from .common import UserError
 if TYPE_CHECKING:
     from ..config import Config
     from ..slurm.state import SlurmState
-    from ..store import Store
+    from ..service.store import Store
 
 T = TypeVar("T")
 
@@ -43,14 +43,14 @@ def settings(config_file: str | None = None, **flags: Any) -> Config:
 
 def open_log(url: str | None) -> Store:
     """The decision log for reading; StoreError (with its hint) when there is none."""
-    from ..store import Store
+    from ..service.store import Store
 
     return Store.open(url or None, create=False)
 
 
 def read_log(db: str | None, read: Callable[[Store], T]) -> T:
     """``read`` on the decision log that --db, $COMPASS_DB or the config file names; errors become UserError."""
-    from ..store import StoreError
+    from ..service.store import StoreError
 
     try:
         with open_log(settings(db=db).db) as store:

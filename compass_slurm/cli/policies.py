@@ -11,7 +11,7 @@ from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_o
 @json_option
 def command(as_json: bool) -> None:
     """List the registered placement policies with a one-line summary each."""
-    from ..policies.base import policy_class, policy_names
+    from ..engine.policies.base import policy_class, policy_names
 
     rows = [(name, policy_class(name).summary) for name in policy_names()]
     if as_json:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..model import EngineError, Node
+from ..engine.model import EngineError, Node
 from .common import UserError, emit_json
 
 
@@ -24,8 +24,8 @@ def cluster_nodes(count: int, gpus: int) -> list[Node]:
 @click.option("--states", is_flag=True, help="Print one JSON line per input event: the cluster after it.")
 def command(events, node_count: int, gpus_per_node: int, policy: str, states: bool) -> None:
     """Replay arrival/departure EVENTS (JSON Lines, '-' for stdin) through a policy."""
-    from ..policies.base import policy_names
-    from ..replay import states as replay_states
+    from ..engine.policies.base import policy_names
+    from ..engine.replay import states as replay_states
 
     if policy not in policy_names():
         raise UserError(f"unknown policy {policy!r}", hint=f"choose from: {', '.join(policy_names())}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..report import FORMATS
+from ..service.report import FORMATS
 from ..timeparse import SINCE
 from .common import CONTEXT_SETTINGS, UserError
 from .options import db_option, read_log
@@ -26,7 +26,7 @@ def command(since: datetime, fmt: str, output: str | None, db: str | None) -> No
     A period without samples (a new or stopped daemon) gives a report that says so,
     with exit code 0; a missing decision log is an error (exit 2).
     """
-    from ..report import build_report, render
+    from ..service.report import build_report, render
     report = read_log(db, lambda store: build_report(store, since))
     text = render(report, fmt)
     if output is None:

@@ -44,9 +44,9 @@ DEFAULT_SYNTHETIC = "venus"
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, backfill, limit, window,
             cluster, skip_bad, check, output, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
-    from ..policies.base import policy_names
+    from ..engine.policies.base import policy_names
     from ..sim import sizing, synthetic as synth, workloads
-    from ..sim.engine import InvariantError, SimConfig
+    from ..sim.loop import InvariantError, SimConfig
 
     if trace_path and synthetic:
         raise UserError("give --trace or --synthetic, not both")

@@ -14,8 +14,8 @@ from .options import db_option, read_slurm, settings, snapshot_option
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from ..status import NodeCell, Status
-    from ..store import DecisionRecord
+    from ..service.status import NodeCell, Status
+    from ..service.store import DecisionRecord
 
 #: kind -> (glyph, style): glyphs alone tell the kinds apart when colour is off (NO_COLOR, pipes)
 CELLS = {
@@ -45,8 +45,8 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     Reads live Slurm unless --snapshot is given. The latest decisions come from the
     daemon's log when it can be read; without one that part is left out.
     """
-    from ..model import EngineError
-    from ..status import StatusError, build_status
+    from ..engine.model import EngineError
+    from ..service.status import StatusError, build_status
 
     config = settings(db=db)
     state = read_slurm(snapshot)
@@ -71,7 +71,7 @@ def _latest_decisions(db: str, count: int) -> tuple[list[DecisionRecord] | None,
     """The latest decisions, or None and why not: status works without a decision log."""
     if count == 0:
         return None, "not asked for"
-    from ..store import StoreError
+    from ..service.store import StoreError
     from .options import open_log
 
     try:

@@ -1,4 +1,4 @@
-"""``compass submit [--migratable] SBATCH-ARGS...``: the sbatch wrapper (compass_slurm.wrapper) as a subcommand."""
+"""``compass submit [--migratable] SBATCH-ARGS...``: the sbatch wrapper (compass_slurm.submit.wrapper) as a subcommand."""
 
 from __future__ import annotations
 
@@ -13,6 +13,6 @@ import click
 @click.argument("sbatch_args", nargs=-1, type=click.UNPROCESSED)
 def command(sbatch_args: tuple[str, ...]) -> None:
     """Submit like sbatch; GPU jobs go through the compass daemon (every argument goes to sbatch)."""
-    from ..wrapper import main
+    from ..submit.wrapper import main
 
     sys.exit(main(list(sbatch_args)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .engine import SimResult
+from .loop import SimResult
 
 #: Points per curve; longer timelines are thinned by striding (the CSVs keep every sample).
 MAX_POINTS = 4000

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import ExitStack
 
-from .engine import SimConfig, SimResult, simulate
+from .loop import SimConfig, SimResult, simulate
 from .workloads import SimJob
 
 #: Called with (policy, events done so far).

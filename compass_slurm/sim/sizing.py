@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..model import Job, Node
+from ..engine.model import Job, Node
 from .workloads import SimJob
 
 

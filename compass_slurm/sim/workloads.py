@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..model import Job
+from ..engine.model import Job
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus")
 SACCT_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "NNodes", "AllocTRES")

@@ -25,7 +25,7 @@ def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float
         from .snapshot import SnapshotBackend
 
         return SnapshotBackend.from_file(snapshot)
-    from .cli import CliBackend
+    from .cli_backend import CliBackend
 
     if kind == "cli":
         return CliBackend(timeout)

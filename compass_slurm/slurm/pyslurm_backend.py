@@ -14,7 +14,7 @@ from importlib import import_module
 from types import ModuleType
 
 from . import parse_json, parse_text
-from .cli import PARTITIONS, RESERVATIONS, CliBackend
+from .cli_backend import PARTITIONS, RESERVATIONS, CliBackend
 from .errors import SlurmError
 from .state import SlurmState
 

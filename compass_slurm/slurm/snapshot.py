@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..atomic import write_atomic
 from .backend import RecordingBackend
 from .errors import SlurmParseError
 from .state import SlurmState
@@ -28,10 +29,7 @@ def dumps(state: SlurmState) -> str:
 
 def save(state: SlurmState, path: str | os.PathLike[str]) -> None:
     """Write atomically: a reader never sees half a snapshot."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_text(dumps(state) + "\n")
-    tmp.replace(target)
+    write_atomic(path, dumps(state) + "\n")
 
 
 def loads(text: str, source: str = "snapshot") -> SlurmState:

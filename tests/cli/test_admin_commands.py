@@ -11,7 +11,7 @@ import pytest
 from conftest import MIXED, invoke, json_of
 
 from compass_slurm.cli import COMMANDS
-from compass_slurm.store import Store
+from compass_slurm.service.store import Store
 
 COMPASS = Path(sys.executable).parent / "compass"
 READ_COMMANDS = [("status", "--snapshot", str(MIXED)), ("policies",), ("config", "show"), ("doctor",)]
@@ -76,7 +76,7 @@ def test_the_shipped_example_config_loads() -> None:
 
 
 def test_policies_lists_every_registered_policy() -> None:
-    from compass_slurm.policies.base import policy_names
+    from compass_slurm.engine.policies.base import policy_names
 
     doc = json_of("policies")
     assert [p["name"] for p in doc["policies"]] == policy_names()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import invoke, json_of
 
-from compass_slurm.model import Decision, Job, Migration
-from compass_slurm.store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord, Store
+from compass_slurm.engine.model import Decision, Job, Migration
+from compass_slurm.service.store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord, Store
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from conftest import MIXED, invoke, json_of
 
-from compass_slurm.model import Decision, Job
+from compass_slurm.engine.model import Decision, Job
 from compass_slurm.slurm import snapshot
-from compass_slurm.store import DecisionRecord, Store
+from compass_slurm.service.store import DecisionRecord, Store
 
 #: an SGR sequence that sets a foreground colour (30-38, 90-97)
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7])[;m]")

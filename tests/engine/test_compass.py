@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from compass_slurm.fragmentation import measure, wcc_holds
-from compass_slurm.model import Job, Migration, Node
-from compass_slurm.policies.base import make_policy
-from compass_slurm.policies.compass import Compass
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.fragmentation import measure, wcc_holds
+from compass_slurm.engine.model import Job, Migration, Node
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.policies.compass import Compass
+from compass_slurm.engine.scheduler import Scheduler
 
 Layout = dict[str, list[tuple[str, int, int]]]
 

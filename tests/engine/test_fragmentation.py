@@ -10,10 +10,10 @@ from functools import lru_cache
 import pytest
 import scipy.optimize
 
-from compass_slurm import fragmentation
-from compass_slurm.fragmentation import measure, phi_star, slot_width, slot_widths, wcc_holds
-from compass_slurm.model import EngineError, Job, Node
-from compass_slurm.policies.base import make_policy
+from compass_slurm.engine import fragmentation
+from compass_slurm.engine.fragmentation import measure, phi_star, slot_width, slot_widths, wcc_holds
+from compass_slurm.engine.model import EngineError, Job, Node
+from compass_slurm.engine.policies.base import make_policy
 
 
 def brute_phi(items: tuple[int, ...], capacity: int, nodes: int) -> int | None:

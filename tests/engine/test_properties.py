@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compass_slurm.fragmentation import measure, wcc_holds
-from compass_slurm.model import Job, Node
-from compass_slurm.policies.base import make_policy, policy_names
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.fragmentation import measure, wcc_holds
+from compass_slurm.engine.model import Job, Node
+from compass_slurm.engine.policies.base import make_policy, policy_names
+from compass_slurm.engine.scheduler import Scheduler
 
 SIZES = [1, 1, 1, 1, 2, 3, 4, 5, 6, 7, 8]
 

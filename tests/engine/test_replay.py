@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from compass_slurm.cli import cli
-from compass_slurm.policies.base import policy_names
+from compass_slurm.engine.policies.base import policy_names
 
 EXAMPLE = resources.files("compass_slurm") / "data" / "example-events.jsonl"
 COMPASS = Path(sys.executable).parent / "compass"

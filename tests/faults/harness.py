@@ -120,7 +120,7 @@ class DaemonProcess:
 
     def ping(self) -> int | None:
         """The daemon's cycle count, or None when it does not answer."""
-        from compass_slurm import control
+        from compass_slurm.service import control
 
         try:
             reply = control.request(self.socket, {"op": "ping"}, 2.0)
@@ -204,7 +204,7 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> 
     reason; a restarted daemon may decide again what its killed self had decided); a job
     that started after a decision runs on the nodes of the job's latest decision.
     """
-    from compass_slurm.store import Store
+    from compass_slurm.service.store import Store
 
     with Store.open(f"sqlite:///{db}", create=False) as store:
         decisions = [d for d in store.decisions() if d.action in ("placed", "replanned")]
@@ -256,7 +256,7 @@ def integrity(db: Path) -> list[str] | None:
     """PRAGMA integrity_check's complaints ([] when sound), and whether every cycle's records landed whole."""
     from sqlalchemy import text
 
-    from compass_slurm.store import Store
+    from compass_slurm.service.store import Store
 
     with Store.open(f"sqlite:///{db}", create=False) as store:
         problems = store.integrity_check()

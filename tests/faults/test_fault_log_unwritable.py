@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from harness import all_in, expand, jobs_named, submit_managed, until
 
-from compass_slurm.store import Store
+from compass_slurm.service.store import Store
 
 pytestmark = pytest.mark.faults
 

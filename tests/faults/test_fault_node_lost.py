@@ -9,8 +9,8 @@ import pytest
 from harness import all_in, expand, jobs_named, log_disagreements, submit_managed, until
 
 from compass_slurm.config import Config
-from compass_slurm.daemon import Daemon
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.faults
 

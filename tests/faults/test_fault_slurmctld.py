@@ -37,7 +37,7 @@ def test_slurmctld_killed_in_the_middle_of_a_cycle(daemons, name):
     assert log_disagreements(daemon.db, seen) == []
     assert held(name) == []
     # Nothing left to do: a further cycle neither re-places nor rewrites any job.
-    from compass_slurm.store import Store
+    from compass_slurm.service.store import Store
 
     with Store.open(f"sqlite:///{daemon.db}", create=False) as store:
         before = len(store.decisions())

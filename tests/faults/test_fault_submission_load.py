@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from harness import job_id, jobs_named, log_disagreements, submit, until, wrapper_env
 
-from compass_slurm.store import Store
+from compass_slurm.service.store import Store
 
 pytestmark = pytest.mark.faults
 

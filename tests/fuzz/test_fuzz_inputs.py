@@ -11,7 +11,7 @@ from fuzzing import RAW_TOKENS, clear, garbage, json_values, target, to_json
 from hypothesis import strategies as st
 
 from compass_slurm.config import Config, ConfigError, load_config
-from compass_slurm.replay import EventError, parse_events
+from compass_slurm.engine.replay import EventError, parse_events
 from compass_slurm.sim.workloads import REQUIRED, TraceError, load, load_csv, load_sacct
 
 # -- trace CSV ------------------------------------------------------------------------------------------

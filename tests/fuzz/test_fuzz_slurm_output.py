@@ -16,7 +16,7 @@ from fuzzing import CASES, NASTY, clear, garbage, json_values, mutated_json, mut
 from hypothesis import strategies as st
 
 from compass_slurm.slurm import parse_json, parse_text
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
 
 TEXT_PARSERS = {

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from compass_slurm.config import Config
-from compass_slurm.daemon import Daemon
-from compass_slurm.slurm.cli import CliBackend
-from compass_slurm.store import Store
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.service.store import Store
 
 pytestmark = pytest.mark.slurm
 

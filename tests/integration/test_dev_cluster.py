@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.slurm
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.slurm
 COMPASS = Path(sys.executable).parent / "compass"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from compass_slurm.control import ControlServer, Peer
+from compass_slurm.service.control import ControlServer, Peer
 
 pytestmark = pytest.mark.slurm
 

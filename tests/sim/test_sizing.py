@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compass_slurm.model import Job
+from compass_slurm.engine.model import Job
 from compass_slurm.sim.sizing import cluster_size, demand_curve, demand_percentile, make_nodes, parse_mix
 from compass_slurm.sim.workloads import SimJob
 

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from compass_slurm.slurm.backend import DryRunBackend, update_argv
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, dumps, load, loads, save
 from compass_slurm.slurm.state import marker_comment

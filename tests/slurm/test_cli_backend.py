@@ -2,7 +2,7 @@
 
 import pytest
 
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmParseError
 
 JSON_READ = [
@@ -160,7 +160,7 @@ def test_failing_command_raises_a_command_error(mixed):
 
 
 def test_missing_binary_and_timeout_are_command_errors():
-    from compass_slurm.slurm.cli import run_process
+    from compass_slurm.slurm.cli_backend import run_process
 
     with pytest.raises(SlurmCommandError, match="cannot run"):
         run_process(["/nonexistent/sinfo"], 1.0)

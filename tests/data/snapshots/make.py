@@ -21,7 +21,7 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
 from compass_slurm.slurm import snapshot  # noqa: E402
-from compass_slurm.slurm.cli import CliBackend  # noqa: E402
+from compass_slurm.slurm.cli_backend import CliBackend  # noqa: E402
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState  # noqa: E402
 
 RECORDED = REPO / "tests" / "data" / "slurm" / "mixed-16x8"

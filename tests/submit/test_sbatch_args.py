@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compass_slurm.sbatch_args import (
+from compass_slurm.submit.sbatch_args import (
     GpuRequest, Option, SbatchArgsError, environment_options, gpu_request, last, parse_command_line,
     parse_directives,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from compass_slurm.control import (
+from compass_slurm.service.control import (
     MAX_REQUEST, ControlError, ControlServer, ControlUnavailable, Peer, Refused, RequestError, request,
     require_owner,
 )

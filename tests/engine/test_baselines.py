@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compass_slurm.model import EngineError, Job, Node
-from compass_slurm.policies.base import Policy, make_policy, policy_names
-from compass_slurm.policies.buddy import Buddy
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.model import EngineError, Job, Node
+from compass_slurm.engine.policies.base import Policy, make_policy, policy_names
+from compass_slurm.engine.policies.buddy import Buddy
+from compass_slurm.engine.scheduler import Scheduler
 
 BASELINES = ("first-fit", "best-fit", "worst-fit", "slurm-default", "fgd", "buddy")
 #: FGD with a frozen default mix (uniform over 1, 2, 4, 8), so hand-computed scores stay valid.

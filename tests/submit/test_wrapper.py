@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from compass_slurm.control import ControlServer, Peer, RequestError
-from compass_slurm.wrapper import job_id_from_output
+from compass_slurm.service.control import ControlServer, Peer, RequestError
+from compass_slurm.submit.wrapper import job_id_from_output
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "scripts" / "compass-sbatch"
 MARGIN = 2.0  # generous: these tests check behaviour; benchmarks/bench_wrapper.py measures the latency
 

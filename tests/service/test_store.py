@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from compass_slurm import store as store_module
-from compass_slurm.model import Decision, Job, Migration
-from compass_slurm.store import (
+from compass_slurm.service import store as store_module
+from compass_slurm.engine.model import Decision, Job, Migration
+from compass_slurm.service.store import (
     SCHEMA_VERSION,
     DatabaseMissing,
     DecisionRecord,

@@ -15,19 +15,20 @@ import pytest
 from click.testing import CliRunner
 
 from compass_slurm.cli import cli
-from compass_slurm import translate
+from compass_slurm.slurm import translate
 from compass_slurm.config import Config
-from compass_slurm.control import ControlServer, request
-from compass_slurm.daemon import Daemon, anchors_text
+from compass_slurm.service.control import ControlServer, request
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm.backend import DryRunBackend, lease_argv
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
-from compass_slurm.store import Store
-from compass_slurm.translate import Request
+from compass_slurm.service.store import Store
+from compass_slurm.slurm.translate import Request
 
-RECORDED = Path(__file__).resolve().parent / "data" / "slurm" / "mixed-16x8"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "slurm" / "mixed-16x8"
 
 
 # -- building states --------------------------------------------------------------------------

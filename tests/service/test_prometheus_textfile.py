@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from compass_slurm.metrics import Totals, render, write_textfile
-from compass_slurm.store import SampleRecord
+from compass_slurm.service.prometheus import Totals, render, write_textfile
+from compass_slurm.service.store import SampleRecord
 
 SAMPLE = SampleRecord(nodes=16, gpus=128, gpus_used=22, partial=2, phi_star=1, sif=0.0625, sif_bound=0.125,
                       wcc=True, queue_len=3, pending_gpus=14, orphans=1, abs_violations=2, duration=0.25)

@@ -23,8 +23,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .model import Job, Node
-from .slurm.state import SlurmJob, SlurmNode, SlurmState
+from ..engine.model import Job, Node
+from .state import SlurmJob, SlurmNode, SlurmState
 
 #: pending reasons under which Slurm would start the job as soon as it is pointed at free nodes
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fragmentation import Fragmentation, measure
-from .model import Job, NodeView
-from .policies.base import Policy, make_policy
-from .slurm.state import SlurmNode, SlurmState
-from .translate import Request, Translator, priority_order, request
+from ..engine.fragmentation import Fragmentation, measure
+from ..engine.model import Job, NodeView
+from ..engine.policies.base import Policy, make_policy
+from ..slurm.state import SlurmNode, SlurmState
+from ..slurm.translate import Request, Translator, priority_order, request
 
 #: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)
 KINDS = ("empty", "pool", "slotted", "partial", "full", "unavailable")

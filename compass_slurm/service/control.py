@@ -105,8 +105,8 @@ def require_owner(peer: Peer, owner: int | str, daemon_uid: int | None = None) -
 
 def validate(doc: Any, fields: Mapping[str, Mapping[str, type]]) -> dict[str, Any]:
     """The request if it is well formed: an object with a known ``op`` and exactly that op's fields."""
-    from .slurm import names  # here, not at the top: the wrapper imports this module for the client only
-    from .slurm.errors import SlurmNameError
+    from ..slurm import names  # here, not at the top: the wrapper imports this module for the client only
+    from ..slurm.errors import SlurmNameError
 
     if not isinstance(doc, dict):
         raise RequestError("the request must be a JSON object")

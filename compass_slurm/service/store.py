@@ -50,7 +50,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
-from .model import Decision, Job, Migration
+from ..engine.model import Decision, Job, Migration
 
 #: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
 SCHEMA_VERSION = 1

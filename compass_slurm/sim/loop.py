@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..fragmentation import measure
-from ..model import Job, Node
-from ..policies.base import make_policy
-from ..scheduler import Scheduler, Step
+from ..engine.fragmentation import measure
+from ..engine.model import Job, Node
+from ..engine.policies.base import make_policy
+from ..engine.scheduler import Scheduler, Step
 from .metrics import Metrics, Timeline, summarize
 from .workloads import SimJob
 

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from compass_slurm.cli import cli
-from compass_slurm.model import Decision, Job
-from compass_slurm.store import DecisionRecord, Store
+from compass_slurm.engine.model import Decision, Job
+from compass_slurm.service.store import DecisionRecord, Store
 
 COMPASS = Path(sys.executable).parent / "compass"
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compass_slurm.model import Job, Migration
-from compass_slurm.policies.baselines import FirstFit
-from compass_slurm.sim import engine
-from compass_slurm.sim.engine import InvariantError, SimConfig, Simulation, simulate
+from compass_slurm.engine.model import Job, Migration
+from compass_slurm.engine.policies.baselines import FirstFit
+from compass_slurm.sim import loop
+from compass_slurm.sim.loop import InvariantError, SimConfig, Simulation, simulate
 from compass_slurm.sim.sizing import make_nodes
 from compass_slurm.sim.synthetic import generate
 from compass_slurm.sim.workloads import SimJob, to_jobs
@@ -52,7 +52,7 @@ class Mover(FirstFit):
 @pytest.fixture
 def mover(monkeypatch):
     # Only this test's simulations see the migrating policy; the registry stays untouched.
-    monkeypatch.setattr(engine, "make_policy", lambda name, nodes: Mover(nodes))
+    monkeypatch.setattr(loop, "make_policy", lambda name, nodes: Mover(nodes))
 
 
 def test_fifo_completion_times():
@@ -133,7 +133,7 @@ def test_check_mode_catches_a_policy_that_loses_track(monkeypatch):
             if len(self.cluster.jobs) > 1:
                 raise AssertionError("two jobs at once")
 
-    monkeypatch.setattr(engine, "make_policy", lambda name, nodes: Leaky(nodes))
+    monkeypatch.setattr(loop, "make_policy", lambda name, nodes: Leaky(nodes))
     jobs = [sim_job("A", 0, 10, 1, 1), sim_job("B", 1, 10, 1, 1)]
     with pytest.raises(InvariantError, match=r"after event 2 at t=1: .*two jobs at once"):
         run(jobs)

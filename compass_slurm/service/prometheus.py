@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..atomic import write_atomic
 
 if TYPE_CHECKING:
     from .store import SampleRecord
@@ -83,6 +84,4 @@ def _number(value: float | bool) -> str:
 
 def write_textfile(path: str | os.PathLike[str], sample: SampleRecord | None, totals: Totals, now: float) -> None:
     """Replace ``path`` atomically with the current metrics (raises OSError when it cannot)."""
-    from .daemon import write_atomic  # here, not at the top: the daemon imports this module
-
-    write_atomic(Path(path), render(sample, totals, now))
+    write_atomic(path, render(sample, totals, now))

@@ -100,8 +100,8 @@ class _Sbatch:
 
 def job_id_from_output(line: bytes) -> str | None:
     """The job id in a line of sbatch's stdout (``Submitted batch job N`` or --parsable's ``N[;cluster]``)."""
-    from .slurm import names
-    from .slurm.errors import SlurmNameError
+    from ..slurm import names
+    from ..slurm.errors import SlurmNameError
 
     match = _SUBMITTED.search(line) or _PARSABLE.fullmatch(line.strip())
     if not match:
@@ -162,9 +162,9 @@ class _Submission:
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # imported only for GPU jobs, so that every other submission starts as fast as it can
-        from . import control
-        from .config import ConfigError, load_config
-        from .slurm.state import marker_comment
+        from ..service import control
+        from ..config import ConfigError, load_config
+        from ..slurm.state import marker_comment
 
         try:
             config = load_config(environ=self.env)
@@ -192,7 +192,7 @@ class _Submission:
 
 
 def _notify(socket_path: str, job: str) -> None:
-    from . import control
+    from ..service import control
 
     try:
         control.request(socket_path, {"op": "submitted", "job": job}, NOTIFY_TIMEOUT)

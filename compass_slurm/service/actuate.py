@@ -1,0 +1,107 @@
+"""The cycle's acting step: tell Slurm what was decided.
+
+A placement pins the job with ``scontrol update JobId=.. ReqNodeList=.. NumNodes=..
+TresPerNode=gres:gpu:g StartTime=now``. A migration of a running job is a requeue onto
+its new nodes (``requeuehold``, update, ``release``); a decided job that has not started
+yet is simply re-pointed. Managed jobs still waiting keep their begin-time lease
+(``StartTime=now+<lease>``), renewed every half lease, so Slurm starts them itself
+only if the daemon is gone. Every Slurm refusal is returned or recorded, never raised.
+"""
+
+from __future__ import annotations
+
+from ..engine.model import Decision, Migration
+from ..engine.policies.base import Policy
+from ..engine.rate_limit import RateLimit
+from ..slurm.backend import Backend
+from ..slurm.errors import SlurmError
+from ..slurm.translate import Observation, Pending, id_order
+from .cycle import Books, CycleReport, Placed, fmt, log, per_node
+from .store import MigrationRecord
+
+#: job ids per lease-renewal command (scontrol takes a comma list)
+LEASE_BATCH = 100
+
+
+class Actuator:
+    """Carries decisions, migrations and leases to Slurm through ``backend``."""
+
+    def __init__(self, backend: Backend, lease: float) -> None:
+        self.backend = backend
+        self.lease = int(lease)
+
+    def express(self, p: Pending, decision: Decision) -> str | None:
+        """Pin the job to the decided nodes and start it now; returns why Slurm refused, or None."""
+        gpus_per_node = decision.gpus_per_node()
+        sizes = set(gpus_per_node.values())
+        if len(sizes) != 1:
+            return f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that"
+        try:
+            self.backend.set_nodes(p.job.id, list(gpus_per_node), gpus_per_node=sizes.pop(),
+                                   gpu_type=p.slurm.gpu_type, start_now=True)
+        except SlurmError as err:
+            return f"Slurm refused: {err}"
+        return None
+
+    def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
+                report: CycleReport, now: float) -> None:
+        """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed."""
+        by_job: dict[str, list[Migration]] = {}
+        for m in moves:
+            if m.job in policy.cluster.jobs:
+                by_job.setdefault(m.job, []).append(m)
+        for job_id, job_moves in by_job.items():
+            target = per_node(policy, job_id)
+            running = obs.running.get(job_id)
+            if running is not None and dict(running.alloc) == target:
+                continue  # moved and moved back within the cycle
+            status, reason = "done", "compact"
+            try:
+                gpus = set(target.values())
+                if len(gpus) != 1:
+                    raise SlurmError(f"per-node GPU counts {fmt(target)} differ; Slurm cannot express that")
+                gpu_type = obs.slurm_jobs[job_id].gpu_type
+                if job_id in books.placed:
+                    self.backend.set_nodes(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type,
+                                           start_now=True)
+                else:
+                    self.backend.migrate(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type)
+                # Pending again until Slurm restarts it: keep its new place as a decision to verify.
+                job = policy.cluster.jobs[job_id]
+                nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
+                books.placed[job_id] = Placed(Decision(job_id, nodes, job.gpus, "compact"), job, now)
+            except SlurmError as err:
+                status, reason = "failed", f"compact; Slurm refused: {err}"
+                report.error("migration", f"job {job_id}: {err}")
+                books.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
+                if job_id not in books.placed:
+                    self._release(job_id)
+            rate.spend(now, len(job_moves))
+            for m in job_moves:
+                report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
+            log.info("migrated job %s to %s: %s", job_id, fmt(target), status)
+
+    def _release(self, job_id: str) -> None:
+        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly)."""
+        try:
+            self.backend.release(job_id)
+        except SlurmError as err:
+            log.debug("release of job %s after a failed migration: %s", job_id, err)
+
+    def renew_leases(self, obs: Observation, books: Books, report: CycleReport, now: float) -> None:
+        """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive."""
+        waiting = {p.job.id for p in obs.pending if p.job.id not in books.placed}
+        books.leases = {j: t for j, t in books.leases.items() if j in waiting}
+        lease = self.lease
+        if lease < 1:
+            return
+        due = sorted((j for j in waiting if j not in books.leases or now - books.leases[j] >= lease / 2),
+                     key=id_order)
+        for start in range(0, len(due), LEASE_BATCH):
+            batch = due[start:start + LEASE_BATCH]
+            try:
+                self.backend.renew_lease(batch, lease)
+            except SlurmError as err:
+                report.error("lease", str(err))
+                continue
+            books.leases.update(dict.fromkeys(batch, now))

@@ -1,0 +1,83 @@
+"""What one daemon cycle saw and did (``CycleReport``), and what the daemon remembers between cycles (``Books``).
+
+Shared by the cycle's steps: sync (mirror Slurm into the policy), decide, actuate
+(tell Slurm) and publish (log, metrics, anchors).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..engine.model import Decision, Job
+from ..engine.policies.base import Policy
+from .store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord
+
+log = logging.getLogger("compass.daemon")
+
+
+@dataclass
+class CycleReport:
+    """What one cycle saw and did; ``skipped`` says why nothing was done."""
+
+    cycle: int
+    skipped: str | None = None
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    migrations: list[MigrationRecord] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    departed: list[str] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
+    sample: SampleRecord | None = None
+
+    def error(self, kind: str, message: str) -> None:
+        log.error("%s: %s", kind, message)
+        self.errors.append(ErrorRecord(kind=kind, message=message))
+
+
+@dataclass
+class Placed:
+    """A decision Slurm has been told but not yet carried out."""
+
+    decision: Decision
+    job: Job
+    at: float
+
+
+@dataclass
+class Books:
+    """The daemon's memory beside the policy: what it told Slurm, what it checked, whose lease it renewed."""
+
+    #: decided (or migrated) jobs Slurm has not started yet on their new nodes
+    placed: dict[str, Placed] = field(default_factory=dict)
+    #: per running job, the allocation last found equal to the policy's (unchanged ones are not re-checked)
+    seen: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    #: per waiting managed job, when its lease was last renewed
+    leases: dict[str, float] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        """A rebuilt policy starts from Slurm alone."""
+        self.placed.clear()
+        self.seen.clear()
+
+
+def per_node(policy: Policy, job_id: str) -> dict[str, int]:
+    """GPUs per node of ``job_id`` as the policy holds it."""
+    c = policy.cluster
+    counts: Counter[str] = Counter()
+    for key, i in c.instances_of(job_id):
+        counts[c.nodes[i].name] += c.gpus_of(key)
+    return dict(counts)
+
+
+def counts(job: Job, nodes: tuple[str, ...]) -> dict[str, int]:
+    """GPUs per node of ``job`` with one instance on each entry of ``nodes``."""
+    out: Counter[str] = Counter()
+    for name in nodes:
+        out[name] += job.gpus
+    return dict(out)
+
+
+def fmt(gpus_per_node: Mapping[str, int]) -> str:
+    return ",".join(f"{name}:{gpus}" for name, gpus in gpus_per_node.items())

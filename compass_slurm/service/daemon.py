@@ -1,0 +1,299 @@
+"""The helper daemon: one cycle every ``interval`` seconds, or sooner when woken.
+
+A cycle reads Slurm's state once and then runs four steps:
+
+- sync (``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
+  daemon did not make (pinned, never moved), mirror node availability;
+- decide (here): in Slurm's priority order, place the managed pending jobs that fit;
+- actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
+  (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour),
+  renew the begin-time leases of managed jobs still waiting;
+- publish (``publish.py``): log decisions, migrations, errors and a sample to the
+  decision log in one transaction, rewrite the Prometheus textfile and the anchors file.
+
+One policy object lives across cycles and follows Slurm incrementally; a restart
+rebuilds it from Slurm, so nothing is lost with the process. Managed jobs are pending
+GPU jobs whose comment carries the compass marker; the wrapper submits them with
+``--begin=now+<lease>``, so if the daemon is gone Slurm starts them itself after the
+lease. A placed job that has not started when its nodes stop qualifying (or after
+``stale_after`` seconds) is re-planned; Slurm refusing an update undoes the decision
+(action ``failed``). A cycle whose Slurm read fails or cannot be parsed is skipped and
+the error recorded: nothing is changed on a partial picture. The control socket's
+``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..config import Config
+from ..engine.fragmentation import Fragmentation
+from ..engine.model import Decision, EngineError, Migration
+from ..engine.policies.base import Policy, make_policy
+from ..engine.rate_limit import RateLimit
+from ..slurm.backend import Backend
+from ..slurm.errors import SlurmError
+from ..slurm.translate import Observation, Pending, Request, Translator
+from .actuate import Actuator
+from .control import Handler, Peer, RequestError, require_owner
+from .cycle import Books, CycleReport, Placed, fmt, log
+from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
+from .store import DecisionRecord, StoreError
+from .sync import mirror, pinned_pending, same_nodes, take_over
+
+
+class Daemon:
+    """Runs cycles against ``backend``; ``db`` is the decision log URL (None: no log)."""
+
+    def __init__(self, config: Config, backend: Backend, db: str | None = None, *, dry_run: bool = False,
+                 clock: Callable[[], float] = time.time, publish: bool = True) -> None:
+        self.config = config
+        self.backend = backend
+        self.db = db
+        self.dry_run = dry_run
+        self.clock = clock
+        self.publish = publish and bool(config.anchors)
+        self.policy: Policy | None = None
+        self.books = Books()
+        self.actuator = Actuator(backend, config.lease)
+        self.recorder = Recorder(db)
+        self.metrics = MetricsFile(config.metrics_textfile)
+        self.rate = RateLimit(config.migrations_per_hour)
+        self.stale_after = max(30.0, 3 * config.interval)
+        self.cycles = 0
+        #: the latest translated Slurm state, for the control socket's questions
+        self.observation: Observation | None = None
+        #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+
+    @property
+    def placed(self) -> dict[str, Placed]:
+        return self.books.placed
+
+    @property
+    def store_errors(self) -> int:
+        return self.recorder.failures
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, interval: float) -> None:
+        """Cycle every ``interval`` seconds (sooner when woken) until ``stop`` is set."""
+        while not self.stop.is_set():
+            self.cycle()
+            self.wake.wait(interval)
+            self.wake.clear()
+        self.close()
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.wake.set()
+
+    def close(self) -> None:
+        self.recorder.close()
+
+    def cycle(self) -> CycleReport:
+        started = time.monotonic()
+        self.cycles += 1
+        report = CycleReport(self.cycles)
+        try:
+            translator = Translator(self.backend.read_state(), self.config.partitions)
+            obs = translator.observe()
+            if not obs.nodes:
+                scope = ", ".join(self.config.partitions) or "all"
+                raise SlurmError(f"no GPU nodes in the managed partitions ({scope})")
+        except SlurmError as err:
+            report.skipped = str(err)
+            report.error("slurm", f"cycle {self.cycles} skipped: {err}")
+            self._finish(report)
+            return report
+        self.observation = obs
+        now = self.clock()
+        policy, moves = self._sync(obs, report, now)
+        moves += self._decide(obs, translator, policy, report, now)
+        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, now)
+        self.actuator.renew_leases(obs, self.books, report, now)
+        report.sample = sample(obs, policy, report, time.monotonic() - started)
+        self._finish(report)
+        if self.publish:
+            publish_anchors(self.config.anchors, policy, self.cycles, now)
+        return report
+
+    def _finish(self, report: CycleReport) -> None:
+        self.recorder.record(report)
+        self.metrics.export(report, self.clock())
+
+    def _sync(self, obs: Observation, report: CycleReport, now: float) -> tuple[Policy, list[Migration]]:
+        """Mirror Slurm in the policy (rebuilt when the GPU nodes changed); returns it and Compact's moves."""
+        policy = self.policy
+        if not same_nodes(policy, obs):
+            if policy is not None:
+                log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
+            policy = self.policy = make_policy(self.config.policy, obs.nodes)
+            self.books.forget()
+            self._take_over(obs, policy, now)
+        policy.migration_budget = self.rate.budget(now)
+        return policy, mirror(policy, obs, self.books, report)
+
+    def _take_over(self, obs: Observation, policy: Policy, now: float) -> None:
+        pinned = pinned_pending(obs)
+        if not pinned or self.db is None or self.dry_run:
+            return
+        try:
+            last = self.recorder.last_decisions(pinned)
+        except StoreError as err:
+            log.warning("earlier decisions unreadable (%s): pinned pending jobs are placed afresh", err.message)
+            return
+        take_over(obs, policy, self.books, last, now)
+
+    # -- decide ------------------------------------------------------------------------------
+
+    def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
+                now: float) -> list[Migration]:
+        """Place the managed pending jobs that fit, in priority order, then tell Slurm.
+
+        Slurm hears each job's place only after the whole pass, because Compact may still
+        move a job placed earlier in the same pass (e.g. pull it as a filler); those moves
+        cost no requeue and are not returned. Returns the other migrations made on the way.
+        """
+        moves: list[Migration] = []
+        for why in obs.skipped.items():
+            log.debug("job %s left to Slurm: %s", *why)
+        frag = fragmentation(policy)
+        fresh: list[tuple[Pending, Decision, str, Fragmentation | None, Fragmentation | None]] = []
+        # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing.
+        replanned = set()
+        pending = list(obs.pending)
+        for at, p in enumerate(pending):
+            stale = self._stale(p, policy, now, translator) if p.job.id in self.books.placed else None
+            if stale is not None:
+                pending[at] = _unpinned(p, self.books.placed[p.job.id].decision, translator)
+                policy.remove(p.job.id)
+                del self.books.placed[p.job.id]
+                replanned.add(p.job.id)
+                log.info("job %s: re-planning, %s", p.job.id, stale)
+        # Shapes that found no place since the last placement: placing nothing changes nothing,
+        # so the same shape fails again (a long blocked queue costs one attempt per shape).
+        blocked: set[tuple] = set()
+        for p in pending:
+            if p.job.id in policy.cluster.jobs:
+                continue
+            shape = (p.job.instances, p.job.gpus, p.job.distinct_nodes, p.eligible)
+            if shape in blocked:
+                continue
+            try:
+                candidates = policy.candidates(p.job, p.eligible)
+                decision = policy.place(p.job, p.eligible)
+            except EngineError as err:
+                # The engine may be left half-changed: rebuild it from Slurm next cycle.
+                report.error("engine", f"job {p.job.id}: {err}; rebuilding the engine state next cycle")
+                self.policy = None
+                break
+            if decision is None:
+                blocked.add(shape)
+                continue
+            blocked.clear()
+            decision = replace(decision, candidates=candidates)
+            moves += decision.migrations
+            moves += policy.compact()
+            after = fragmentation(policy)
+            fresh.append((p, decision, "replanned" if p.job.id in replanned else "placed", frag, after))
+            frag = after
+        for p, decision, action, before, after in fresh:
+            nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
+            decision = replace(decision, nodes=nodes)
+            failure = self.actuator.express(p, decision)
+            if failure is not None:
+                policy.remove(p.job.id)
+                action, after = "failed", fragmentation(policy)
+            else:
+                self.books.placed[p.job.id] = Placed(decision, p.job, now)
+                self.books.leases.pop(p.job.id, None)
+                action = "dry-run" if self.dry_run else action
+            record = DecisionRecord.of(
+                decision, p.job, policy.name, sif_before=_sif(before), sif_after=_sif(after),
+                partial_before=_partial(before), partial_after=_partial(after),
+                reason=failure or decision.rule, action=action,
+            )
+            report.decisions.append(record)
+            log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", action, p.job.id, record.request, record.user,
+                     fmt(record.gpus_per_node), record.reason, _num(record.sif_before), _num(record.sif_after))
+        placed_now = {p.job.id for p, *_ in fresh}
+        return [m for m in moves if m.job not in placed_now]
+
+    def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator) -> str | None:
+        """Why a placed-but-pending job must be re-planned, or None while its decision still holds."""
+        c = policy.cluster
+        for name in dict.fromkeys(self.books.placed[p.job.id].decision.nodes):
+            i = c.index[name]
+            # "unknown": a restarted slurmctld has not heard from the node yet; give it until stale_after
+            if not c.available[i] and translator.slurm_nodes[name].state != "unknown":
+                return f"node {name} takes no new work"
+            if p.eligible is not None and name not in p.eligible:
+                return f"node {name} lacks the CPUs or memory it needs"
+            if c.used[i] > c.capacity[i]:
+                return f"node {name} was taken by other jobs"
+        if now - self.books.placed[p.job.id].at > self.stale_after:
+            return f"Slurm has not started it in {self.stale_after:.0f} s ({p.slurm.reason or 'no reason given'})"
+        return None
+
+    # -- the control socket's questions ------------------------------------------------------
+
+    def handlers(self) -> dict[str, Handler]:
+        """Answers for compass_slurm.service.control.ControlServer: ping, submitted (wakes a cycle), job."""
+        return {
+            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles},
+            "submitted": self._submitted,
+            "job": self._job_status,
+        }
+
+    def _submitted(self, doc: dict, peer: Peer) -> dict:
+        self.poke()
+        return {"cycle": self.cycles}
+
+    def _job_status(self, doc: dict, peer: Peer) -> dict:
+        obs, job_id = self.observation, doc["job"]
+        slurm = obs.slurm_jobs.get(job_id) if obs is not None else None
+        if slurm is None:
+            raise RequestError(f"job {job_id} is not a GPU job the daemon manages or has seen running")
+        require_owner(peer, slurm.user)
+        if job_id in obs.running:
+            return {"job": job_id, "state": "running", "gpus_per_node": dict(obs.running[job_id].alloc)}
+        placed = self.books.placed.get(job_id)
+        if placed is not None:
+            return {"job": job_id, "state": "placed", "gpus_per_node": placed.decision.gpus_per_node(),
+                    "rule": placed.decision.rule}
+        if job_id in obs.skipped:
+            return {"job": job_id, "state": "left to Slurm", "reason": obs.skipped[job_id]}
+        return {"job": job_id, "state": "waiting", "reason": "no place for it yet; its lease is renewed"}
+
+
+# -- small helpers ------------------------------------------------------------------------------
+
+
+def _unpinned(p: Pending, decision: Decision, translator: Translator) -> Pending:
+    """The job as the user asked for it: Slurm's ReqNodeList is our own pin when it names the decided nodes,
+    and must not keep the re-plan on them (a drained or lost node would hold the job forever)."""
+    if set(p.slurm.required_nodes) != set(decision.nodes):
+        return p
+    slurm = replace(p.slurm, required_nodes=())
+    req = Request(p.job.instances, p.job.gpus, p.job.distinct_nodes)
+    return replace(p, slurm=slurm, eligible=translator.eligible(slurm, req))
+
+
+def _sif(frag: Fragmentation | None) -> float | None:
+    return None if frag is None else frag.sif
+
+
+def _partial(frag: Fragmentation | None) -> int | None:
+    return None if frag is None else frag.partial
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

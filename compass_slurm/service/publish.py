@@ -1,0 +1,146 @@
+"""The cycle's last step: what the daemon tells the world.
+
+A sample of the cluster's fragmentation per cycle, and every decision, migration and
+error, go to the decision log in one transaction (``Recorder``); a log that cannot be
+written is loud but never stops placement. The Prometheus textfile and the anchors
+file for submit hooks are replaced atomically every cycle.
+
+Anchors file (``Config.anchors``)::
+
+    # compass-anchors v1 generated=<epoch seconds> policy=<name> cycle=<n>
+    <gpus> <node>
+
+one line per instance size 1..G that has a place now: the node where the next
+single instance of that size would go. Sizes with no place are omitted. In Lua:
+``for gpus, node in text:gmatch("\\n(%d+) (%S+)") do ... end``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..atomic import write_atomic
+from ..engine.fragmentation import Fragmentation, measure
+from ..engine.model import EngineError
+from ..engine.policies.base import Policy
+from ..slurm.translate import Observation
+from .cycle import CycleReport, log
+from .prometheus import Totals, write_textfile
+from .store import DecisionRecord, ErrorRecord, SampleRecord, Store, StoreError
+
+ANCHORS_HEADER = "# compass-anchors v1 generated={generated} policy={policy} cycle={cycle}"
+
+
+def fragmentation(policy: Policy) -> Fragmentation | None:
+    """The policy's fragmentation now; None when the adopted allocations exceed the nodes."""
+    try:
+        return measure(policy)
+    except EngineError:  # no feasible placement to compare with
+        return None
+
+
+def sample(obs: Observation, policy: Policy, report: CycleReport, duration: float) -> SampleRecord | None:
+    frag = fragmentation(policy)
+    if frag is None:
+        report.error("engine", "fragmentation not measurable: running demand exceeds the nodes")
+        return None
+    orphans = getattr(policy, "orphans", lambda: 0)()
+    return SampleRecord(
+        nodes=frag.nodes, gpus=frag.gpus, gpus_used=frag.gpus_used, partial=frag.partial,
+        phi_star=frag.phi_star, sif=frag.sif, sif_bound=frag.sif_bound, wcc=frag.wcc,
+        queue_len=obs.queue_len, pending_gpus=obs.pending_gpus, orphans=orphans,
+        abs_violations=len(policy.abs_violations()), errors=len(report.errors), duration=duration,
+    )
+
+
+class Recorder:
+    """The decision log of one daemon: opened on first use, written once per cycle."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.store: Store | None = None
+        #: cycles whose records could not be written
+        self.failures = 0
+        #: the first log failure not yet in the log (written when the log works again)
+        self.unlogged: ErrorRecord | None = None
+
+    def _open(self) -> Store:
+        if self.store is None:
+            self.store = Store.open(self.db)
+        return self.store
+
+    def last_decisions(self, jobs: Iterable[str]) -> dict[str, DecisionRecord | None]:
+        """Each job's latest logged decision (raises StoreError when the log cannot be read)."""
+        store = self._open()
+        out: dict[str, DecisionRecord | None] = {}
+        for job in jobs:
+            records = store.decisions(job=job, limit=1)
+            out[job] = records[-1] if records else None
+        return out
+
+    def record(self, report: CycleReport) -> None:
+        """Write the cycle in one transaction; a failing log is loud but never stops placement."""
+        if self.db is None:
+            return
+        try:
+            store = self._open()
+            with store.cycle():
+                if self.unlogged is not None:
+                    store.record_error(replace(self.unlogged, message=f"{self.unlogged.message} "
+                                               f"(the log failed in {self.failures} cycles so far)"))
+                for record in report.decisions:
+                    store.record_decision(record)
+                for record in report.migrations:
+                    store.record_migration(record)
+                for record in report.errors:
+                    store.record_error(record)
+                if report.sample is not None:
+                    store.record_sample(report.sample)
+            self.unlogged = None
+        except StoreError as err:
+            self.failures += 1
+            log.error("DECISION LOG NOT WRITTEN (%d failures so far): %s%s", self.failures, err.message,
+                      f"; hint: {err.hint}" if err.hint else "")
+            # counted in compass_errors_total now, and written to the log once it works again
+            report.errors.append(ErrorRecord(kind="log", message=err.message))
+            self.unlogged = self.unlogged or ErrorRecord(kind="log", message=f"cycle {report.cycle}: {err.message}")
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+class MetricsFile:
+    """The Prometheus textfile: the latest sample and the totals since the daemon started."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.totals = Totals()
+
+    def export(self, report: CycleReport, now: float) -> None:
+        failed = sum(1 for m in report.migrations if m.status == "failed")
+        self.totals = self.totals.plus(len(report.decisions), len(report.migrations), failed, len(report.errors))
+        if not self.path:
+            return
+        try:
+            write_textfile(self.path, report.sample, self.totals, now)
+        except OSError as err:
+            log.error("cannot write metrics to %s: %s", self.path, err)
+
+
+def anchors_text(policy: Policy, cycle: int, now: float) -> str:
+    lines = [ANCHORS_HEADER.format(generated=int(now), policy=policy.name, cycle=cycle)]
+    for gpus in range(1, policy.cluster.max_gpus + 1):
+        node = policy.anchor(gpus)
+        if node is not None:
+            lines.append(f"{gpus} {node}")
+    return "\n".join(lines) + "\n"
+
+
+def publish_anchors(path: str, policy: Policy, cycle: int, now: float) -> None:
+    try:
+        write_atomic(path, anchors_text(policy, cycle, now))
+    except OSError as err:
+        log.error("cannot publish anchors to %s: %s", path, err)

@@ -1,0 +1,100 @@
+"""The cycle's first step: make the policy match what Slurm runs.
+
+Jobs that ended are removed, GPU allocations the daemon did not make (foreign jobs,
+jobs from before it started) are adopted, node availability is mirrored. When the
+set of GPU nodes changes the policy is rebuilt from Slurm alone, and a restarted
+daemon takes over the pins its predecessor logged (``take_over``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..engine.model import Decision, EngineError, Migration, Node
+from ..engine.policies.base import Policy
+from ..slurm.translate import Observation
+from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
+from .store import DecisionRecord
+
+def same_nodes(policy: Policy | None, obs: Observation) -> bool:
+    """Whether ``policy`` was built for exactly the GPU nodes Slurm now has."""
+    return policy is not None and _layout(policy.cluster.nodes) == _layout(obs.nodes)
+
+
+def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) -> list[Migration]:
+    """Bring ``policy`` up to date with ``obs``; returns the migrations its Compact then wants."""
+    for node in obs.nodes:
+        if policy.cluster.available[policy.cluster.index[node.name]] != node.available:
+            policy.set_available(node.name, node.available)
+            log.info("node %s %s", node.name, "is available again" if node.available else "takes no new work")
+    moves: list[Migration] = []
+    pending = {p.job.id for p in obs.pending}
+    placed, seen = books.placed, books.seen
+    for job_id in list(policy.cluster.jobs):
+        if job_id in obs.running or (job_id in placed and job_id in pending):
+            continue
+        placed.pop(job_id, None)
+        seen.pop(job_id, None)
+        moves += policy.remove(job_id)
+        report.departed.append(job_id)
+    changed = [r.engine() for job_id, r in obs.running.items()
+               if job_id in placed or seen.get(job_id) != r.alloc]
+    # Larger instances first, so adopted anchors get slots before 1-GPU instances fill nodes.
+    for job, nodes in sorted(changed, key=lambda jn: -jn[0].gpus):
+        job_id = job.id
+        seen[job_id] = obs.running[job_id].alloc
+        if job_id in policy.cluster.jobs:
+            if per_node(policy, job_id) == counts(job, nodes):
+                placed.pop(job_id, None)
+                continue
+            was = placed.pop(job_id, None)
+            if was is not None:
+                report.error("mismatch", f"job {job_id} started on {fmt(counts(job, nodes))}, "
+                                         f"not on {fmt(was.decision.gpus_per_node())} as decided")
+            policy.remove(job_id)
+        try:
+            policy.adopt(job, nodes)
+        except EngineError as err:
+            del seen[job_id]
+            report.error("adopt", f"job {job_id}: {err}")
+            continue
+        report.adopted.append(job_id)
+        log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
+                 "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
+    moves += policy.compact()
+    return moves
+
+
+def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str, DecisionRecord | None],
+              now: float) -> None:
+    """After a (re)start: pending jobs an earlier daemon already pinned are decisions, not new jobs.
+
+    A job counts as pinned by us when its last logged decision names exactly the nodes
+    in its ReqNodeList; placing it again would log a second decision and re-point a job
+    that Slurm is about to start. ``last`` holds the last logged decision of each pending
+    job that has a ReqNodeList (``pinned_pending``).
+    """
+    for p in obs.pending:
+        if not p.slurm.required_nodes:
+            continue
+        record = last.get(p.job.id)
+        if (record is None or record.action not in ("placed", "replanned")
+                or len(record.nodes) != p.job.instances
+                or set(record.nodes) != set(p.slurm.required_nodes)):
+            continue
+        try:
+            policy.adopt(p.job, record.nodes)
+        except EngineError as err:
+            log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
+            continue
+        books.placed[p.job.id] = Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
+        log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
+
+
+def pinned_pending(obs: Observation) -> list[str]:
+    """Pending jobs that name their nodes: those an earlier daemon may have pinned."""
+    return [p.job.id for p in obs.pending if p.slurm.required_nodes]
+
+
+def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:
+    return [(n.name, n.gpus) for n in nodes]
