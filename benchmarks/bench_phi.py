@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from compass_slurm import fragmentation
+from compass_slurm.engine import fragmentation
 from compass_slurm.engine.fragmentation import phi_star, wcc_holds
 from compass_slurm.sim.synthetic import MIXES
 
