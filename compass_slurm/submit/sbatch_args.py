@@ -18,6 +18,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
 
 #: the wrapper's own flag, stripped before sbatch sees the arguments
 MIGRATABLE = "--migratable"
@@ -63,6 +64,14 @@ GPU_ENVIRONMENT = {
 # "[type:]count", the value of --gpus, --gpus-per-node and --gpus-per-task
 _TYPED_COUNT = re.compile(r"(?:([A-Za-z0-9_.-]+):)?(\d+)")
 _HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})
+
+# sbatch --begin forms we resolve as sbatch does (others leave the job to plain sbatch)
+_BEGIN_NOW = re.compile(r"now(?:([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?)?)?", re.IGNORECASE)
+_BEGIN_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_BEGIN_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{1,2}:\d{2}(?::\d{2})?)?")
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+#: named times of day: the next one from now
+_BEGIN_NAMED = {"midnight": time(0), "elevenses": time(11), "noon": time(12), "fika": time(15), "teatime": time(16)}
 
 
 class SbatchArgsError(ValueError):
@@ -195,6 +204,40 @@ def gpu_request(options: Iterable[Option]) -> GpuRequest:
         gpu_type=type_gpus or type_node or type_task or type_gres,
         nodes=last(options, "nodes"), ntasks=int(ntasks) if ntasks is not None else None,
     )
+
+
+def begin_time(value: str, now: datetime) -> datetime | None:
+    """The local time ``--begin=value`` names, as sbatch resolves it against ``now`` (naive local time);
+    None for the forms we do not read (``MMDD[YY]``, ``MM/DD``, ``AM``/``PM``: sbatch still does).
+
+    A time of day alone means its next occurrence (tomorrow once it has passed today).
+    """
+    text = value.strip()
+    if match := _BEGIN_NOW.fullmatch(text):
+        sign, count, unit = match.groups()
+        seconds = int(count or 0) * _UNIT_SECONDS[(unit or "seconds").lower().rstrip("s")]
+        return now + timedelta(seconds=-seconds if sign == "-" else seconds)
+    lowered = text.lower()
+    if lowered in ("today", "tomorrow"):
+        midnight = datetime.combine(now.date(), time(0))
+        return midnight + timedelta(days=1) if lowered == "tomorrow" else midnight
+    if lowered in _BEGIN_NAMED:
+        return _next(datetime.combine(now.date(), _BEGIN_NAMED[lowered]), now)
+    if match := _BEGIN_CLOCK.fullmatch(text):
+        hour, minute, second = (int(part or 0) for part in match.groups())
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        return _next(datetime.combine(now.date(), time(hour, minute, second)), now)
+    if _BEGIN_DATE.fullmatch(text):
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _next(moment: datetime, now: datetime) -> datetime:
+    return moment + timedelta(days=1) if moment < now else moment
 
 
 def _parse(args: Sequence[str], own_flags: bool) -> tuple[_Parsed, list[str]]:

@@ -4,18 +4,22 @@ A GPU job whose daemon answers a ping within ``wrapper_timeout`` is submitted
 with the user's arguments plus ``--comment=<marker>`` (the user's own comment
 kept beside the marker) and ``--begin=now+<lease>``: the job waits for the
 daemon to place it, and if the daemon never does, Slurm starts it by itself
-when the lease runs out. Everything else runs plain sbatch with the user's
-arguments, minus ``--migratable``:
+when the lease runs out. A user's own later ``--begin`` becomes that time plus
+the lease: the daemon places the job from its begin time on. A ``--migratable``
+job also gets ``--open-mode=append`` unless the user chose a mode, so that a
+migration (a requeue) adds to its output files instead of truncating them.
+Everything else runs plain sbatch with the user's arguments, minus ``--migratable``:
 
-- no GPUs asked for, ``--help``/``--usage``/``--version``;
+- no GPUs asked for, ``--usage``/``--version``, ``--test-only`` (sbatch's own answer);
 - arguments or directives we cannot read with certainty (sbatch reports its own errors);
-- the user's own ``--begin`` (the daemon would start the job early), other clusters
-  (``--clusters``), heterogeneous jobs (one node list cannot place them);
-- the daemon unreachable, slow or failing: then one line on stderr says so.
+- a ``--begin`` in a form we do not resolve, other clusters (``--clusters``),
+  heterogeneous jobs (one node list cannot place them);
+- the daemon unreachable, slow or failing: then one line on stderr says why.
 
-sbatch runs exactly once on every path, and never again after it may have
-submitted. Its stdout and stderr reach the user unchanged, and its exit code
-is ours. Standard library imports only: this sits in every submission.
+``--help`` prints what the wrapper adds, then sbatch's help. sbatch runs exactly
+once on every path, and never again after it may have submitted. Its stdout and
+stderr reach the user unchanged, and its exit code is ours. Standard library
+imports only: this sits in every submission.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 
 from .sbatch_args import (
-    INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, environment_options, gpu_request, last,
+    INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, begin_time, environment_options, gpu_request, last,
     parse_command_line, parse_directives,
 )
 
@@ -40,8 +44,22 @@ NOTIFY_TIMEOUT = 0.5
 _SUBMITTED = re.compile(rb"Submitted batch job (\S+)")
 _PARSABLE = re.compile(rb"(\d[\d_]*)(?:;\S*)?")
 
-#: seconds of wrapper_timeout kept back for starting plain sbatch after a failed ping.
-FALLBACK_RESERVE = 0.03
+HELP = f"""\
+{PROG} [--migratable] SBATCH-ARGS...: sbatch, with GPU jobs placed by the compass daemon.
+
+Every sbatch option keeps its meaning (sbatch's help follows). A GPU job is
+submitted with a compass marker in its comment and a start time the daemon
+moves up when it places the job; without a daemon it is plain sbatch.
+
+  --migratable   the job may be requeued onto other nodes to defragment the
+                 cluster (at most migrations_per_hour moves per hour). It must
+                 restart from its own checkpoint: a requeue starts the batch
+                 script again from the top, with SLURM_RESTART_COUNT set. Its
+                 output files are opened with --open-mode=append (unless you
+                 choose a mode), so a restart adds to them instead of
+                 truncating them.
+
+"""
 
 
 class _Sbatch:
@@ -112,18 +130,12 @@ def job_id_from_output(line: bytes) -> str | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None,
-         started: float | None = None) -> int:
-    """Submit like sbatch would; returns sbatch's exit code.
-
-    ``started`` (time.monotonic() when the process began) makes the time spent
-    starting up count against wrapper_timeout, so that the extra latency of a
-    hung daemon stays within it.
-    """
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Submit like sbatch would; returns sbatch's exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     sbatch = _Sbatch(env.get("COMPASS_SBATCH") or "sbatch")
-    submission = _Submission(args, env, sbatch, time.monotonic() if started is None else started)
+    submission = _Submission(args, env, sbatch)
     try:
         return submission.run()
     except Exception as err:  # a bug of ours must not cost the user their submission
@@ -134,8 +146,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 class _Submission:
-    def __init__(self, args: list[str], env: Mapping[str, str], sbatch: _Sbatch, started: float) -> None:
-        self.started = started
+    def __init__(self, args: list[str], env: Mapping[str, str], sbatch: _Sbatch) -> None:
         self.env = env
         self.sbatch = sbatch
         self.stdin: bytes | None = None
@@ -148,7 +159,11 @@ class _Submission:
         except SbatchArgsError:
             return self.sbatch.plain(self.plain_argv, None)  # sbatch says what is wrong, in its own words
         self.plain_argv = command.argv()
-        if any(option.name in INFORMATIONAL for option in command.options):
+        asked = {option.name for option in command.options}
+        if "help" in asked:
+            sys.stdout.write(HELP)
+            sys.stdout.flush()
+        if asked & INFORMATIONAL:
             return self.sbatch.plain(self.plain_argv, None)
         try:
             script = self._script(command)
@@ -157,8 +172,11 @@ class _Submission:
             wants_gpus = gpu_request(options).wants_gpus
         except (OSError, SbatchArgsError):
             return self.sbatch.plain(self.plain_argv, self.stdin)  # sbatch reports the unreadable script or value
-        unmanaged = (not wants_gpus or heterogeneous or command.heterogeneous
-                     or last(options, "begin") is not None or last(options, "clusters") is not None)
+        now = datetime.now()
+        begin = last(options, "begin")
+        user_begin = begin_time(begin, now) if begin is not None else now
+        unmanaged = (not wants_gpus or heterogeneous or command.heterogeneous or user_begin is None
+                     or last(options, "test-only") is not None or last(options, "clusters") is not None)
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # imported only for GPU jobs, so that every other submission starts as fast as it can
@@ -168,16 +186,18 @@ class _Submission:
 
         try:
             config = load_config(environ=self.env)
-            # The budget is the user's extra wait: keep back what the fallback sbatch takes to start.
-            left = config.wrapper_timeout - FALLBACK_RESERVE - (time.monotonic() - self.started)
-            reply = control.request(config.socket, {"op": "ping"}, max(left, 0.0))
+            # The budget is the daemon's time to answer, not our own start-up: a loaded login node must
+            # not decide whether a job is managed.
+            reply = control.request(config.socket, {"op": "ping"}, config.wrapper_timeout)
             if not reply["ok"]:
                 raise control.ControlUnavailable(f"it answered: {reply.get('error', 'an error')}")
         except (ConfigError, control.ControlUnavailable) as err:
             _say(f"daemon unavailable ({err}), submitted with plain sbatch")
             return self.sbatch.plain(self.plain_argv, self.stdin)
         extra = [f"--comment={marker_comment(command.migratable, last(options, 'comment') or '')}",
-                 f"--begin=now+{math.ceil(config.lease)}"]
+                 _lease(user_begin, now, config.lease)]
+        if command.migratable and last(options, "open-mode") is None and not self.env.get("SBATCH_OPEN_MODE"):
+            extra.append("--open-mode=append")  # a migration restarts the script: keep the first run's output
         return self.sbatch.managed(command.argv(extra), self.stdin, lambda job: _notify(config.socket, job))
 
     def _script(self, command: SbatchCommand) -> bytes | None:
@@ -189,6 +209,14 @@ class _Submission:
                 return file.read()
         self.stdin = sys.stdin.buffer.read()
         return self.stdin
+
+
+def _lease(begin: datetime, now: datetime, lease: float) -> str:
+    """``--begin`` for a managed job: the lease from now, or from the user's own later begin time
+    (the daemon places a job once its begin time minus the lease has come)."""
+    if begin <= now:
+        return f"--begin=now+{math.ceil(lease)}"
+    return f"--begin={(begin + timedelta(seconds=math.ceil(lease))).isoformat(timespec='seconds')}"
 
 
 def _notify(socket_path: str, job: str) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from compass_slurm.submit.sbatch_args import (
-    GpuRequest, Option, SbatchArgsError, environment_options, gpu_request, last, parse_command_line,
+    GpuRequest, Option, SbatchArgsError, begin_time, environment_options, gpu_request, last, parse_command_line,
     parse_directives,
 )
 
@@ -147,3 +149,29 @@ def test_bad_directive_names_its_line() -> None:
         parse_directives(b"#!/bin/sh\n#SBATCH -G 1\n#SBATCH --bogus\n")
     with pytest.raises(SbatchArgsError, match="script line 2: No closing quotation"):
         parse_directives(b"#!/bin/sh\n#SBATCH --comment='open\n")
+
+
+NOW = datetime(2026, 12, 1, 14, 30, 0)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("now", NOW),
+    ("now+90", NOW + timedelta(seconds=90)),
+    ("now+2hours", NOW + timedelta(hours=2)),
+    ("NOW+1day", NOW + timedelta(days=1)),
+    ("now+3weeks", NOW + timedelta(weeks=3)),
+    ("now-5minutes", NOW - timedelta(minutes=5)),
+    ("16:00", datetime(2026, 12, 1, 16, 0)),
+    ("09:15:30", datetime(2026, 12, 2, 9, 15, 30)),   # passed today: tomorrow
+    ("2026-12-24", datetime(2026, 12, 24)),
+    ("2026-12-24T18:00", datetime(2026, 12, 24, 18, 0)),
+    ("2026-12-24T18:00:05", datetime(2026, 12, 24, 18, 0, 5)),
+    ("midnight", datetime(2026, 12, 2)),
+    ("noon", datetime(2026, 12, 2, 12)),
+    ("teatime", datetime(2026, 12, 1, 16)),
+    ("tomorrow", datetime(2026, 12, 2)),
+    ("today", datetime(2026, 12, 1)),
+    ("12/24", None), ("1224", None), ("4pm", None), ("25:00", None), ("2026-13-01", None), ("soon", None),
+])
+def test_begin_times_resolve_as_sbatch_resolves_them(value: str, expected: datetime | None) -> None:
+    assert begin_time(value, NOW) == expected

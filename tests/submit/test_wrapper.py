@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,44 @@ def test_migratable_and_the_users_comment_are_kept(env: Env, daemon: Daemon) -> 
     done = env.run("--migratable", "--comment=run 7", "-G", "8", "--parsable", "job.sh", "--migratable")
     assert done.stdout == "4242\n"
     assert env.only_call() == ["--comment=run 7", "-G", "8", "--parsable", "--comment=compass:migratable run 7",
-                               "--begin=now+45", "job.sh", "--migratable"]
+                               "--begin=now+45", "--open-mode=append", "job.sh", "--migratable"]
     assert daemon.submitted == ["4242"]
+
+
+def test_migratable_jobs_append_to_their_output_unless_a_mode_is_chosen(env: Env, daemon: Daemon) -> None:
+    env.run("--migratable", "-G", "1", "job.sh")
+    assert env.only_call() == ["-G", "1", "--comment=compass:migratable", "--begin=now+45", "--open-mode=append",
+                               "job.sh"]
+    env.log.unlink()
+    env.run("--migratable", "-G", "1", "--open-mode=truncate", "job.sh")
+    assert env.only_call() == ["-G", "1", "--open-mode=truncate", "--comment=compass:migratable", "--begin=now+45",
+                               "job.sh"]
+    env.log.unlink()
+    env.run("--migratable", "-G", "1", "job.sh", SBATCH_OPEN_MODE="truncate")
+    assert "--open-mode=append" not in env.only_call()
+    env.log.unlink()
+    env.run("-G", "1", "job.sh")  # not migratable: never restarted by compass, its mode is Slurm's default
+    assert env.only_call() == ["-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+
+
+def test_a_later_begin_of_the_user_starts_the_lease_there(env: Env, daemon: Daemon) -> None:
+    started = datetime.now()
+    env.run("-G", "2", "--begin=now+2hours", "job.sh")
+    argv = env.only_call()
+    assert argv[:4] == ["-G", "2", "--begin=now+2hours", "--comment=compass"] and argv[5:] == ["job.sh"]
+    ours = datetime.fromisoformat(argv[4].removeprefix("--begin="))
+    assert timedelta(hours=2, seconds=44) <= ours - started <= timedelta(hours=2, seconds=47)
+    env.log.unlink()
+    env.run("-G", "2", "--begin=now", "job.sh")  # a begin already past is no begin: the usual lease
+    assert env.only_call() == ["-G", "2", "--begin=now", "--comment=compass", "--begin=now+45", "job.sh"]
+
+
+def test_help_says_what_the_wrapper_adds_then_sbatchs_help(env: Env, daemon: Daemon) -> None:
+    done = env.run("--help")
+    assert done.stdout.startswith("compass-sbatch [--migratable] SBATCH-ARGS...")
+    assert "--open-mode=append" in done.stdout and "checkpoint" in done.stdout
+    assert done.stdout.endswith("Submitted batch job 4242\n")  # the recording sbatch's "help"
+    assert env.only_call() == ["--help"]
 
 
 def test_script_on_stdin_is_read_once_and_passed_on(env: Env, daemon: Daemon) -> None:
@@ -149,7 +186,8 @@ def test_an_unreadable_script_goes_to_sbatch_to_report(env: Env, daemon: Daemon)
 @pytest.mark.parametrize("args", [
     ["-c", "4", "--mem=8G", "job.sh"],                      # no GPUs
     ["--gpus=0", "job.sh"],                                  # no GPUs either
-    ["-G", "2", "--begin=now+1hour", "job.sh"],              # the user's own start time
+    ["-G", "2", "--begin=12/24", "job.sh"],                  # a start time in a form we do not resolve
+    ["-G", "2", "--test-only", "job.sh"],                    # sbatch's own estimate, without a lease
     ["-G", "2", "-M", "other", "job.sh"],                    # another cluster
     ["-G", "1", ":", "-G", "2", "job.sh"],                   # a heterogeneous job
     ["--frobnicate", "-G", "2", "job.sh"],                   # an option sbatch will reject
@@ -181,7 +219,7 @@ def test_daemon_hung_falls_back_within_the_timeout(env: Env) -> None:
         done = env.run(*GPU_JOB)
         elapsed = time.monotonic() - started
     assert env.only_call() == GPU_JOB
-    assert re.search(r"^compass-sbatch: daemon unavailable \(no answer within 0\.\d+ s\), submitted with plain sbatch$",
+    assert re.search(r"^compass-sbatch: daemon unavailable \(no answer within 1 s\), submitted with plain sbatch$",
                      done.stderr, re.MULTILINE)
     assert elapsed < 1.0 + MARGIN
 
