@@ -17,6 +17,7 @@ from .errors import SlurmParseError
 MAX_HOSTS = 1_000_000
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_STEPPED_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 _NAME_CHARS = re.compile(r"[^\s\[\],]*")
 
 
@@ -60,6 +61,24 @@ def _expand_ranges(body: str, whole: str) -> list[str]:
             raise HostlistError(f"hostlist {whole!r}: [{body}] has more than {MAX_HOSTS} hosts")
         width = len(first) if first.startswith("0") or len(first) == len(last) else 0
         out.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
+    return out
+
+
+def expand_ranges(text: str) -> list[int]:
+    """Numbers in Slurm's range syntax, as array task lists write them: ``0-5``, ``1,3,7-9``, ``0-15:4``."""
+    out: list[int] = []
+    for item in text.split(","):
+        match = _STEPPED_RANGE.fullmatch(item.strip())
+        if not match:
+            raise HostlistError(f"ranges {text!r}: bad range {item!r}")
+        lo = int(match.group(1))
+        hi = int(match.group(2) or lo)
+        step = int(match.group(3) or 1)
+        if hi < lo or step < 1:
+            raise HostlistError(f"ranges {text!r}: range {item!r} runs backwards or has no step")
+        if len(out) + (hi - lo) // step + 1 > MAX_HOSTS:
+            raise HostlistError(f"ranges {text!r}: more than {MAX_HOSTS} numbers")
+        out.extend(range(lo, hi + 1, step))
     return out
 
 

@@ -144,6 +144,15 @@ def _job_id(f: _Fields) -> str:
     return str(job_id)
 
 
+def _array(f: _Fields) -> tuple[str, str, int]:
+    """(array job id, the task ids a not-yet-split record holds, throttle) of an array job."""
+    array = f.int("array_job_id", default=0)
+    if not array:
+        return "", "", 0
+    pending = f.str("array_task_string").split("%")[0] if f.int("array_task_id", default=None) is None else ""
+    return str(array), pending, f.int("array_max_tasks", default=0) or 0
+
+
 def _gpus_alloc(f: _Fields, node_names: list[str]) -> dict[str, int]:
     """Per-node GPU counts: ``gres_detail`` has one entry per allocated node, in hostlist order."""
     detail = f.list("gres_detail")
@@ -162,6 +171,14 @@ def _gpu_request(f: _Fields, key: str) -> tuple[int | None, str | None]:
     return gres.gpu_count(text) or None, gres.gpu_type(text)
 
 
+def _memory_per_gpu(f: _Fields) -> int | None:
+    """MB per GPU from ``memory_per_tres`` (``gres:gpu:102400``, from --mem-per-gpu)."""
+    try:
+        return gres.gpu_count(f.str("memory_per_tres")) or None
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{f.what}: memory_per_tres: {err}") from None
+
+
 def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
     out = []
     for i, raw in enumerate(_entries(doc, "jobs", "squeue --json")):
@@ -178,6 +195,7 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
         except SlurmParseError as err:
             raise SlurmParseError(f"{f.what}: {err}") from None
         reason = "" if f.str("state_reason") == "None" else f.str("state_reason")
+        array, array_pending, throttle = _array(f)
         out.append(
             SlurmJob(
                 id=job_id,
@@ -195,6 +213,8 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
                 cpus=f.int("cpus", default=1) or 1,
                 memory_per_node_mb=f.int("memory_per_node", default=None),
                 memory_per_cpu_mb=f.int("memory_per_cpu", default=None),
+                memory_per_gpu_mb=_memory_per_gpu(f),
+                exclusive=f.str("shared") == "none",  # --exclusive; "user", "mcs", "oversubscribe" share
                 required_nodes=tuple(required),
                 excluded_nodes=tuple(excluded),
                 held=held(reason),
@@ -203,7 +223,11 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
                 reservation=f.str("resv_name") or f.str("reservation"),
                 priority=f.int("priority"),
                 submit_time=f.int("submit_time"),
+                eligible_time=f.int("eligible_time"),
                 restarts=f.int("restart_cnt"),
+                array_job=array,
+                array_pending=array_pending,
+                array_throttle=throttle,
             )
         )
     return out

@@ -164,6 +164,7 @@ def jobs(output: str) -> list[SlurmJob]:
         per_job, type_j = _gpus(r, "TresPerJob")
         per_task, type_t = _gpus(r, "TresPerTask")
         reason = r.str("Reason")
+        throttle = r.int("ArrayTaskThrottle")
         out.append(
             SlurmJob(
                 id=job_id,
@@ -181,6 +182,8 @@ def jobs(output: str) -> list[SlurmJob]:
                 cpus=r.int("NumCPUs", default=1) or 1,
                 memory_per_node_mb=_memory(r, "MinMemoryNode"),
                 memory_per_cpu_mb=_memory(r, "MinMemoryCPU"),
+                memory_per_gpu_mb=_gpus(r, "MemPerTres")[0],
+                exclusive=r.str("OverSubscribe") == "NO",  # --exclusive; USER, MCS, YES, OK share
                 required_nodes=r.nodes("ReqNodeList"),
                 excluded_nodes=r.nodes("ExcNodeList"),
                 held=held(reason),
@@ -189,7 +192,11 @@ def jobs(output: str) -> list[SlurmJob]:
                 reservation=r.str("Reservation"),
                 priority=r.int("Priority"),
                 submit_time=r.time("SubmitTime"),
+                eligible_time=r.time("EligibleTime"),
                 restarts=r.int("Restarts"),
+                array_job=array if task else "",
+                array_pending="" if task.isdigit() else task.split("%")[0],
+                array_throttle=throttle or 0,
             )
         )
     return out

@@ -93,7 +93,13 @@ class SlurmNode:
 class SlurmJob:
     """One job. ``gpus_alloc`` maps each allocated node to its GPU count (running jobs only);
     the request is ``num_nodes`` nodes with ``gpus_per_node`` each, or ``gpus_per_job`` in all,
-    or ``gpus_per_task`` times ``tasks``."""
+    or ``gpus_per_task`` times ``tasks``.
+
+    Array jobs: a task of its own is ``A_T`` with ``array_job`` A; the record of the tasks
+    Slurm has not split off yet is ``A_[..]`` and lists them in ``array_pending`` (``0-5``,
+    ``1,3,7-9``), at most ``array_throttle`` of the array's tasks running at once (0: no limit).
+    ``exclusive``: the job owns its nodes whole (``--exclusive``). ``eligible_time``: when
+    it may start (its ``--begin``, or the lease the daemon set)."""
 
     id: str
     user: str
@@ -110,6 +116,8 @@ class SlurmJob:
     cpus: int = 1
     memory_per_node_mb: int | None = None
     memory_per_cpu_mb: int | None = None
+    memory_per_gpu_mb: int | None = None
+    exclusive: bool = False
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
     held: bool = False
@@ -118,7 +126,11 @@ class SlurmJob:
     reservation: str = ""
     priority: int = 0
     submit_time: int = 0
+    eligible_time: int = 0
     restarts: int = 0
+    array_job: str = ""
+    array_pending: str = ""
+    array_throttle: int = 0
 
     @property
     def pending(self) -> bool:

@@ -8,26 +8,43 @@ partitions, k the job's GPUs in all, w Slurm's node count for it:
   by w, w instances of k/w (distinct when k/w < G); else k <= G: one instance of k; else k a
   multiple of G: k/G instances of G. Any other request cannot be split into equal instances
   and is left to Slurm.
+- ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
+  job is that many instances of G, on nodes where nothing else runs.
+
+Arrays: the record of the tasks Slurm has not split off yet (``A_[0-5]``) stands for one
+pending job per task (``A_0`` ... ``A_5``); placing a task splits it off in Slurm. An
+array throttle (``%N``) lets the first N tasks minus the running ones be placed; the
+others stay leased, waiting their turn.
+
+A managed job whose start time (``--begin`` plus the lease, as the wrapper submits it)
+is still more than the lease away waits for its begin time: it is neither placed nor
+leased before then.
 
 A node takes new work only when Slurm would start a job there: not down, drained,
 draining, failing, in maintenance or in a reservation. Jobs that asked for a
 reservation are Slurm's to place (they may use reserved nodes; the engine may not).
 A job's eligible nodes are the available GPU nodes of its partitions with the
-CPUs, memory and GPU type one instance needs, minus its excluded nodes (and
-within its required nodes, when it names some).
+CPUs, memory (``--mem``, ``--mem-per-cpu`` or ``--mem-per-gpu`` times the instance's
+GPUs) and GPU type one instance needs, minus its excluded nodes (and within its
+required nodes, when it names some); an exclusive job's are the nodes nothing runs on.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine.model import Job, Node
+from .errors import SlurmParseError
+from .hostlist import expand_ranges
 from .state import SlurmJob, SlurmNode, SlurmState
 
 #: pending reasons under which Slurm would start the job as soon as it is pointed at free nodes
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
+#: the pending reason of array tasks beyond the array's throttle
+THROTTLED = "JobArrayTaskLimit"
 
 #: job states in which a job holds its GPUs (squeue also lists jobs that ended, for MinJobAge)
 HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING",
@@ -48,6 +65,13 @@ class Request:
 
 def request(job: SlurmJob, capacity: int) -> Request | None:
     """The job's w x g request on nodes of ``capacity`` GPUs; None when it is not a GPU job or not expressible."""
+    req = _shared_request(job, capacity)
+    if req is not None and job.exclusive:
+        return Request(req.instances, capacity, False)  # whole nodes, one per instance
+    return req
+
+
+def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
     if job.gpus_per_node and not job.gpus_per_job:
         w, g = job.num_nodes, job.gpus_per_node
         return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
@@ -91,9 +115,21 @@ def priority_order(jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
     return sorted(jobs, key=lambda j: (-j.priority, j.submit_time, id_order(j.id)))
 
 
-def id_order(job_id: str) -> tuple[int, str]:
-    head = job_id.split("_")[0]
-    return (int(head), job_id) if head.isdigit() else (0, job_id)
+def id_order(job_id: str) -> tuple[int, int, str]:
+    """Job ids in number order; the tasks of one array in task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1, job_id)
+
+
+def array_tasks(job: SlurmJob) -> list[SlurmJob]:
+    """A pending array record that still holds several tasks, as one job per task (any other job as itself)."""
+    if not job.array_pending:
+        return [job]
+    try:
+        tasks = expand_ranges(job.array_pending)
+    except SlurmParseError:
+        return [job]  # not a task list we can read: the record stays one job, left to Slurm
+    return [replace(job, id=f"{job.array_job}_{task}", array_pending="") for task in tasks]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +163,22 @@ class Observation:
     queue_len: int = 0
     pending_gpus: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
+    #: managed jobs that wait their turn (array throttle): not placed now, but kept leased
+    waiting: dict[str, str] = field(default_factory=dict)
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
 
 
 class Translator:
-    """Translates one SlurmState; ``partitions`` limits what the daemon manages (empty: all)."""
+    """Translates one SlurmState; ``partitions`` limits what the daemon manages (empty: all).
 
-    def __init__(self, state: SlurmState, partitions: Iterable[str] = ()) -> None:
+    ``lease``: the daemon's lease in seconds, which tells a job that waits for its own
+    ``--begin`` (None: no job waits for one, as for ``compass status``).
+    """
+
+    def __init__(self, state: SlurmState, partitions: Iterable[str] = (), lease: float | None = None) -> None:
         self.state = state
+        self.lease = lease
         wanted = set(partitions)
         self.partitions = {p.name: p.nodes for p in state.partitions if not wanted or p.name in wanted}
         in_scope = {n for nodes in self.partitions.values() for n in nodes}
@@ -150,22 +193,30 @@ class Translator:
     def observe(self) -> Observation:
         out = Observation(self.nodes)
         pending: list[SlurmJob] = []
+        running_tasks: Counter[str] = Counter()
         for job in self.state.jobs:
             if job.gpus_requested <= 0 and not job.gpus_alloc:
                 continue  # not a GPU job: Slurm's alone
             if job.pending:
                 if self._partitions_of(job):
-                    out.queue_len += 1
-                    out.pending_gpus += job.gpus_requested
+                    tasks = array_tasks(job)
+                    out.queue_len += len(tasks)
+                    out.pending_gpus += job.gpus_requested * len(tasks)
                     if job.managed:
-                        pending.append(job)
+                        pending += tasks
                 continue
+            if job.array_job and job.state in HOLDING_STATES:
+                running_tasks[job.array_job] += 1
             alloc = {n: c for n, c in job.gpus_alloc.items() if n in self.slurm_nodes}
             if alloc and job.state in HOLDING_STATES:
                 out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
                 out.slurm_jobs[job.id] = job
+        throttled = _beyond_throttle(pending, running_tasks)
         for job in priority_order(pending):
             out.slurm_jobs[job.id] = job
+            if job.id in throttled:
+                out.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
+                continue
             why = self._unmanageable(job)
             if why is not None:
                 out.skipped[job.id] = why
@@ -198,8 +249,10 @@ class Translator:
             return "held"
         if job.reservation:
             return f"runs in reservation {job.reservation}"
+        if self.lease is not None and job.reason == "BeginTime" and job.eligible_time - self.lease > self.state.read_at:
+            return f"waits for its begin time ({job.eligible_time - self.lease:.0f}, Unix seconds)"
         reason = job.reason.split(",")[0].strip()
-        if reason not in STARTABLE_REASONS:
+        if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
             return f"Slurm holds it back: {job.reason}"
         if self._capacity(job) == 0:
             return f"no GPU nodes in partition {job.partition}"
@@ -208,11 +261,13 @@ class Translator:
     def eligible(self, job: SlurmJob, req: Request) -> Eligible:
         """Nodes one instance of ``job`` may use (None: all nodes); cached per distinct need."""
         cpus = -(-job.cpus // req.instances)
-        if job.memory_per_node_mb is not None:
+        if job.memory_per_gpu_mb is not None:  # Slurm lists the default --mem-per-cpu beside it: this one counts
+            memory = job.memory_per_gpu_mb * req.gpus
+        elif job.memory_per_node_mb is not None:
             memory = job.memory_per_node_mb
         else:
             memory = (job.memory_per_cpu_mb or 0) * cpus
-        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes)
+        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive)
         if key not in self._eligible:
             self._eligible[key] = self._compute_eligible(job, cpus, memory)
         return self._eligible[key]
@@ -233,6 +288,23 @@ class Translator:
                     continue
                 if node.memory_mb and node.memory_mb - node.memory_alloc_mb < memory:
                     continue
+                if job.exclusive and (node.cpus_alloc or node.memory_alloc_mb or node.gpus_used):
+                    continue  # an exclusive job starts only where nothing runs
                 names.add(name)
         # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
         return None if names == self.available else frozenset(names)
+
+
+def _beyond_throttle(pending: list[SlurmJob], running_tasks: Mapping[str, int]) -> set[str]:
+    """The pending array tasks past their array's throttle: the first (throttle - running) tasks, in task
+    order, may be placed; the rest wait (Slurm would not start them either)."""
+    by_array: dict[str, list[SlurmJob]] = {}
+    for job in pending:
+        if job.array_job and (job.array_throttle or job.reason == THROTTLED):
+            by_array.setdefault(job.array_job, []).append(job)
+    out: set[str] = set()
+    for array, tasks in by_array.items():
+        throttle = max(t.array_throttle for t in tasks)
+        free = max(0, throttle - running_tasks.get(array, 0)) if throttle else 0
+        out.update(t.id for t in sorted(tasks, key=lambda t: id_order(t.id))[free:])
+    return out

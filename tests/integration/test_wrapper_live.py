@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from compass_slurm.service.control import ControlServer, Peer
+from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.slurm
 
@@ -121,3 +123,51 @@ def test_fifty_concurrent_submissions(wrapper_env: dict[str, str], daemon: Daemo
     listed = subprocess.run(["squeue", "--noheader", f"--name={name}", "--format=%i|%k"], capture_output=True,
                             text=True, check=True).stdout.split()
     assert sorted(listed) == sorted(f"{job}|compass" for job in ids)
+
+
+def test_test_only_answers_as_plain_sbatch(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any) -> None:
+    """--test-only asks Slurm when the job would start: the lease must not push that answer out."""
+    args = ["--test-only", "--gpus=1", "--output=/dev/null", "--wrap", "sleep 1"]
+    plain = subprocess.run(["sbatch", *args], capture_output=True, text=True, timeout=60)
+    wrapped = subprocess.run([sys.executable, str(WRAPPER), *args], capture_output=True, text=True, env=wrapper_env,
+                             timeout=60)
+    assert plain.returncode == wrapped.returncode == 0, wrapped.stderr
+
+    def start(stderr: str) -> float:
+        when = re.search(r"to start at (\S+)", stderr)
+        assert when, stderr
+        return time.mktime(time.strptime(when.group(1), "%Y-%m-%dT%H:%M:%S"))
+
+    assert abs(start(wrapped.stderr) - start(plain.stderr)) <= 2
+    assert daemon.submitted == [] and wrapped.stdout == plain.stdout
+
+
+def test_a_migrated_job_keeps_the_output_of_its_first_run(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "job.out"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\necho \"run $SLURM_RESTART_COUNT on $SLURMD_NODENAME\"\nsleep 300\n")
+    submit(wrapper_env, slurm, "--migratable", "--gres=gpu:1", f"--output={out}", str(script))
+    job = slurm.submitted[-1]
+    backend = CliBackend()
+    backend.start_now(job)  # as a placement does
+    first = slurm.wait(job, "RUNNING")
+    deadline = time.monotonic() + 30
+    while "run" not in (out.read_text() if out.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    target = next(n.name for n in backend.read_state().nodes if n.name != first and n.gpus_used == 0 and n.available)
+    backend.migrate(job, [target], gpus_per_node=1)  # the daemon's migration: requeuehold, update, release
+    assert slurm.wait(job, "RUNNING", timeout=60) == target
+    deadline = time.monotonic() + 30
+    while len(out.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert out.read_text().splitlines() == [f"run  on {first}", f"run 1 on {target}"]
+
+
+def test_a_later_begin_of_the_user_is_kept_with_the_lease_after_it(wrapper_env: dict[str, str], daemon: Daemon,
+                                                                   slurm: Any) -> None:
+    submit(wrapper_env, slurm, "--gpus=1", "--begin=now+1hour", "--output=/dev/null", "--wrap", "sleep 1")
+    job = slurm.submitted[-1]
+    seen = CliBackend().read_state().job(job)
+    assert seen.managed and seen.reason == "BeginTime"
+    assert 3600 + LEASE - 30 < seen.eligible_time - time.time() <= 3600 + LEASE + 1

@@ -1,0 +1,94 @@
+"""Request forms the translation must read as Slurm does: arrays, --exclusive, --mem-per-gpu, a later --begin."""
+
+from __future__ import annotations
+
+import pytest
+
+from compass_slurm.slurm import translate
+from compass_slurm.slurm.hostlist import HostlistError, expand_ranges
+from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
+from compass_slurm.slurm.translate import Request, Translator
+
+NOW = 1.0e9
+LEASE = 60
+
+
+def node(name: str, mem_alloc: int = 0, cpus_alloc: int = 0, gpus_used: int = 0) -> SlurmNode:
+    return SlurmNode(name, "mixed" if cpus_alloc else "idle", frozenset(), ("gpu",), 8, gpus_used, None, 32,
+                     cpus_alloc, 256000, mem_alloc)
+
+
+def job(job_id: str, **kw) -> SlurmJob:
+    fields = {"comment": "compass", "reason": "BeginTime", "gpus_per_node": 1, "eligible_time": int(NOW) + LEASE,
+              "memory_per_cpu_mb": 8000, **kw}
+    return SlurmJob(job_id, "alice", kw.pop("state", "PENDING"), "gpu", **{k: v for k, v in fields.items()
+                                                                            if k != "state"})
+
+
+def observe(jobs: list[SlurmJob], nodes: list[SlurmNode] | None = None) -> translate.Observation:
+    nodes = nodes or [node(f"n{i}") for i in range(1, 5)]
+    state = SlurmState(tuple(nodes), tuple(jobs), (SlurmPartition("gpu", tuple(n.name for n in nodes)),), (),
+                       "22.05.8", NOW)
+    return Translator(state, lease=LEASE).observe()
+
+
+def test_a_pending_array_is_one_job_per_task():
+    obs = observe([job("7_[0-2,5]", array_job="7", array_pending="0-2,5")])
+    assert [p.job.id for p in obs.pending] == ["7_0", "7_1", "7_2", "7_5"]
+    assert obs.queue_len == 4 and obs.pending_gpus == 4 and obs.skipped == {} and obs.waiting == {}
+
+
+def test_tasks_split_off_by_slurm_and_those_still_in_the_array_record_all_count():
+    jobs = [job("7_3", array_job="7"), job("7_[0-1]", array_job="7", array_pending="0-1")]
+    assert sorted(p.job.id for p in translate.Translator(
+        SlurmState((node("n1"),), tuple(jobs), (SlurmPartition("gpu", ("n1",)),), (), "22.05.8", NOW),
+        lease=LEASE).observe().pending) == ["7_0", "7_1", "7_3"]
+
+
+def test_a_throttled_array_places_only_its_free_slots_and_keeps_the_rest_leased():
+    running = SlurmJob("7_0", "alice", "RUNNING", "gpu", nodes=("n1",), gpus_alloc={"n1": 1}, gpus_per_node=1,
+                       comment="compass", array_job="7", array_throttle=2)
+    obs = observe([running, job("7_[1-5]", array_job="7", array_pending="1-5", array_throttle=2,
+                                reason="JobArrayTaskLimit")])
+    assert [p.job.id for p in obs.pending] == ["7_1"]
+    assert sorted(obs.waiting, key=translate.id_order) == ["7_2", "7_3", "7_4", "7_5"]
+    assert "at most 2 tasks of 7" in obs.waiting["7_2"]
+
+
+def test_array_task_ranges():
+    assert expand_ranges("0-3,7,10-16:3") == [0, 1, 2, 3, 7, 10, 13, 16]
+    with pytest.raises(HostlistError):
+        expand_ranges("5-1")
+    assert translate.id_order("7_10") > translate.id_order("7_9") > translate.id_order("7")
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({"gpus_per_node": 2}, Request(1, 8, False)),  # --exclusive --gres=gpu:2: Slurm gives it all 8
+    ({"gpus_per_job": 2, "gpus_per_node": None}, Request(1, 8, False)),
+    ({"gpus_per_node": 4, "num_nodes": 2}, Request(2, 8, False)),
+    ({"gpus_per_job": 16, "gpus_per_node": None}, Request(2, 8, False)),
+])
+def test_an_exclusive_job_owns_whole_nodes(kw, expected):
+    assert translate.request(job("1", exclusive=True, **kw), 8) == expected
+
+
+def test_an_exclusive_job_is_eligible_only_where_nothing_runs():
+    nodes = [node("n1", cpus_alloc=1, mem_alloc=1000), node("n2"), node("n3", gpus_used=1, cpus_alloc=1)]
+    [p] = observe([job("1", exclusive=True, gpus_per_node=2)], nodes).pending
+    assert p.job.gpus == 8 and p.eligible == frozenset({"n2"})
+
+
+def test_memory_per_gpu_counts_for_every_gpu_of_an_instance():
+    """--gpus=2 --mem-per-gpu=100G needs 200 GB on its node; Slurm lists its default --mem-per-cpu beside it."""
+    nodes = [node("n1", mem_alloc=100 * 1024), node("n2"), node("n3", mem_alloc=200 * 1024)]
+    [p] = observe([job("1", gpus_per_node=None, gpus_per_job=2, memory_per_gpu_mb=102400)], nodes).pending
+    assert p.eligible == frozenset({"n2"})
+
+
+def test_a_begin_later_than_the_lease_waits_for_it_unleased():
+    later = job("1", eligible_time=int(NOW) + 3600 + LEASE)  # --begin=now+1hour through the wrapper
+    due = job("2", eligible_time=int(NOW) + LEASE)  # the usual lease
+    obs = observe([later, due])
+    assert [p.job.id for p in obs.pending] == ["2"]
+    assert obs.skipped["1"].startswith("waits for its begin time") and obs.waiting == {}
+    assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE - 1)]).pending] == ["1"]
