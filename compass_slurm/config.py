@@ -96,9 +96,16 @@ def load_config(path: str | os.PathLike | None = None, flags: Mapping[str, Any] 
     sources = {name: "default" for name in known}
     named = path or env.get("COMPASS_CONFIG")
     file = Path(named) if named else DEFAULT_FILE
-    if file.exists():
+    try:
+        present = file.exists()
+    except PermissionError:  # a directory we may not search: reading the file says so below
+        present = True
+    if present:
         try:
             doc = tomllib.loads(file.read_text())
+        except PermissionError:
+            raise ConfigError(f"cannot read config file {file}: permission denied (every user of compass needs "
+                              "to read it: mode 0644, see docs/security.md; or name another with COMPASS_CONFIG)") from None
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read config file {file}: {err}") from None
         section = doc.get("compass", doc)

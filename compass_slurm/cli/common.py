@@ -67,3 +67,8 @@ def run_main(group: click.Group) -> None:
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as err:  # a file, directory or socket no command turned into its own message
+        where = f": {err.filename}" if err.filename else ""
+        click.echo(f"compass: error: {err.strerror or err}{where}", err=True)
+        click.echo("hint: check that the path exists and that this user may use it", err=True)
+        sys.exit(2)

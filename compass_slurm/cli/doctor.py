@@ -13,6 +13,9 @@ import click
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_option
 from .options import SLURM_HINT
 
+#: every subpackage an installation must ship (tests/cli/test_doctor_packages.py holds it to the source tree)
+PACKAGES = ("cli", "policies", "sim", "slurm")
+
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -35,7 +38,7 @@ class Failed(Exception):
 @click.option("--config", "config_file", metavar="FILE", help="Config file to check (default: $COMPASS_CONFIG, "
               "else /etc/compass/config.toml).")
 def command(as_json: bool, config_file: str | None) -> None:
-    """Check Slurm, the backend, GPU accounting, the decision log, the daemon socket and the config file.
+    """Check the installation, Slurm, the backend, GPU accounting, the decision log, the daemon socket and the config.
 
     Exits 1 when any check fails.
     """
@@ -65,6 +68,7 @@ class Doctor:
 
     def run(self) -> list[Check]:
         steps: list[tuple[str, Callable[[], str]]] = [
+            ("installation", self.installation),
             ("config file", self.config_check),
             ("Slurm version", self.slurm_version),
             ("backend", self.backend_check),
@@ -80,6 +84,33 @@ class Doctor:
             except Failed as failure:
                 checks.append(Check(name, False, _short(str(failure)), failure.hint))
         return checks
+
+    def installation(self) -> str:
+        """Every subpackage and module imports: an install that lost a package fails here, not in the daemon."""
+        import importlib
+        import pkgutil
+
+        import compass_slurm
+
+        broken = []
+        for name in PACKAGES:
+            try:
+                importlib.import_module(f"compass_slurm.{name}")
+            except ImportError as err:
+                broken.append(f"compass_slurm.{name} ({err})")
+        modules = list(pkgutil.walk_packages(compass_slurm.__path__, "compass_slurm.",
+                                             onerror=lambda name: broken.append(name)))
+        for module in modules:
+            try:
+                importlib.import_module(module.name)
+            except Exception as err:  # whatever breaks an import is what the install did wrong
+                broken.append(f"{module.name} ({type(err).__name__}: {err})")
+        where = os.path.dirname(compass_slurm.__file__)
+        if broken:
+            raise Failed(f"{where}: cannot import {', '.join(dict.fromkeys(broken))}",
+                         "reinstall the package (pip install --force-reinstall /path/to/compass_slurm); "
+                         "a build that leaves out a subpackage is a bug: report it")
+        return f"{len(modules)} modules in {len(PACKAGES)} subpackages import from {where}"
 
     def config_check(self) -> str:
         from ..config import DEFAULT_FILE, ConfigError, Config, load_config

@@ -89,8 +89,8 @@ def default_db_url() -> str:
     file exists (so users read the log a root daemon writes); otherwise
     ``$XDG_STATE_HOME/compass/compass.db`` (``~/.local/state/compass/compass.db``).
     """
-    if SYSTEM_DB.exists() or os.geteuid() == 0 or os.access(SYSTEM_DB.parent, os.W_OK):
-        path = SYSTEM_DB
+    if _visible(SYSTEM_DB) is not False or os.geteuid() == 0 or os.access(SYSTEM_DB.parent, os.W_OK):
+        path = SYSTEM_DB  # also when its 0750 directory hides it: then the error names the system log
     else:
         path = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "compass" / "compass.db"
     return f"sqlite:///{path}"
@@ -367,11 +367,17 @@ class ErrorRecord(_Record):
 # -- the store ------------------------------------------------------------------------------
 
 #: (words in the driver's message, what to tell the admin)
+#: what to do about a decision log the caller may not read (docs/security.md makes its directory 0750)
+PERMISSION_HINT = ("the decision log is readable only by the daemon's account and group (docs/security.md): "
+                   "run the command with sudo, join that group, or point --db / COMPASS_DB at a copy")
+
+
 _HINTS = (
     (("readonly", "read-only"), "the database or its directory is read-only: check permissions and mounts"),
     (("full",), "the disk is full: free space, or point COMPASS_DB / --db elsewhere"),
     (("locked",), "another process holds the database lock for too long"),
     (("not a database",), "the file is not a SQLite database: point COMPASS_DB / --db at the right file"),
+    (("unable to open", "permission denied"), PERMISSION_HINT),
 )
 
 
@@ -407,9 +413,23 @@ def _sqlite_pragmas(writable: bool) -> Callable[[Any, Any], None]:
     return on_connect
 
 
+def _visible(path: Path) -> bool | None:
+    """Whether ``path`` exists; None when a directory on the way may not be searched (it may well exist)."""
+    try:
+        path.stat()
+    except PermissionError:
+        return None
+    except OSError:
+        return False
+    return True
+
+
 def _check_file(path: Path, create: bool) -> None:
     """A reader needs the file to exist (and must not create it); a writer needs its directory."""
-    if not create and not path.exists():
+    visible = _visible(path)
+    if visible is None or (visible and not create and not os.access(path, os.R_OK)):
+        raise StoreError(f"cannot open the decision log {path}: permission denied", hint=PERMISSION_HINT)
+    if not create and not visible:
         raise DatabaseMissing(
             f"no decision log at {path}",
             hint="is the daemon running? see `compass doctor`; --db URL or COMPASS_DB pick another database",
