@@ -25,9 +25,10 @@ def test_doctor_without_slurm_fails_each_check_with_a_hint(monkeypatch, isolated
     doc = json.loads(result.stdout)
     checks = {c["name"]: c for c in doc["checks"]}
     assert doc["ok"] is False and doc["schema_version"] == 1
-    assert list(checks) == ["config file", "Slurm version", "backend", "--json support", "GPU usage source",
+    assert list(checks) == ["installation", "config file", "Slurm version", "backend", "--json support", "GPU usage source",
                             "decision log", "daemon socket"]
     assert checks["config file"]["ok"] is True  # the isolated config file exists
+    assert checks["installation"]["ok"] is True
     for name in ("Slurm version", "backend", "GPU usage source", "decision log", "daemon socket"):
         assert checks[name]["ok"] is False and checks[name]["hint"], name
     assert "cannot run" in checks["Slurm version"]["detail"]
