@@ -14,7 +14,7 @@ from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_o
 from .options import SLURM_HINT
 
 #: every subpackage an installation must ship (tests/cli/test_doctor_packages.py holds it to the source tree)
-PACKAGES = ("cli", "policies", "sim", "slurm")
+PACKAGES = ("cli", "engine", "engine.policies", "service", "sim", "slurm", "submit")
 
 
 @dataclass(frozen=True, slots=True)
