@@ -89,8 +89,13 @@ class Actuator:
             log.debug("release of job %s after a failed migration: %s", job_id, err)
 
     def renew_leases(self, obs: Observation, books: Books, report: CycleReport, now: float) -> None:
-        """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive."""
-        waiting = {p.job.id for p in obs.pending if p.job.id not in books.placed}
+        """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.
+
+        Array tasks past their throttle are renewed too: Slurm would start them by itself when a slot
+        frees. A batch Slurm refuses is retried one job at a time, so that one bad job (one that ended
+        meanwhile, say) costs only its own lease, never the others'.
+        """
+        waiting = {p.job.id for p in obs.pending if p.job.id not in books.placed} | set(obs.waiting)
         books.leases = {j: t for j, t in books.leases.items() if j in waiting}
         lease = self.lease
         if lease < 1:
@@ -102,6 +107,15 @@ class Actuator:
             try:
                 self.backend.renew_lease(batch, lease)
             except SlurmError as err:
-                report.error("lease", str(err))
+                if len(batch) == 1:
+                    report.error("lease", str(err))
+                    continue
+                for job_id in batch:
+                    try:
+                        self.backend.renew_lease([job_id], lease)
+                    except SlurmError as one:
+                        report.error("lease", f"job {job_id}: {one}")
+                        continue
+                    books.leases[job_id] = now
                 continue
             books.leases.update(dict.fromkeys(batch, now))

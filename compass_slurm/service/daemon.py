@@ -103,7 +103,7 @@ class Daemon:
         self.cycles += 1
         report = CycleReport(self.cycles)
         try:
-            translator = Translator(self.backend.read_state(), self.config.partitions)
+            translator = Translator(self.backend.read_state(), self.config.partitions, self.config.lease)
             obs = translator.observe()
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"
@@ -271,6 +271,8 @@ class Daemon:
                     "rule": placed.decision.rule}
         if job_id in obs.skipped:
             return {"job": job_id, "state": "left to Slurm", "reason": obs.skipped[job_id]}
+        if job_id in obs.waiting:
+            return {"job": job_id, "state": "waiting", "reason": f"{obs.waiting[job_id]}; its lease is renewed"}
         return {"job": job_id, "state": "waiting", "reason": "no place for it yet; its lease is renewed"}
 
 

@@ -206,6 +206,34 @@ def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
     assert backend.commands[2:] == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
 
 
+def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):
+    class RefusingOne(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if "41" in argv[2].removeprefix("JobId=").split(","):
+                raise SlurmCommandError(argv, "exit 1: 41: Job has already finished")
+
+    state = cluster(nodes(1), [running("1", {"n1": 8}), pending("40", gpus=4), pending("41", gpus=8),
+                               pending("42", gpus=2)])
+    daemon = Daemon(Config(anchors="", lease=60), RefusingOne(state, out=None), None)
+    report = daemon.cycle()
+    lease = ["StartTime=now+60"]
+    assert daemon.actuator.backend.commands == [["scontrol", "update", f"JobId={ids}", *lease]
+                                                for ids in ("40,41,42", "40", "41", "42")]
+    assert [(e.kind, e.message) for e in report.errors] == [
+        ("lease", "job 41: scontrol update JobId=41 StartTime=now+60: exit 1: 41: Job has already finished")]
+    assert set(daemon.books.leases) == {"40", "42"}
+
+
+def test_array_tasks_are_placed_one_by_one_and_those_past_the_throttle_keep_their_lease(tmp_path):
+    array = pending("7_[0-3]", per_node=1, array_job="7", array_pending="0-3", array_throttle=2)
+    daemon, backend, _ = daemon_for(cluster(nodes(1), [array]), tmp_path, lease=60)
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("7_0", "placed"), ("7_1", "placed")]
+    assert backend.commands == [update("7_0", "n1", 1, 1), update("7_1", "n1", 1, 1),
+                                ["scontrol", "update", "JobId=7_2,7_3", "StartTime=now+60"]]
+
+
 def test_lease_command_line_checks_ids():
     assert lease_argv(["7", "8_1"], 90) == ["scontrol", "update", "JobId=7,8_1", "StartTime=now+90"]
     with pytest.raises(SlurmError):
