@@ -152,3 +152,115 @@ def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster,
         assert len(store.samples()) == len(samples)
         assert {d.job_id for d in store.decisions()} <= set(submitted)
     assert not [j.id for j in backend.read_state().jobs if j.held]  # no requeue left a job held
+
+
+# -- request forms: arrays, --exclusive, --mem-per-gpu, a later --begin ---------------------------
+
+
+def squeue_all(job: str) -> dict[str, tuple[str, str]]:
+    """Every task of array ``job`` (finished ones too, for MinJobAge): task id -> (state, node list)."""
+    out = subprocess.run(["squeue", "--noheader", "--states=all", "--array", f"--jobs={job}", "--format=%i|%T|%N"],
+                         capture_output=True, text=True, check=True).stdout
+    return {i: (state, nodes) for i, state, nodes in (line.split("|") for line in out.split())}
+
+
+def decided(daemon: Daemon) -> dict[str, dict[str, int]]:
+    with Store.open(daemon.db, create=False) as store:
+        return {d.job_id: d.gpus_per_node for d in store.decisions() if d.action in ("placed", "replanned")}
+
+
+def test_every_task_of_an_array_runs_where_logged_and_other_leases_carry_on(idle_cluster, tmp_path):
+    slurm = idle_cluster
+    array = submit(slurm, "--array=0-5", "--gres=gpu:1", managed="compass")
+    # A task Slurm splits off (any update of one task does) is a job of its own: it counts too.
+    subprocess.run(["scontrol", "update", f"JobId={array}_4", "TimeLimit=600"], check=True)
+    big = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass", "--begin=now+20",
+                          "--nodes=8", "--gpus-per-node=8", "--wrap", "sleep 300"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    slurm.submitted.append(big)
+    backend = CliBackend()
+    begin = backend.read_state().job(big).eligible_time
+    daemon = make_daemon(tmp_path)
+    report = daemon.cycle()
+    tasks = [f"{array}_{t}" for t in range(6)]
+    assert sorted(d.job_id for d in report.decisions) == sorted(tasks)
+    assert all(d.action == "placed" for d in report.decisions) and report.errors == []
+    # the 64-GPU job waits (the array holds 6 GPUs): its lease was renewed despite the array
+    assert backend.read_state().job(big).eligible_time >= begin + LEASE - 20 - 5
+    seen = wait_running(backend, tasks)
+    assert {t: seen.get(t) for t in tasks} == decided(daemon)
+    report = daemon.cycle()
+    assert report.decisions == [] and report.adopted == [] and report.errors == []
+
+
+def test_a_throttled_array_gets_a_decision_for_every_task_in_turn(idle_cluster, tmp_path):
+    slurm = idle_cluster
+    array = submit(slurm, "--array=0-4%2", "--gres=gpu:2", managed="compass", seconds=3)
+    daemon = make_daemon(tmp_path)
+    backend = CliBackend()
+    tasks = [f"{array}_{t}" for t in range(5)]
+    running_at_once = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        report = daemon.cycle()
+        assert report.skipped is None and [e for e in report.errors if e.kind != "mismatch"] == []
+        states = squeue_all(array)
+        running_at_once = max(running_at_once, sum(1 for s, _ in states.values() if s == "RUNNING"))
+        if all(states.get(t, ("",))[0] == "COMPLETED" for t in tasks):
+            break
+        time.sleep(1)
+    states = squeue_all(array)
+    assert all(states[t][0] == "COMPLETED" for t in tasks), states
+    assert running_at_once <= 2
+    logged = decided(daemon)
+    assert sorted(logged) == sorted(tasks)
+    assert {t: states[t][1] for t in tasks} == {t: next(iter(logged[t])) for t in tasks}  # ran where logged
+    assert not [j.id for j in backend.read_state().jobs if j.held]
+
+
+def test_an_exclusive_job_is_decided_and_logged_as_owning_its_node(idle_cluster, tmp_path):
+    job = submit(idle_cluster, "--exclusive", "--gres=gpu:2", managed="compass")
+    daemon = make_daemon(tmp_path)
+    report = daemon.cycle()
+    [decision] = report.decisions
+    assert decision.job_id == job and list(decision.gpus_per_node.values()) == [8] and decision.request == "1x8"
+    assert wait_running(CliBackend(), [job])[job] == decision.gpus_per_node
+    report = daemon.cycle()
+    assert report.errors == [] and report.adopted == [] and report.decisions == []
+
+
+def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cluster, tmp_path):
+    """Nodes have 250 GB: two --gpus=2 --mem-per-gpu=100G jobs cannot share one, whatever their GPUs say."""
+    slurm = idle_cluster
+    daemon = make_daemon(tmp_path)
+    backend = CliBackend()
+    first = submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass")
+    daemon.cycle()
+    where = wait_running(backend, [first])[first]
+    second = submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass")
+    report = daemon.cycle()
+    [decision] = report.decisions
+    assert decision.job_id == second and set(decision.gpus_per_node).isdisjoint(where)
+    assert wait_running(backend, [second])[second] == decision.gpus_per_node
+
+
+def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster, tmp_path):
+    slurm = idle_cluster
+    later = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass",
+                            f"--begin=now+{3600 + LEASE}", "--gres=gpu:1", "--wrap", "sleep 300"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    soon = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass",
+                           f"--begin=now+{4 + LEASE}", "--gres=gpu:1", "--wrap", "sleep 300"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    slurm.submitted += [later, soon]
+    backend = CliBackend()
+    begins = {j: backend.read_state().job(j).eligible_time for j in (later, soon)}
+    daemon = make_daemon(tmp_path)
+    report = daemon.cycle()
+    assert report.decisions == [] and daemon.observation.skipped[later].startswith("waits for its begin time")
+    assert {j: backend.read_state().job(j).eligible_time for j in (later, soon)} == begins  # no lease pulled in
+    time.sleep(5)
+    report = daemon.cycle()
+    assert [d.job_id for d in report.decisions] == [soon]
+    assert soon in wait_running(backend, [soon])
+    assert backend.read_state().job(later).eligible_time == begins[later]
