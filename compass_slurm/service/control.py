@@ -19,13 +19,12 @@ caller, never from anything the caller says about itself: a user may only ask
 about or act on their own jobs (``require_owner``); root and the daemon's own
 uid may do anything.
 
-The sbatch wrapper uses the client and must start fast: standard library
-imports only, and the Slurm name checks only where the server needs them.
+The client (``request``) is in control_client.py: the sbatch wrapper uses it and must
+start fast, so it imports nothing of the server (threads, logging, paths, name checks).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -41,10 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# the client lives apart, so that the wrapper imports nothing of the server
+from .control_client import MAX_REQUEST, ControlUnavailable, request
+
+__all__ = ["ControlError", "ControlServer", "ControlUnavailable", "MAX_REQUEST", "Peer", "Refused", "RequestError",
+           "request", "require_owner", "validate"]
+
 log = logging.getLogger(__name__)
 
-#: largest request line accepted, newline included; a ping is about 20 bytes.
-MAX_REQUEST = 64 * 1024
 SOCKET_MODE = 0o666
 DIRECTORY_MODE = 0o755
 #: a connection that has not sent its whole request by then is dropped (a hung client must not pin a thread).
@@ -63,10 +66,6 @@ BUILTIN_FIELDS: dict[str, dict[str, type]] = {
 
 class ControlError(Exception):
     """The server cannot start: a bad socket path, a directory others may write to, a daemon already there."""
-
-
-class ControlUnavailable(Exception):
-    """The client got no usable answer: no socket, refused, timed out, or a malformed reply."""
 
 
 class RequestError(Exception):
@@ -319,42 +318,3 @@ def _parse(line: bytes) -> Any:
         return json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise RequestError(f"the request is not valid JSON: {err}") from None
-
-
-def request(path: str | os.PathLike, doc: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-    """Send one request and return the answer; ``timeout`` bounds everything, connecting included."""
-    deadline = time.monotonic() + timeout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(os.fspath(path))
-        sock.sendall(json.dumps(doc).encode() + b"\n")
-        data = bytearray()
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            sock.settimeout(left)
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > MAX_REQUEST:
-                raise ControlUnavailable("the answer is too large")
-    except TimeoutError:
-        raise ControlUnavailable(f"no answer within {timeout:.2g} s") from None
-    except OSError as err:
-        reason = os.strerror(err.errno) if err.errno else str(err)
-        if err.errno in (errno.ENOENT, errno.ECONNREFUSED):
-            reason = f"{reason}: {os.fspath(path)}"
-        raise ControlUnavailable(reason) from None
-    finally:
-        sock.close()
-    line = bytes(data).partition(b"\n")[0]
-    try:
-        reply = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ControlUnavailable("a malformed answer") from None
-    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-        raise ControlUnavailable("a malformed answer")
-    return reply

@@ -9,14 +9,27 @@
 
 from __future__ import annotations
 
-from .backend import Backend, DryRunBackend
+from typing import TYPE_CHECKING, Any
+
 from .errors import SlurmCommandError, SlurmError, SlurmNameError, SlurmParseError
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+
+if TYPE_CHECKING:
+    from .backend import Backend, DryRunBackend
 
 __all__ = [
     "Backend", "DryRunBackend", "SlurmCommandError", "SlurmError", "SlurmJob", "SlurmNameError", "SlurmNode",
     "SlurmParseError", "SlurmPartition", "SlurmReservation", "SlurmState", "open_backend",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The backends load on first use: the sbatch wrapper needs only the state and the names."""
+    if name in ("Backend", "DryRunBackend"):
+        from . import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float = 30.0) -> Backend:

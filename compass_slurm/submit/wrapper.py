@@ -180,8 +180,8 @@ class _Submission:
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # imported only for GPU jobs, so that every other submission starts as fast as it can
-        from ..service import control
         from ..config import ConfigError, load_config
+        from ..service import control_client as control
         from ..slurm.state import marker_comment
 
         try:
@@ -220,7 +220,7 @@ def _lease(begin: datetime, now: datetime, lease: float) -> str:
 
 
 def _notify(socket_path: str, job: str) -> None:
-    from ..service import control
+    from ..service import control_client as control
 
     try:
         control.request(socket_path, {"op": "submitted", "job": job}, NOTIFY_TIMEOUT)
