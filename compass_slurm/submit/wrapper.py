@@ -1,6 +1,8 @@
 """The sbatch wrapper (``scripts/compass-sbatch``, ``compass submit``): a drop-in for sbatch for GPU jobs.
 
-A GPU job whose daemon answers a ping within ``wrapper_timeout`` is submitted
+A GPU job whose daemon answers a ping within ``wrapper_timeout`` (counted from the
+ping; on a busy login node, where this process took longer than IDLE_STARTUP to start,
+that much longer) is submitted
 with the user's arguments plus ``--comment=<marker>`` (the user's own comment
 kept beside the marker) and ``--begin=now+<lease>``: the job waits for the
 daemon to place it, and if the daemon never does, Slurm starts it by itself
@@ -43,6 +45,10 @@ PROG = "compass-sbatch"
 NOTIFY_TIMEOUT = 0.5
 _SUBMITTED = re.compile(rb"Submitted batch job (\S+)")
 _PARSABLE = re.compile(rb"(\d[\d_]*)(?:;\S*)?")
+#: what starting the wrapper takes on an idle machine (Python and our imports: about 0.05 s); a start-up
+#: beyond it is load, and that much more is allowed for the daemon's answer, up to MAX_LOAD_ALLOWANCE
+IDLE_STARTUP = 0.25
+MAX_LOAD_ALLOWANCE = 10.0
 
 HELP = f"""\
 {PROG} [--migratable] SBATCH-ARGS...: sbatch, with GPU jobs placed by the compass daemon.
@@ -187,8 +193,10 @@ class _Submission:
         try:
             config = load_config(environ=self.env)
             # The budget is the daemon's time to answer, not our own start-up: a loaded login node must
-            # not decide whether a job is managed.
-            reply = control.request(config.socket, {"op": "ping"}, config.wrapper_timeout)
+            # not decide whether a job is managed. A slow start-up means a busy machine, where reading
+            # the answer is slow in the same measure, so the load it shows extends the wait.
+            load = min(max(0.0, startup_seconds() - IDLE_STARTUP), MAX_LOAD_ALLOWANCE)
+            reply = control.request(config.socket, {"op": "ping"}, config.wrapper_timeout + load)
             if not reply["ok"]:
                 raise control.ControlUnavailable(f"it answered: {reply.get('error', 'an error')}")
         except (ConfigError, control.ControlUnavailable) as err:
@@ -209,6 +217,17 @@ class _Submission:
                 return file.read()
         self.stdin = sys.stdin.buffer.read()
         return self.stdin
+
+
+def startup_seconds() -> float:
+    """How long this process has run: the interpreter's start-up and our imports (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as up:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: start, in clock ticks since boot
+            uptime = float(up.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _lease(begin: datetime, now: datetime, lease: float) -> str:
