@@ -209,10 +209,13 @@ class ControlServer:
 
     def _prepare_directory(self) -> None:
         directory = self.path.parent
-        if not directory.exists():
-            directory.mkdir(mode=DIRECTORY_MODE, parents=True)
-            os.chmod(directory, DIRECTORY_MODE)  # mkdir's mode is cut by the umask
-        info = directory.stat()
+        try:
+            if not directory.exists():
+                directory.mkdir(mode=DIRECTORY_MODE, parents=True)
+                os.chmod(directory, DIRECTORY_MODE)  # mkdir's mode is cut by the umask
+            info = directory.stat()
+        except OSError as err:
+            raise ControlError(f"cannot prepare the socket directory {directory}: {err.strerror or err}") from None
         # others able to write the directory could swap the socket for their own (unless it is sticky)
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
             raise ControlError(f"{directory} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o}); "
