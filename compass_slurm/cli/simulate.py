@@ -71,7 +71,9 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     except (workloads.TraceError, ValueError) as err:
         raise UserError(str(err)) from None
     configs = [
-        SimConfig(p, cluster_nodes, migration_delay, backfill, check, keep_timeline=output is not None) for p in chosen
+        SimConfig(p, cluster_nodes, migration_delay, "backfill" if backfill else "fifo", check,
+                  keep_timeline=output is not None)
+        for p in chosen
     ]
     try:
         results = _run(jobs, configs, show_progress=not as_json)
