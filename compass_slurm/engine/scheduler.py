@@ -214,11 +214,23 @@ class Scheduler:
         self.reservation = None
         if self.discipline == "fifo":
             # Only the head can start, so never walk (or copy) the whole queue.
-            while self.queue and self._start(next(iter(self.queue.values())), None, now, step):
-                pass
+            while self.queue:
+                head = next(iter(self.queue.values()))
+                if not (self._start(head, None, now, step) or self._make_room(head, now, step)):
+                    break
+            else:
+                self.policy.blocked(None)
             return step
         self._backfill(now, step)
         return step
+
+    def _make_room(self, head: Entry, now: float, step: Step) -> bool:
+        """Tell the policy what is blocked; if it migrates to make room, try the head once more."""
+        moves = self.policy.blocked(head.job, head.eligible)
+        if not moves:
+            return False
+        step.migrations.extend(moves)
+        return self._start(head, None, now, step)
 
     def _backfill(self, now: float, step: Step) -> None:
         # A shape that found no place stays refused until something else starts (placing
@@ -230,7 +242,7 @@ class Scheduler:
         for entry in list(self.queue.values()):
             shape = _shape(entry)
             if head is None:
-                if self._start(entry, None, now, step):
+                if self._start(entry, None, now, step) or (entry.managed and self._make_room(entry, now, step)):
                     continue
                 refused[shape] = True
                 everywhere += 1
@@ -260,6 +272,8 @@ class Scheduler:
                 everywhere += 1
                 if everywhere == len(self._shapes):
                     break
+        if head is None:
+            self.policy.blocked(None)
 
     def _start_outside(self, entry: Entry, now: float, step: Step) -> bool:
         """Start a job that ends after the shadow time only on GPUs the reservation does not need."""

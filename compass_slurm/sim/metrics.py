@@ -13,7 +13,8 @@ interpolation. Waits per class key jobs by GPUs per instance: ``"1"``, ``"2-4"``
 ``"5-7"`` and ``"whole-node"`` (instances of a whole node of the largest size, one
 node or many); a class without jobs is null. Bounded slowdown is the mean over jobs
 of max(1, completion time / max(run time, 10 s)), run time = end - start.
-``migrations_per_hour_max`` is the most migrations in any hour-long sliding window.
+``migrations_per_hour_max`` is the most migrations in any hour-long sliding window;
+``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Metrics:
     p99_wait_by_class_s: dict[str, float | None]
     bounded_slowdown: float
     migrations_per_hour_max: int
+    mean_partial_nodes: float
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -140,6 +142,7 @@ def summarize(
         p99_wait_by_class_s=p99_by,
         bounded_slowdown=float(bsld.mean()),
         migrations_per_hour_max=hourly_max(migration_times),
+        mean_partial_nodes=average(np.asarray(timeline.partial, dtype=float)),
     )
 
 
