@@ -137,7 +137,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
 
 
 def _queue(queue: str | None, backfill: bool) -> str:
-    from ..scheduler import QUEUES
+    from ..engine.scheduler import QUEUES
 
     if queue is None:
         return DEFAULT_QUEUE

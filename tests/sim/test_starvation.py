@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from compass_slurm.model import Job
-from compass_slurm.sim.engine import SimConfig, Simulation
+from compass_slurm.engine.model import Job
+from compass_slurm.sim.loop import SimConfig, Simulation
 from compass_slurm.sim.sizing import make_nodes
 from compass_slurm.sim.workloads import SimJob
 

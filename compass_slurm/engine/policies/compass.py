@@ -264,7 +264,10 @@ class Compass(Policy):
         if self.migration_budget == 0:  # every pass below moves something; skip their search
             return _net(moves)
         if self.work_conserving:
-            moves += self._restore_extras()
+            restored = self._restore_extras()
+            moves += restored
+            if restored:  # a restored anchor may have opened a slot vacancy
+                moves += self._settle_ones()
         moves += self._drain_pools()
         for cap in self.abs.empty:
             if len(self.abs.partial_hosts(cap)) < 2:  # slot passes and repair need two hosts
