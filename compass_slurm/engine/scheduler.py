@@ -432,7 +432,8 @@ class Scheduler:
     def check(self) -> None:
         """Assert the queue's own bookkeeping and the reservation's promise (simulator debug mode)."""
         assert set(self._ends) <= set(self.running), "an expected end for a job that does not run"
-        assert [e[2] for e in self._by_end] == sorted(self._ends, key=self._ends.__getitem__), "end order"
+        if self.discipline == "backfill":
+            assert [e[2] for e in self._by_end] == sorted(self._ends, key=self._ends.__getitem__), "end order"
         assert not set(self.queue) & set(self.running), "a job is queued and running"
         assert self._shapes == Counter(_shape(e) for e in self.queue.values()), "shape counts"
         res = self.reservation
@@ -459,11 +460,13 @@ class Scheduler:
         end = math.inf if limit is None else start + limit * self.estimate_factor
         self._seq += 1
         self._ends[job_id] = (end, self._seq)
-        bisect.insort(self._by_end, (end, self._seq, job_id))
+        if self.discipline == "backfill":  # only reservations read the order; fifo skips its upkeep
+            bisect.insort(self._by_end, (end, self._seq, job_id))
 
     def _forget(self, job_id: str) -> None:
+        # A job already in the policy when the scheduler came has no estimate.
         known = self._ends.pop(job_id, None)
-        if known is not None:  # a job in the policy before the scheduler came has no estimate
+        if known is not None and self.discipline == "backfill":
             k = bisect.bisect_left(self._by_end, (*known, job_id))
             del self._by_end[k]
 
