@@ -62,12 +62,15 @@ def main() -> None:
     nodes = make_nodes([(8, cluster_size(jobs, args.eta, 8))])
     print(f"\n### Philly, full trace ({len(jobs):,} jobs, {len(nodes)} nodes, N({args.eta}), queue {args.queue})", end="")
     print(f", target <= {TARGET_S:.0f} s\n")
-    print("| policy | events | wall s | events/s | within target |")
-    print("|---|---:|---:|---:|---|")
+    # CPU time beside wall time: on a shared machine the wall clock also counts other people's work.
+    print("| policy | events | wall s | CPU s | events per CPU s | within target (CPU) |")
+    print("|---|---:|---:|---:|---:|---|")
     for name in FULL_TRACE_POLICIES:
+        cpu = time.process_time()
         r = simulate(jobs, SimConfig(name, nodes, queue=args.queue, keep_timeline=False, migrations_per_hour=BUDGET))
-        ok = "yes" if r.wall_s <= TARGET_S else "NO"
-        print(f"| {name} | {r.events:,} | {r.wall_s:.1f} | {r.events / r.wall_s:,.0f} | {ok} |")
+        cpu = time.process_time() - cpu
+        ok = "yes" if cpu <= TARGET_S else "NO"
+        print(f"| {name} | {r.events:,} | {r.wall_s:.1f} | {cpu:.1f} | {r.events / cpu:,.0f} | {ok} |")
 
 
 if __name__ == "__main__":
