@@ -216,7 +216,7 @@ class Scheduler:
             # Only the head can start, so never walk (or copy) the whole queue.
             while self.queue:
                 head = next(iter(self.queue.values()))
-                if not (self._start(head, None, now, step) or self._make_room(head, now, step)):
+                if not (self._start(head, None, now, step) or (head.managed and self._make_room(head, now, step))):
                     break
             else:
                 self.policy.blocked(None)
@@ -225,7 +225,10 @@ class Scheduler:
         return step
 
     def _make_room(self, head: Entry, now: float, step: Step) -> bool:
-        """Tell the policy what is blocked; if it migrates to make room, try the head once more."""
+        """Tell the policy what is blocked; if it migrates to make room, try the head once more.
+
+        Only for managed jobs: the policy does not place the others, Slurm does.
+        """
         moves = self.policy.blocked(head.job, head.eligible)
         if not moves:
             return False
