@@ -51,6 +51,7 @@ the same way; it does no I/O and reads no clock):
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -123,6 +124,8 @@ class Scheduler:
         self._by_end: list[tuple[float, int, str]] = []  # the same, sorted
         self._seq = 0
         self._shapes: Counter[tuple] = Counter()  # queued jobs per shape (what decides fit)
+        #: per shape, a heap of (estimate, job) over its queued jobs; entries of jobs gone are skipped lazily
+        self._shortest: dict[tuple, list[tuple[float, str]]] = {}
 
     @property
     def running(self) -> dict[str, Job]:
@@ -154,7 +157,9 @@ class Scheduler:
             raise EngineError(f"job {job.id}: time limit must be >= 0 seconds, got {limit!r}")
         entry = Entry(job, None if eligible is None else frozenset(eligible), limit, managed)
         self.queue[job.id] = entry
-        self._shapes[_shape(entry)] += 1
+        shape = _shape(entry)
+        self._shapes[shape] += 1
+        heapq.heappush(self._shortest.setdefault(shape, []), (self._estimate(entry), job.id))
 
     def prioritize(self, job_ids: Sequence[str]) -> None:
         """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
@@ -270,8 +275,9 @@ class Scheduler:
                     refused.clear()
                     everywhere = 0
                 continue
-            refused[shape] = short
-            if short:
+            # A shape refused as long is refused everywhere once none of its jobs is short.
+            refused[shape] = short or (res is not None and now + self._least_estimate(shape) > res.shadow)
+            if refused[shape]:
                 everywhere += 1
                 if everywhere == len(self._shapes):
                     break
@@ -478,6 +484,14 @@ class Scheduler:
         self._shapes[shape] -= 1
         if not self._shapes[shape]:
             del self._shapes[shape]
+            del self._shortest[shape]
+
+    def _least_estimate(self, shape: tuple) -> float:
+        """The shortest estimate among the queued jobs of ``shape``."""
+        heap = self._shortest[shape]
+        while heap[0][1] not in self.queue:
+            heapq.heappop(heap)
+        return heap[0][0]
 
 
 def _shape(entry: Entry) -> tuple:
