@@ -157,9 +157,10 @@ class Scheduler:
             raise EngineError(f"job {job.id}: time limit must be >= 0 seconds, got {limit!r}")
         entry = Entry(job, None if eligible is None else frozenset(eligible), limit, managed)
         self.queue[job.id] = entry
-        shape = _shape(entry)
-        self._shapes[shape] += 1
-        heapq.heappush(self._shortest.setdefault(shape, []), (self._estimate(entry), job.id))
+        if self.discipline == "backfill":  # only the backfill walk reads shapes; fifo skips their upkeep
+            shape = _shape(entry)
+            self._shapes[shape] += 1
+            heapq.heappush(self._shortest.setdefault(shape, []), (self._estimate(entry), job.id))
 
     def prioritize(self, job_ids: Sequence[str]) -> None:
         """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
@@ -444,7 +445,8 @@ class Scheduler:
         if self.discipline == "backfill":
             assert [e[2] for e in self._by_end] == sorted(self._ends, key=self._ends.__getitem__), "end order"
         assert not set(self.queue) & set(self.running), "a job is queued and running"
-        assert self._shapes == Counter(_shape(e) for e in self.queue.values()), "shape counts"
+        if self.discipline == "backfill":
+            assert self._shapes == Counter(_shape(e) for e in self.queue.values()), "shape counts"
         res = self.reservation
         if res is None:
             return
@@ -480,6 +482,8 @@ class Scheduler:
             del self._by_end[k]
 
     def _unshape(self, entry: Entry) -> None:
+        if self.discipline != "backfill":
+            return
         shape = _shape(entry)
         self._shapes[shape] -= 1
         if not self._shapes[shape]:
