@@ -11,11 +11,15 @@ from pathlib import Path
 
 import click
 
+from ..config import Config
 from .common import CONTEXT_SETTINGS, UserError, console, emit_json, json_option
 
 #: Jobs in a synthetic workload when --limit does not say.
 SYNTHETIC_JOBS = 2000
 DEFAULT_SYNTHETIC = "venus"
+#: the daemon's own defaults (compass_slurm.config.Config), so a simulation measures what a site deploys
+DEFAULT_QUEUE = "backfill"
+DEFAULT_BUDGET = Config.migrations_per_hour
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -31,7 +35,19 @@ DEFAULT_SYNTHETIC = "venus"
 @click.option("--migration-delay", type=click.FloatRange(min=0), default=8.0, show_default=True,
               help="Seconds a job pauses per migration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
-@click.option("--backfill/--no-backfill", default=False, show_default=True, help="EASY backfill past a blocked head.")
+@click.option("--queue", "queue", metavar="fifo|backfill",
+              help="Queue discipline: strict fifo, or EASY backfill as Slurm's sched/backfill [default: backfill].")
+@click.option("--backfill", is_flag=True, help="Same as --queue backfill.")
+@click.option("--estimate-factor", metavar="F", default="1",
+              help="Run-time estimates are F x the real duration (users' time limits are longer) [default: 1].")
+@click.option("--migratable", metavar="FRACTION",
+              help="Share of jobs that may be migrated, drawn with --seed [default: the trace's 'migratable' "
+                   "column, else all].")
+@click.option("--migrations-per-hour", metavar="N|unlimited",
+              help=f"Migration budget over a sliding hour, as the daemon's [default: {DEFAULT_BUDGET}].")
+@click.option("--managed", metavar="FRACTION", default="1",
+              help="Share of jobs submitted through the wrapper; the rest are placed as Slurm places them "
+                   "and adopted pinned [default: 1].")
 @click.option("--limit", type=click.IntRange(min=1),
               help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
@@ -41,8 +57,9 @@ DEFAULT_SYNTHETIC = "venus"
 @click.option("--output", type=click.Path(file_okay=False),
               help="Write timelines, summary.json and comparison.png here.")
 @json_option
-def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, backfill, limit, window,
-            cluster, skip_bad, check, output, as_json) -> None:
+def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
+            estimate_factor, migratable, migrations_per_hour, managed, limit, window, cluster, skip_bad, check,
+            output, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
     from ..engine.policies.base import policy_names
     from ..sim import sizing, synthetic as synth, workloads
@@ -50,6 +67,11 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
 
     if trace_path and synthetic:
         raise UserError("give --trace or --synthetic, not both")
+    queue = _queue(queue, backfill)
+    factor = _number("--estimate-factor", estimate_factor, positive=True)
+    share_migratable = None if migratable is None else _fraction("--migratable", migratable)
+    share_managed = _fraction("--managed", managed)
+    budget = _budget(migrations_per_hour)
     chosen = _policies(policies, policy_names())
     try:
         span = workloads.parse_window(window) if window else None
@@ -64,14 +86,17 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         if not records:
             raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, cluster))
         groups, node_gpus = _node_groups(node_spec, nodes)
-        jobs, rules = workloads.to_jobs(records, node_gpus)
+        jobs, rules = workloads.to_jobs(records, node_gpus, migratable=share_migratable, managed=share_managed,
+                                        seed=seed)
         if groups is None:
             groups = [(node_gpus, nodes or sizing.cluster_size(jobs, eta, node_gpus))]
         cluster_nodes = sizing.make_nodes(groups)
     except (workloads.TraceError, ValueError) as err:
         raise UserError(str(err)) from None
     configs = [
-        SimConfig(p, cluster_nodes, migration_delay, backfill, check, keep_timeline=output is not None) for p in chosen
+        SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
+                  estimate_factor=factor, migrations_per_hour=budget)
+        for p in chosen
     ]
     try:
         results = _run(jobs, configs, show_progress=not as_json)
@@ -92,7 +117,12 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "trace": source,
             "eta": None if nodes or ":" in node_spec else eta,
             "migration_delay_s": migration_delay,
-            "backfill": backfill,
+            "queue": queue,
+            "estimate_factor": factor,
+            "migrations_per_hour": budget,
+            "migratable": share_migratable,
+            "managed": share_managed,
+            "seed": seed,
             "skipped_rows": len(trace.skipped),
             "instance_mapping": dict(sorted(rules.items())),
         }
@@ -104,6 +134,49 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         emit_json(rows)
     else:
         _table(rows, trace.skipped)
+
+
+def _queue(queue: str | None, backfill: bool) -> str:
+    from ..engine.scheduler import QUEUES
+
+    if queue is None:
+        return DEFAULT_QUEUE
+    if queue not in QUEUES:
+        raise UserError(f"unknown --queue {queue!r}: choose {' or '.join(QUEUES)}")
+    if backfill and queue != "backfill":
+        raise UserError(f"--backfill contradicts --queue {queue}")
+    return queue
+
+
+def _number(option: str, text: str, *, positive: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{option} {text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")) or (positive and value <= 0):
+        raise UserError(f"{option} {text!r} must be a finite number{' > 0' if positive else ''}")
+    return value
+
+
+def _fraction(option: str, text: str) -> float:
+    value = _number(option, text)
+    if not 0 <= value <= 1:
+        raise UserError(f"{option} {text!r} is outside [0, 1]: give a fraction such as 0.5")
+    return value
+
+
+def _budget(text: str | None) -> int | None:
+    if text is None:
+        return DEFAULT_BUDGET
+    if text.strip().lower() == "unlimited":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"--migrations-per-hour {text!r} is not a whole number or 'unlimited'") from None
+    if value < 0:
+        raise UserError(f"--migrations-per-hour {text!r} is negative: give 0 (no migrations) or more")
+    return value
 
 
 def _policies(text: str | None, known: list[str]) -> list[str]:
@@ -206,7 +279,14 @@ def _table(rows: list[dict], skipped) -> None:
         out.width = 200  # a pipe or file gets the whole table, not an 80-column squeeze
     out.print(table)
     window = "the time the queue was non-empty" if first["averaged_over"] == "queued" else "the whole run"
-    notes = [f"AFR, AGU, SIF<=2/N and WCC averaged over {window}"]
+    budget = first["migrations_per_hour"]
+    migratable = "as in the trace" if first["migratable"] is None else f"{first['migratable']:g}"
+    notes = [
+        f"AFR, AGU, SIF<=2/N and WCC averaged over {window}",
+        f"queue {first['queue']}, estimates x{first['estimate_factor']:g}, "
+        f"{'unlimited' if budget is None else budget} migrations per hour, migratable {migratable}, "
+        f"managed {first['managed']:g}",
+    ]
     mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}
     if mapping:
         notes.append("GPU counts reshaped: " + ", ".join(f"{v} by {k}" for k, v in mapping.items()))

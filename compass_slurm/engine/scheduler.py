@@ -1,25 +1,75 @@
-"""The queue in front of a policy: FIFO with an optional backfill test, Compact after every change.
+"""The queue in front of a policy: the queue disciplines by name, Compact after every change.
 
-Replay, the simulator and the daemon all drive a Scheduler; only they know about
-time. The scheduler turns "a job arrived" / "a job ended" into placements and
-migrations using the policy it was given.
+Disciplines (``QUEUES``):
+
+- ``fifo``: strict priority order; nothing starts past a job that does not fit.
+- ``backfill``: EASY backfill as Slurm's sched/backfill does it for its first job.
+  The highest-priority job that does not fit (the *head*) gets a reservation: the
+  earliest time at which it fits (its *shadow time*) and the GPUs on specific nodes
+  it will use then. A lower-priority job starts now only where it does not delay
+  the head: it is expected to end by the shadow time, or it leaves the reserved
+  GPUs alone. One reservation only (EASY); it is rebuilt on every drain.
+
+Run-time estimates: a job's ``limit`` (Slurm's time limit; the simulator passes the
+real duration) times ``estimate_factor``; a job without a limit is expected to run
+forever, so it never ends before a shadow time. A running job past its estimate is
+expected to end now.
+
+The reservation is node-aware, not a raw GPU total: the head's shape must fit the
+*projected* free GPUs per node at the shadow time (free now, plus what running jobs
+release by then, on nodes the head may use). Its nodes are chosen best fit on those
+projected counts, ties to the node with the fewest GPUs free now, so the reservation
+holds GPUs that are busy now wherever it can, and free GPUs stay usable. For whole-node
+instances (the heads that block) every policy places on empty nodes, so this is the
+policy's own choice; for smaller heads it is a model of it, and the next drain plans
+again from the real state. A long job may use a reserved node only within that node's
+*spare* (projected free minus reserved). Compact may still move an instance onto a
+reserved node; the next drain then plans anew (policies that want to avoid it read
+``reservation``).
+
+Driver contract (the simulator, ``compass replay`` and the daemon drive this object
+the same way; it does no I/O and reads no clock):
+
+- Time is the driver's: every call that may start jobs takes ``now`` in seconds,
+  never decreasing. Only ``backfill`` looks at it.
+- ``submit(job, now, eligible, limit, managed)``: a pending job joins the queue at
+  the lowest priority. ``eligible`` limits its nodes (partition, CPUs, memory);
+  None means any node. ``managed=False``: the job is placed as Slurm itself would
+  (``foreign``) and adopted pinned, as the daemon does with plain sbatch jobs.
+- ``prioritize(job_ids)``: the queue order from now on (the daemon passes Slurm's
+  priority order each cycle); queued jobs not named keep their order behind.
+- ``adopt(job, nodes, start, limit)``: a running job the scheduler did not start.
+- ``finish(job_id)``: a running job ended; ``withdraw(job_id)``: a queued job left.
+  Both return what the policy did in response (migrations), without starting anything.
+- ``drain(now)``: runs the discipline once and returns a ``Step``: the decisions in
+  the order made, and every migration (filler pulls and Compact's moves) in order.
+  The policy's ``migration_budget`` is the driver's to set before (the rate limit).
+- ``arrive`` = submit + drain and ``depart`` = finish/withdraw + drain: an event-driven
+  driver (the simulator, replay) calls these once per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+import bisect
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 
+from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
 from .policies.base import Policy
 
-#: Given a queued job that is not at the head, may it start before the blocked head?
-BackfillTest = Callable[[Job], bool]
+QUEUES = ("fifo", "backfill")
+
+#: How jobs the policy does not manage get their nodes (Slurm's own choice): node indexes or None.
+Foreign = Callable[[ClusterState, Job, "frozenset[int] | None"], "list[int] | None"]
 
 
 @dataclass
 class Step:
-    """What one event caused: placements made (in order) and migrations carried out."""
+    """What one call caused: placements made (in order) and migrations carried out."""
 
     decisions: list[Decision] = field(default_factory=list)
     migrations: list[Migration] = field(default_factory=list)
@@ -29,12 +79,53 @@ class Step:
         self.migrations.extend(other.migrations)
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A queued job with what the queue needs to know about it."""
+
+    job: Job
+    eligible: frozenset[str] | None = None
+    limit: float | None = None
+    managed: bool = True
+
+
+@dataclass
+class Reservation:
+    """The blocked head's plan: when it fits, and which GPUs on which nodes it will use then."""
+
+    job: str
+    shadow: float
+    #: node index -> GPUs the head will use there at the shadow time.
+    nodes: dict[int, int]
+    #: node index -> GPUs of a reserved node that a long job may still take (projected free - reserved).
+    spare: dict[int, int]
+
+
 class Scheduler:
-    def __init__(self, policy: Policy, backfill: BackfillTest | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        queue: str = "fifo",
+        estimate_factor: float = 1.0,
+        foreign: Foreign | None = None,
+    ) -> None:
+        if queue not in QUEUES:
+            raise EngineError(f"unknown queue {queue!r}; choose from: {', '.join(QUEUES)}")
+        if not estimate_factor > 0 or math.isinf(estimate_factor):
+            raise EngineError(f"estimate factor must be a positive number, got {estimate_factor!r}")
         self.policy = policy
-        self.backfill = backfill
-        self.queue: dict[str, Job] = {}
-        self.eligible: dict[str, Collection[str] | None] = {}
+        self.discipline = queue
+        self.estimate_factor = estimate_factor
+        self.foreign = foreign
+        self.queue: dict[str, Entry] = {}
+        #: the latest drain's reservation (backfill with a blocked head), else None.
+        self.reservation: Reservation | None = None
+        self._ends: dict[str, tuple[float, int]] = {}  # running job -> (expected end, tiebreak)
+        self._by_end: list[tuple[float, int, str]] = []  # the same, sorted
+        self._seq = 0
+        self._shapes: Counter[tuple] = Counter()  # queued jobs per shape (what decides fit)
+        #: per shape, a heap of (estimate, job) over its queued jobs; entries of jobs gone are skipped lazily
+        self._shortest: dict[tuple, list[tuple[float, str]]] = {}
 
     @property
     def running(self) -> dict[str, Job]:
@@ -43,56 +134,371 @@ class Scheduler:
     def knows(self, job_id: str) -> bool:
         return job_id in self.queue or job_id in self.running
 
-    def arrive(self, job: Job, eligible: Collection[str] | None = None) -> Step:
-        """Queue ``job`` (behind anything already waiting) and start whatever now fits."""
+    def expected_end(self, job_id: str) -> float:
+        """When a running job is expected to end (inf: no estimate)."""
+        return self._ends.get(job_id, (math.inf, 0))[0]
+
+    # -- what the driver tells ---------------------------------------------------------------
+
+    def submit(
+        self,
+        job: Job,
+        eligible: Collection[str] | None = None,
+        limit: float | None = None,
+        managed: bool = True,
+    ) -> None:
         if self.knows(job.id):
             raise EngineError(f"duplicate job id {job.id}")
         if job.gpus > self.policy.cluster.max_gpus:
             raise EngineError(
                 f"job {job.id}: {job.gpus} GPUs per instance exceed the largest node ({self.policy.cluster.max_gpus})"
             )
-        self.queue[job.id] = job
-        self.eligible[job.id] = eligible
-        return self.drain()
+        if limit is not None and not limit >= 0:
+            raise EngineError(f"job {job.id}: time limit must be >= 0 seconds, got {limit!r}")
+        entry = Entry(job, None if eligible is None else frozenset(eligible), limit, managed)
+        self.queue[job.id] = entry
+        if self.discipline == "backfill":  # only the backfill walk reads shapes; fifo skips their upkeep
+            shape = _shape(entry)
+            self._shapes[shape] += 1
+            heapq.heappush(self._shortest.setdefault(shape, []), (self._estimate(entry), job.id))
 
-    def depart(self, job_id: str) -> Step:
-        """``job_id`` ended (or left the queue): free its GPUs, compact, start what now fits."""
-        if job_id in self.queue:
-            del self.queue[job_id]
-            del self.eligible[job_id]
-            return self.drain()
+    def prioritize(self, job_ids: Sequence[str]) -> None:
+        """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
+        named = {j: None for j in job_ids if j in self.queue}
+        rest = [j for j in self.queue if j not in named]
+        self.queue = {j: self.queue[j] for j in [*named, *rest]}
+
+    def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None) -> None:
+        """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``."""
+        if self.knows(job.id):
+            raise EngineError(f"duplicate job id {job.id}")
+        self.policy.adopt(job, nodes)
+        self._expect(job.id, start, limit)
+
+    def finish(self, job_id: str) -> list[Migration]:
+        """A running job ended: free its GPUs and compact. Starts nothing (call ``drain``)."""
         if job_id not in self.running:
             raise EngineError(f"departure of unknown job {job_id}")
-        step = Step(migrations=list(self.policy.remove(job_id)))
-        step.migrations.extend(self.policy.compact())
-        step.extend(self.drain())
+        self._forget(job_id)
+        moves = list(self.policy.remove(job_id))
+        moves.extend(self.policy.compact())
+        return moves
+
+    def withdraw(self, job_id: str) -> None:
+        """A queued job left the queue (cancelled, or Slurm started it elsewhere)."""
+        entry = self.queue.pop(job_id, None)
+        if entry is None:
+            raise EngineError(f"job {job_id} is not queued")
+        self._unshape(entry)
+
+    def arrive(
+        self,
+        job: Job,
+        eligible: Collection[str] | None = None,
+        *,
+        now: float = 0.0,
+        limit: float | None = None,
+        managed: bool = True,
+    ) -> Step:
+        """Queue ``job`` (behind anything already waiting) and start whatever now may start."""
+        self.submit(job, eligible, limit, managed)
+        return self.drain(now)
+
+    def depart(self, job_id: str, *, now: float = 0.0) -> Step:
+        """``job_id`` ended (or left the queue): free its GPUs, compact, start what now may start."""
+        if job_id in self.queue:
+            self.withdraw(job_id)
+            return self.drain(now)
+        step = Step(migrations=self.finish(job_id))
+        step.extend(self.drain(now))
         return step
 
-    def drain(self) -> Step:
-        """Start queued jobs in order; past a blocked job only those the backfill test allows."""
+    # -- the disciplines ---------------------------------------------------------------------
+
+    def drain(self, now: float = 0.0) -> Step:
         step = Step()
-        if self.backfill is None:
-            # Strict FIFO: only the head can start, so never walk (or copy) the whole queue.
+        self.reservation = None
+        if self.discipline == "fifo":
+            # Only the head can start, so never walk (or copy) the whole queue.
             while self.queue:
-                job = next(iter(self.queue.values()))
-                if not self._start(job, step):
+                head = next(iter(self.queue.values()))
+                if not (self._start(head, None, now, step) or (head.managed and self._make_room(head, now, step))):
                     break
+            else:
+                self.policy.blocked(None)
             return step
-        blocked = False
-        for job in list(self.queue.values()):
-            if blocked and not self.backfill(job):
-                continue
-            if not self._start(job, step):
-                blocked = True
+        self._backfill(now, step)
         return step
 
-    def _start(self, job: Job, step: Step) -> bool:
-        decision = self.policy.place(job, self.eligible[job.id])
+    def _make_room(self, head: Entry, now: float, step: Step) -> bool:
+        """Tell the policy what is blocked; if it migrates to make room, try the head once more.
+
+        Only for managed jobs: the policy does not place the others, Slurm does.
+        """
+        moves = self.policy.blocked(head.job, head.eligible)
+        if not moves:
+            return False
+        step.migrations.extend(moves)
+        return self._start(head, None, now, step)
+
+    def _backfill(self, now: float, step: Step) -> None:
+        # A shape that found no place stays refused until something else starts (placing
+        # only takes GPUs, but an ABS placement can open a vacancy), so a long queue of
+        # blocked jobs costs one attempt per shape, and the walk ends once all are refused.
+        refused: dict[tuple, bool] = {}  # shape -> refused even when short (True) or only when long
+        head: Entry | None = None
+        everywhere = 0  # shapes refused whatever the job's length
+        for entry in list(self.queue.values()):
+            shape = _shape(entry)
+            if head is None:
+                if self._start(entry, None, now, step) or (entry.managed and self._make_room(entry, now, step)):
+                    continue
+                refused[shape] = True
+                everywhere += 1
+                self.reservation = self._reserve(entry, now)
+                # A head that cannot be planned (no estimates) reserves nothing, as in Slurm:
+                # the next blocked job may reserve instead.
+                head = entry if self.reservation is not None else None
+                if everywhere == len(self._shapes):
+                    break
+                continue
+            res = self.reservation
+            short = res is None or now + self._estimate(entry) <= res.shadow
+            seen = refused.get(shape)
+            if seen or (seen is False and not short):
+                continue
+            moves = len(step.migrations)
+            ok = self._start(entry, None, now, step) if short else self._start_outside(entry, now, step)
+            if len(step.migrations) != moves and head is not None:
+                self.reservation = self._reserve(head, now)  # moves changed the layout
+            if ok:
+                if refused:
+                    refused.clear()
+                    everywhere = 0
+                continue
+            # A shape refused as long is refused everywhere once none of its jobs is short.
+            refused[shape] = short or (res is not None and now + self._least_estimate(shape) > res.shadow)
+            if refused[shape]:
+                everywhere += 1
+                if everywhere == len(self._shapes):
+                    break
+        if head is None:
+            self.policy.blocked(None)
+
+    def _start_outside(self, entry: Entry, now: float, step: Step) -> bool:
+        """Start a job that ends after the shadow time only on GPUs the reservation does not need."""
+        res = self.reservation
+        assert res is not None
+        c = self.policy.cluster
+        g = entry.job.gpus
+        # A reserved node matters only where more GPUs are free now than it can spare.
+        tight = [i for i, spare in res.spare.items() if c.free_gpus(i) > spare]
+        if not tight:
+            return self._start(entry, None, now, step, res)
+        closed = {i for i in tight if res.spare[i] < g}
+        names = c.nodes
+        allowed = None
+        if closed:
+            pool = entry.eligible if entry.eligible is not None else (n.name for n in names)
+            allowed = frozenset(n for n in pool if c.index[n] not in closed)
+        return self._start(entry, allowed, now, step, res)
+
+    def _start(
+        self, entry: Entry, allowed: frozenset[str] | None, now: float, step: Step, res: Reservation | None = None
+    ) -> bool:
+        """Place one queued job; with ``res``, only within the reserved nodes' spare GPUs."""
+        job = entry.job
+        eligible = entry.eligible if allowed is None else allowed
+        policy = self.policy
+        if not entry.managed:
+            return self._start_foreign(entry, eligible, now, step, res)
+        decision = policy.place(job, eligible)
         if decision is None:
             return False
-        del self.queue[job.id]
-        del self.eligible[job.id]
-        step.decisions.append(decision)
         step.migrations.extend(decision.migrations)  # filler pulls happen before Compact's moves
+        if res is not None and not self._within_spare(job.id, res):
+            # The policy stacked instances beyond a reserved node's spare: not this job, not now.
+            step.migrations.extend(policy.remove(job.id))
+            return False
+        del self.queue[job.id]
+        self._unshape(entry)
+        step.decisions.append(decision)
+        self._expect(job.id, now, entry.limit)
+        step.migrations.extend(policy.compact())
+        return True
+
+    def _start_foreign(
+        self, entry: Entry, eligible: frozenset[str] | None, now: float, step: Step, res: Reservation | None
+    ) -> bool:
+        c = self.policy.cluster
+        if self.foreign is None:
+            raise EngineError(f"job {entry.job.id} is not managed and no placement for such jobs is set")
+        allowed = None if eligible is None else frozenset(c.index[n] for n in eligible if n in c.index)
+        nodes = self.foreign(c, entry.job, allowed)
+        if nodes is None:
+            return False
+        if res is not None:
+            use = Counter(nodes)
+            if any(use[i] * entry.job.gpus > res.spare[i] for i in use if i in res.spare):
+                return False
+        job = replace(entry.job, migratable=False)
+        names = tuple(c.nodes[i].name for i in nodes)
+        self.policy.adopt(job, names)
+        del self.queue[job.id]
+        self._unshape(entry)
+        step.decisions.append(Decision(job.id, names, job.gpus, "not managed: placed by Slurm, adopted pinned"))
+        self._expect(job.id, now, entry.limit)
         step.migrations.extend(self.policy.compact())
         return True
+
+    def _within_spare(self, job_id: str, res: Reservation) -> bool:
+        c = self.policy.cluster
+        use: Counter[int] = Counter()
+        for key, i in c.instances_of(job_id):
+            if i in res.spare:
+                use[i] += c.gpus_of(key)
+        ok = all(use[i] <= res.spare[i] for i in use)
+        if ok:
+            for i, gpus in use.items():
+                res.spare[i] -= gpus
+        return ok
+
+    # -- the reservation ---------------------------------------------------------------------
+
+    def _reserve(self, head: Entry, now: float) -> Reservation | None:
+        """When and where the head fits on the projected free GPUs; None if never by any estimate."""
+        c = self.policy.cluster
+        job = head.job
+        g, need, distinct = job.gpus, job.instances, job.distinct_nodes
+        allowed = None if head.eligible is None else {c.index[n] for n in head.eligible if n in c.index}
+
+        def usable(i: int) -> bool:
+            return c.available[i] and (allowed is None or i in allowed)
+
+        def room(free: int) -> int:
+            return (1 if free >= g else 0) if distinct else max(free, 0) // g
+
+        capacity = self._room_now(g, distinct, allowed)
+        projected: dict[int, int] = {}  # node -> free GPUs at the time reached so far (touched nodes)
+        shadow = now
+        k = 0
+        by_end = self._by_end
+        while capacity < need:
+            if k == len(by_end):
+                return None
+            end = by_end[k][0]
+            if math.isinf(end):
+                return None
+            # every job expected to end at this instant releases its GPUs together
+            while k < len(by_end) and by_end[k][0] == end:
+                for key, i in c.instances_of(by_end[k][2]):
+                    if not usable(i):
+                        continue
+                    before = projected.get(i, c.free_gpus(i))
+                    after = before + c.gpus_of(key)
+                    projected[i] = after
+                    capacity += room(after) - room(before)
+                k += 1
+            shadow = max(end, now)
+        # best fit on projected free GPUs, then the fewest free now
+        cands = [(p, c.free_gpus(i), i) for i, p in projected.items() if p >= g]
+        taken = 0
+        for f in range(g, c.free.max_key + 1):
+            if taken >= need:
+                break
+            for i in c.free.bucket(f):
+                if i not in projected and usable(i):
+                    cands.append((f, f, i))
+                    taken += room(f)
+                    if taken >= need:
+                        break
+        cands.sort()
+        nodes: dict[int, int] = {}
+        spare: dict[int, int] = {}
+        left = need
+        for p, _, i in cands:
+            if left == 0:
+                break
+            n = min(room(p), left)
+            nodes[i] = n * g
+            spare[i] = p - n * g
+            left -= n
+        return Reservation(job.id, shadow, nodes, spare)
+
+    def _room_now(self, g: int, distinct: bool, allowed: set[int] | None) -> int:
+        """Instances of ``g`` GPUs the free GPUs hold now, node by node (a raw count)."""
+        c = self.policy.cluster
+        if allowed is None:
+            free = c.free
+            return sum((1 if distinct else f // g) * free.count(f) for f in range(g, free.max_key + 1))
+        out = 0
+        for i in allowed:
+            f = c.free_gpus(i) if c.available[i] else 0
+            out += (1 if f >= g else 0) if distinct else max(f, 0) // g
+        return out
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert the queue's own bookkeeping and the reservation's promise (simulator debug mode)."""
+        assert set(self._ends) <= set(self.running), "an expected end for a job that does not run"
+        if self.discipline == "backfill":
+            assert [e[2] for e in self._by_end] == sorted(self._ends, key=self._ends.__getitem__), "end order"
+        assert not set(self.queue) & set(self.running), "a job is queued and running"
+        if self.discipline == "backfill":
+            assert self._shapes == Counter(_shape(e) for e in self.queue.values()), "shape counts"
+        res = self.reservation
+        if res is None:
+            return
+        assert res.job in self.queue, f"reservation for {res.job}, which is not queued"
+        # What runs past the shadow time on a reserved node must leave the head its GPUs.
+        c = self.policy.cluster
+        for i, gpus in res.nodes.items():
+            staying = sum(
+                c.gpus_of(key) for key in c.on_node[i] if self.expected_end(key[0]) > res.shadow
+            )
+            assert c.capacity[i] - staying >= gpus, (
+                f"node {c.nodes[i].name}: {staying} GPUs stay past the shadow time {res.shadow:g}, "
+                f"{gpus} reserved for {res.job}"
+            )
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _estimate(self, entry: Entry) -> float:
+        return math.inf if entry.limit is None else entry.limit * self.estimate_factor
+
+    def _expect(self, job_id: str, start: float, limit: float | None) -> None:
+        end = math.inf if limit is None else start + limit * self.estimate_factor
+        self._seq += 1
+        self._ends[job_id] = (end, self._seq)
+        if self.discipline == "backfill":  # only reservations read the order; fifo skips its upkeep
+            bisect.insort(self._by_end, (end, self._seq, job_id))
+
+    def _forget(self, job_id: str) -> None:
+        # A job already in the policy when the scheduler came has no estimate.
+        known = self._ends.pop(job_id, None)
+        if known is not None and self.discipline == "backfill":
+            k = bisect.bisect_left(self._by_end, (*known, job_id))
+            del self._by_end[k]
+
+    def _unshape(self, entry: Entry) -> None:
+        if self.discipline != "backfill":
+            return
+        shape = _shape(entry)
+        self._shapes[shape] -= 1
+        if not self._shapes[shape]:
+            del self._shapes[shape]
+            del self._shortest[shape]
+
+    def _least_estimate(self, shape: tuple) -> float:
+        """The shortest estimate among the queued jobs of ``shape``."""
+        heap = self._shortest[shape]
+        while heap[0][1] not in self.queue:
+            heapq.heappop(heap)
+        return heap[0][0]
+
+
+def _shape(entry: Entry) -> tuple:
+    """What decides whether a job fits: two jobs of one shape fit or fail together."""
+    job = entry.job
+    return (job.instances, job.gpus, job.distinct_nodes, entry.eligible, entry.managed)

@@ -12,12 +12,11 @@ later. A job is paused once per event even if several of its instances moved
 in it (they restart together), and pauses from successive events add up.
 The whole gang waits, so the GPU-seconds lost are delay x the job's GPUs.
 
-EASY backfill (optional): when the queue head is blocked, a later job may start
-only if it will end (by its run time) before the head's *shadow time*: the
-earliest expected completion after which enough GPUs are free for the head.
-Free GPUs are counted as raw totals, ignoring which nodes they are on; a head
-that is blocked although the raw count would fit it (fragmentation) gets the
-next completion as its shadow time.
+The queue discipline is the Scheduler's (``fifo`` or ``backfill``, see
+scheduler.py): the simulator only tells it the time, each job's run-time estimate
+(its real duration; the Scheduler multiplies by ``estimate_factor``), and which jobs
+it does not manage (placed as Slurm's defaults place them, adopted pinned). The
+migration budget is the daemon's sliding-hour RateLimit, spent by the same code.
 """
 
 from __future__ import annotations
@@ -29,8 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..engine.fragmentation import measure
-from ..engine.model import Job, Node
+from ..engine.model import Node
 from ..engine.policies.base import make_policy
+from ..engine.policies.slurm_like import slurm_nodes
+from ..engine.rate_limit import RateLimit
 from ..engine.scheduler import Scheduler, Step
 from .metrics import Metrics, Timeline, summarize
 from .workloads import SimJob
@@ -48,9 +49,12 @@ class SimConfig:
     policy: str
     nodes: tuple[Node, ...]
     migration_delay: float = 8.0
-    backfill: bool = False
+    queue: str = "fifo"
     check: bool = False
     keep_timeline: bool = True
+    estimate_factor: float = 1.0
+    #: the daemon's sliding-hour budget; None: unlimited
+    migrations_per_hour: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,8 @@ class Simulation:
         self.jobs = jobs
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
-        self.scheduler = Scheduler(self.policy, backfill=self._may_backfill if config.backfill else None)
+        self.scheduler = Scheduler(self.policy, config.queue, config.estimate_factor, foreign=slurm_nodes)
+        self.rate = RateLimit(config.migrations_per_hour)
         self.by_id = {sj.job.id: sj for sj in jobs}
         self.total_gpus = sum(n.gpus for n in config.nodes)
         self.now = 0.0
@@ -107,13 +112,12 @@ class Simulation:
         self.done = 0
         self.started: dict[str, float] = {}
         self.ended: dict[str, float] = {}
-        self.waits: list[float] = []
-        self.completions: list[float] = []
         self.migrations = 0
+        self.migration_times: list[float] = []
         self.migration_gpu_s = 0.0
         self.timeline = Timeline()
-        self._shadow_for: tuple[int, str] | None = None
-        self._shadow = 0.0
+        #: job -> the shadow time of the first reservation made for it (what EASY promised)
+        self.promised: dict[str, float] = {}
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -130,16 +134,21 @@ class Simulation:
                 del end[job_id]
                 self.now = t
                 self._finished(job_id)
-                step = scheduler.depart(job_id)
+                self.policy.migration_budget = self.rate.budget(t)
+                step = scheduler.depart(job_id, now=t)
             elif i < n:
                 sj = jobs[i]
                 i += 1
                 t = self.now = sj.submit
                 self.arrived += 1
-                step = scheduler.arrive(sj.job)
+                self.policy.migration_budget = self.rate.budget(t)
+                step = scheduler.arrive(sj.job, now=t, limit=sj.duration, managed=sj.managed)
             else:
                 break
             self._apply(step)
+            res = scheduler.reservation
+            if res is not None and res.job not in self.promised:
+                self.promised[res.job] = res.shadow
             self.events += 1
             if check:
                 self._check()
@@ -154,11 +163,13 @@ class Simulation:
             progress(self.events)
         metrics = summarize(
             self.timeline,
-            self.waits,
-            self.completions,
+            self.jobs,
+            self.started,
+            self.ended,
             len(self.config.nodes),
             self.total_gpus,
-            self.migrations,
+            max(n.gpus for n in self.config.nodes),
+            self.migration_times,
             self.migration_gpu_s,
         )
         wall = time.perf_counter() - started
@@ -180,7 +191,6 @@ class Simulation:
         self.used -= sj.job.total_gpus
         self.done += 1
         self.ended[job_id] = self.now
-        self.completions.append(self.now - sj.submit)
 
     def _apply(self, step: Step) -> None:
         now, end, by_id = self.now, self.end, self.by_id
@@ -188,10 +198,11 @@ class Simulation:
             sj = by_id[decision.job]
             self.used += sj.job.total_gpus
             self.started[decision.job] = now
-            self.waits.append(now - sj.submit)
             self._schedule(decision.job, now + sj.duration)
         if step.migrations:
             self.migrations += len(step.migrations)
+            self.rate.spend(now, len(step.migrations))
+            self.migration_times.extend([now] * len(step.migrations))
             delay = self.config.migration_delay
             for job_id in {m.job: None for m in step.migrations}:  # once per job, in a fixed order
                 self.migration_gpu_s += delay * by_id[job_id].job.total_gpus
@@ -214,25 +225,6 @@ class Simulation:
         tl.phi_star.append(f.phi_star)
         tl.wcc.append(f.wcc)
 
-    # -- EASY backfill -------------------------------------------------------------------
-
-    def _may_backfill(self, job: Job) -> bool:
-        head = next(iter(self.scheduler.queue.values()))
-        if self._shadow_for != (self.events, head.id):
-            self._shadow_for = (self.events, head.id)
-            self._shadow = self._shadow_time(head.total_gpus)
-        return self.now + self.by_id[job.id].duration <= self._shadow
-
-    def _shadow_time(self, need: int) -> float:
-        free = self.total_gpus - self.used
-        shadow = self.now
-        for t, gpus in sorted((t, self.by_id[j].job.total_gpus) for j, t in self.end.items()):
-            free += gpus
-            shadow = t
-            if free >= need:
-                break
-        return shadow
-
     # -- debug mode ----------------------------------------------------------------------
 
     def _check(self) -> None:
@@ -251,6 +243,13 @@ class Simulation:
             raise InvariantError(f"{where}: queued + running + done != arrived: a job was lost")
         if sum(c.used) != self.used:
             raise InvariantError(f"{where}: policy uses {sum(c.used)} GPUs, the simulator counts {self.used}")
+        try:
+            self.scheduler.check()
+        except AssertionError as err:
+            raise InvariantError(f"{where}: scheduler: {err}") from None
+        budget = self.config.migrations_per_hour
+        if budget is not None and self.rate.budget(self.now) is not None and len(self.rate.times) > budget:
+            raise InvariantError(f"{where}: {len(self.rate.times)} migrations in the last hour exceed {budget}")
         policy_check = getattr(self.policy, "check", None)
         if policy_check is not None:
             try:

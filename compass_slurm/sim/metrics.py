@@ -9,12 +9,20 @@ no such time; its averages are then taken over the whole run and
 ``averaged_over`` says ``"all"`` instead of ``"queued"``. ``max_sif`` is over the whole run.
 Waits and completion times are per job: wait = start - submit, completion time =
 end - submit (so it includes migration pauses); p99 uses numpy's linear
-interpolation.
+interpolation. Waits per class key jobs by GPUs per instance: ``"1"``, ``"2-4"``,
+``"5-7"`` and ``"whole-node"`` (instances of a whole node of the largest size, one
+node or many); a class without jobs is null. Bounded slowdown is the mean over jobs
+of max(1, completion time / max(run time, 10 s)), run time = end - start.
+``migrations_per_hour_max`` is the most migrations in any hour-long sliding window;
+``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+
+from .workloads import SimJob
 
 
 @dataclass
@@ -54,24 +62,42 @@ class Metrics:
     averaged_over: str
     migrations: int
     migration_gpu_s: float
+    mean_wait_by_class_s: dict[str, float | None]
+    p99_wait_by_class_s: dict[str, float | None]
+    bounded_slowdown: float
+    migrations_per_hour_max: int
+    mean_partial_nodes: float
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
+#: Wait classes by GPUs per instance (the whole-node class is filled by size == largest node).
+CLASSES = ("1", "2-4", "5-7", "whole-node")
+BSLD_THRESHOLD_S = 10.0
+
+
+def wait_class(gpus: int, node_gpus: int) -> str:
+    if gpus >= node_gpus:
+        return "whole-node"
+    return "1" if gpus == 1 else "2-4" if gpus <= 4 else "5-7"
+
+
 def summarize(
     timeline: Timeline,
-    waits: list[float],
-    completions: list[float],
+    jobs: Sequence[SimJob],
+    started: Mapping[str, float],
+    ended: Mapping[str, float],
     nodes: int,
     gpus: int,
-    migrations: int = 0,
+    node_gpus: int,
+    migration_times: Sequence[float] = (),
     migration_gpu_s: float = 0.0,
 ) -> Metrics:
-    """Metrics of a finished run on ``nodes`` nodes with ``gpus`` GPUs in all."""
+    """Metrics of a finished run on ``nodes`` nodes with ``gpus`` GPUs in all (``node_gpus`` the largest node)."""
     import numpy as np
 
-    if not len(timeline) or not completions:
+    if not len(timeline) or not ended:
         raise ValueError("nothing was simulated")
     t = np.asarray(timeline.time, dtype=float)
     dt = np.diff(t, append=t[-1])
@@ -85,11 +111,22 @@ def summarize(
         # a run that lasts no time at all (every job 0 s) averages its one instant
         return float(np.dot(values, weight) / span) if span > 0 else float(np.mean(values))
 
-    wait = np.asarray(waits, dtype=float)
+    done = [sj for sj in jobs if sj.job.id in ended]
+    submit = np.asarray([sj.submit for sj in done], dtype=float)
+    start = np.asarray([started[sj.job.id] for sj in done], dtype=float)
+    end = np.asarray([ended[sj.job.id] for sj in done], dtype=float)
+    wait, completion = start - submit, end - submit
+    classes = np.asarray([wait_class(sj.job.gpus, node_gpus) for sj in done])
+    mean_by, p99_by = {}, {}
+    for name in CLASSES:
+        w = wait[classes == name]
+        mean_by[name] = float(w.mean()) if len(w) else None
+        p99_by[name] = float(np.percentile(w, 99)) if len(w) else None
+    bsld = np.maximum(1.0, completion / np.maximum(end - start, BSLD_THRESHOLD_S))
     return Metrics(
-        jobs=len(completions),
+        jobs=len(done),
         afr=average(sif),
-        ajct_s=float(np.mean(completions)),
+        ajct_s=float(completion.mean()),
         agu=average(np.asarray(timeline.gpus_used) / gpus),
         max_sif=float(sif.max()),
         sif_bound_frac=average(sif <= 2 / nodes + 1e-12),
@@ -99,6 +136,21 @@ def summarize(
         makespan_s=float(t[-1] - t[0]),
         queued_s=float(dt[queued].sum()),
         averaged_over=window,
-        migrations=migrations,
+        migrations=len(migration_times),
         migration_gpu_s=migration_gpu_s,
+        mean_wait_by_class_s=mean_by,
+        p99_wait_by_class_s=p99_by,
+        bounded_slowdown=float(bsld.mean()),
+        migrations_per_hour_max=hourly_max(migration_times),
+        mean_partial_nodes=average(np.asarray(timeline.partial, dtype=float)),
     )
+
+
+def hourly_max(times: Sequence[float]) -> int:
+    """The most of ``times`` (sorted) in any half-open hour (t - 3600, t]."""
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - 3600.0:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best

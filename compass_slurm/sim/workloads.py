@@ -5,9 +5,10 @@ GPUs). The simulator needs engine jobs (gangs of identical instances), so
 :func:`to_jobs` maps each record's GPU count onto the node size being simulated.
 
 CSV columns: ``job_id, submit_time_s, duration_s, num_gpus`` (required),
-``num_nodes, max_gpus_per_node`` (optional, the shape the trace recorded), and a
-``cluster`` column that ``cluster=`` filters on (Microsoft ITP). Other columns
-are ignored.
+``num_nodes, max_gpus_per_node`` (optional, the shape the trace recorded),
+``migratable`` (optional: 1/0 or true/false, whether the job may be requeued
+elsewhere) and a ``cluster`` column that ``cluster=`` filters on (Microsoft ITP).
+Other columns are ignored.
 
 Site history comes from Slurm accounting. Run (dates are examples)::
 
@@ -48,15 +49,22 @@ class TraceRecord:
     gpus: int
     nodes: int | None = None
     gpus_per_node: int | None = None
+    #: from a ``migratable`` column (1/0, true/false); None when the trace does not say
+    migratable: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SimJob:
-    """A trace job as the simulator runs it: the engine job plus its submit time and run time."""
+    """A trace job as the simulator runs it: the engine job plus its submit time and run time.
+
+    ``managed``: submitted through the wrapper (placed by the policy); otherwise plain
+    sbatch, placed by Slurm and adopted pinned.
+    """
 
     submit: float
     duration: float
     job: Job
+    managed: bool = True
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,7 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
                     gpus=_count(row[col["num_gpus"]], "num_gpus"),
                     nodes=_optional_count(row, col.get("num_nodes"), "num_nodes"),
                     gpus_per_node=_optional_count(row, col.get("max_gpus_per_node"), "max_gpus_per_node"),
+                    migratable=_optional_flag(row, col.get("migratable"), "migratable"),
                 )
             )
         except ValueError as err:
@@ -161,6 +170,18 @@ def _optional_count(row: list[str], index: int | None, column: str) -> int | Non
     if index is None or index >= len(row) or not row[index].strip():
         return None
     return _count(row[index], column)
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _optional_flag(row: list[str], index: int | None, column: str) -> bool | None:
+    if index is None or index >= len(row) or not row[index].strip():
+        return None
+    try:
+        return _FLAGS[row[index].strip().lower()]
+    except KeyError:
+        raise ValueError(f"{column} {row[index]!r} is not 1/0 or true/false") from None
 
 
 def _bad(name: str, line: int, err: Exception, skip_bad: bool, skipped: list[str]) -> None:
@@ -332,16 +353,36 @@ def instance_shape(record: TraceRecord, node_gpus: int) -> tuple[int, int, str]:
     return n // d, d, DIVISOR
 
 
-def to_jobs(records: Iterable[TraceRecord], node_gpus: int) -> tuple[list[SimJob], Counter[str]]:
-    """Engine jobs for ``records`` and how many used each mapping rule."""
+def to_jobs(
+    records: Iterable[TraceRecord],
+    node_gpus: int,
+    *,
+    migratable: float | None = None,
+    managed: float = 1.0,
+    seed: int = 0,
+) -> tuple[list[SimJob], Counter[str]]:
+    """Engine jobs for ``records`` and how many used each mapping rule.
+
+    ``migratable``: the share of jobs that may be migrated, drawn per job with ``seed``;
+    None keeps the trace's ``migratable`` column (jobs without one are migratable).
+    ``managed``: the share submitted through the wrapper, drawn the same way; the
+    draws are independent of each other and of the policy, so every policy of a
+    run sees the same jobs.
+    """
+    import random
+
     rules: Counter[str] = Counter()
     jobs = []
     seen: set[str] = set()
+    draw_migratable = random.Random(f"migratable:{seed}")
+    draw_managed = random.Random(f"managed:{seed}")
     for r in records:
         if r.id in seen:
             raise TraceError(f"job id {r.id} appears twice in the trace")
         seen.add(r.id)
         instances, gpus, rule = instance_shape(r, node_gpus)
         rules[rule] += 1
-        jobs.append(SimJob(r.submit, r.duration, Job(r.id, instances, gpus)))
+        moves = draw_migratable.random() < migratable if migratable is not None else r.migratable is not False
+        wrapped = draw_managed.random() < managed
+        jobs.append(SimJob(r.submit, r.duration, Job(r.id, instances, gpus, migratable=moves), managed=wrapped))
     return jobs, rules

@@ -107,3 +107,43 @@ def test_compass_with_pinned_jobs_and_a_budget_stays_consistent(events, n, budge
         policy.migration_budget = budget
 
     run("compass", [Node(f"n{i}", 8) for i in range(n)], events, low_budget)
+
+
+def _state(policy) -> tuple:
+    """Everything a query could disturb: placements, free-GPU indexes and, for ABS policies, the structure."""
+    c = policy.cluster
+    abs_state = getattr(policy, "abs", None)
+    structure = () if abs_state is None else (
+        [[(s.width, s.anchor, tuple(s.fillers)) for s in slots] for slots in abs_state.slots],
+        [tuple(o) for o in abs_state.ones], [tuple(e) for e in abs_state.extras], abs_state.vacancy_total,
+    )
+    return dict(c.location), list(c.used), [c.free.key(i) for i in range(len(c))], structure, policy.migration_budget
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(pinned=True, distinct=True), st.integers(2, 6), st.sampled_from(policy_names()))
+def test_queries_are_pure(events, n, name):
+    def ask(policy):
+        before = _state(policy)
+        for g in range(1, 9):
+            policy.anchor(g)
+            policy.candidates(Job("q", 2, g))
+        policy.view()
+        policy.abs_violations()
+        measure(policy)
+        assert _state(policy) == before
+
+    run(name, [Node(f"n{i}", 8) for i in range(n)], events, ask)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(2, 8))
+def test_compass_easy_keeps_the_bound_while_a_job_waits_and_all_is_in_abs(events, n):
+    """The claim of compass-easy: while it compacts (a job waits) and nothing sits outside ABS, Theorem 1."""
+
+    def bound_when_claimed(policy):
+        a = policy.abs
+        if policy.wanted is not None and not a.foreign and not a.orphaned:
+            assert_bound(policy)
+
+    run("compass-easy", [Node(f"n{i}", 8) for i in range(n)], events, bound_when_claimed)

@@ -11,8 +11,11 @@ from compass_slurm.cli import cli
 
 CONTRACT = {
     "policy", "nodes", "gpus_per_node", "jobs", "afr", "ajct_s", "agu", "max_sif", "sif_bound_frac",
-    "wcc_frac", "migrations", "mean_wait_s", "p99_wait_s", "wall_s",
+    "wcc_frac", "migrations", "mean_wait_s", "p99_wait_s", "wall_s", "mean_wait_by_class_s",
+    "p99_wait_by_class_s", "bounded_slowdown", "migrations_per_hour_max", "queue", "estimate_factor",
+    "migrations_per_hour", "migratable", "managed",
 }
+CLASSES = {"1", "2-4", "5-7", "whole-node"}
 
 TRACE = """job_id,submit_time_s,duration_s,num_gpus
 a,0,100,4
@@ -43,6 +46,38 @@ def test_json_has_the_contract_keys_per_policy(trace):
         assert (row["nodes"], row["gpus_per_node"], row["jobs"]) == (2, 8, 4)
         assert row["instance_mapping"] == {"divisor": 1, "single": 3}  # 12 GPUs -> 2 x 6
         assert row["skipped_rows"] == 0
+        assert row["mean_wait_by_class_s"].keys() == row["p99_wait_by_class_s"].keys() == CLASSES
+        # the daemon's defaults: EASY backfill, 12 migrations per sliding hour, estimates as given
+        assert (row["queue"], row["migrations_per_hour"], row["estimate_factor"]) == ("backfill", 12, 1.0)
+        assert (row["migratable"], row["managed"]) == (None, 1.0)
+
+
+def test_queue_budget_and_shares_reach_the_simulation(trace):
+    result = simulate("--trace", str(trace), "--policy", "compass", "--nodes", "2", "--json", "--check",
+                      "--queue", "fifo", "--migrations-per-hour", "0", "--migratable", "0.5", "--managed", "0",
+                      "--estimate-factor", "2")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["queue"], row["migrations_per_hour"], row["migratable"], row["managed"]) == ("fifo", 0, 0.5, 0.0)
+    assert row["estimate_factor"] == 2.0 and row["migrations"] == 0 and row["migrations_per_hour_max"] == 0
+    result = simulate("--trace", str(trace), "--policy", "compass", "--nodes", "2", "--json",
+                      "--migrations-per-hour", "unlimited", "--backfill")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["migrations_per_hour"] is None
+
+
+def test_migratable_column_is_read_unless_a_share_is_given(tmp_path):
+    from compass_slurm.sim.workloads import load, to_jobs
+
+    path = tmp_path / "m.csv"
+    path.write_text("job_id,submit_time_s,duration_s,num_gpus,migratable\na,0,1,1,1\nb,0,1,1,false\nc,0,1,1,\n")
+    jobs, _ = to_jobs(load(path).records, 8)
+    assert [sj.job.migratable for sj in jobs] == [True, False, True]
+    jobs, _ = to_jobs(load(path).records, 8, migratable=0.0, managed=0.0)
+    assert not any(sj.job.migratable or sj.managed for sj in jobs)
+    path.write_text("job_id,submit_time_s,duration_s,num_gpus,migratable\na,0,1,1,maybe\n")
+    result = simulate("--trace", str(path))
+    assert result.exit_code == 2 and "migratable 'maybe' is not 1/0 or true/false" in result.output
 
 
 def test_output_dir_gets_timelines_summary_and_plot(trace, tmp_path):
@@ -51,7 +86,7 @@ def test_output_dir_gets_timelines_summary_and_plot(trace, tmp_path):
     assert result.exit_code == 0, result.output
     assert "first-fit" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert summary[0]["policy"] == "first-fit" and summary[0]["backfill"] is True
+    assert summary[0]["policy"] == "first-fit" and summary[0]["queue"] == "backfill"
     lines = (out / "timeline-first-fit.csv").read_text().splitlines()
     assert lines[0] == "time,queued,running,gpus_used,partial,phi_star,wcc,sif"
     assert (out / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -83,6 +118,14 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
         (["--window", "1d:2d"], "hint: no job matched --window / --cluster"),
         (["--gpus-per-node", "8:2", "--nodes", "3"], "--nodes cannot be combined with a node mix"),
         (["--synthetic", "gfs"], "give --trace or --synthetic, not both"),
+        (["--queue", "lifo"], "unknown --queue 'lifo': choose fifo or backfill"),
+        (["--queue", "fifo", "--backfill"], "--backfill contradicts --queue fifo"),
+        (["--migratable", "1.5"], "--migratable '1.5' is outside [0, 1]"),
+        (["--managed", "-0.1"], "--managed '-0.1' is outside [0, 1]"),
+        (["--migratable", "half"], "--migratable 'half' is not a number"),
+        (["--migrations-per-hour", "-1"], "--migrations-per-hour '-1' is negative"),
+        (["--migrations-per-hour", "lots"], "--migrations-per-hour 'lots' is not a whole number or 'unlimited'"),
+        (["--estimate-factor", "0"], "--estimate-factor '0' must be a finite number > 0"),
     ],
 )
 def test_clear_errors(trace, args, message):
@@ -90,6 +133,7 @@ def test_clear_errors(trace, args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 2  # the problem, and at most a hint
 
 
 def test_empty_trace(tmp_path):

@@ -97,9 +97,9 @@ def test_easy_backfill_lets_only_short_jobs_jump():
         sim_job("S", 2, 50, 1, 2),
         sim_job("L", 3, 200, 1, 2),
     ]
-    with_backfill = run(jobs, backfill=True)
+    with_backfill = run(jobs, queue="backfill")
     assert with_backfill.started == {"A": 0, "S": 2, "H": 100, "L": 110}
-    fifo = run(jobs, backfill=False)
+    fifo = run(jobs, queue="fifo")
     assert fifo.started == {"A": 0, "H": 100, "S": 110, "L": 110}
 
 

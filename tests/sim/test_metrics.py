@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compass_slurm.sim.metrics import Timeline, summarize
+from compass_slurm.engine.model import Job
+from compass_slurm.sim.metrics import Timeline, hourly_max, summarize, wait_class
+from compass_slurm.sim.workloads import SimJob
 
 
 def timeline(queued):
@@ -20,9 +22,19 @@ def timeline(queued):
     )
 
 
+def sj(job_id, submit, gpus=1, instances=1):
+    return SimJob(submit, 0.0, Job(job_id, instances, gpus))
+
+
+#: five jobs: (submit, start, end) and their sizes; waits 0, 10, 20, 30, 100
+JOBS = [sj("a", 0), sj("b", 0, 2), sj("c", 0, 8), sj("d", 0, 8, 2), sj("e", 0, 1)]
+STARTED = {"a": 0, "b": 10, "c": 20, "d": 30, "e": 100}
+ENDED = {"a": 5, "b": 30, "c": 25, "d": 60, "e": 101}
+
+
 def test_averages_over_the_time_the_queue_is_non_empty():
     # queued during samples 0 (10 s) and 2 (30 s): SIF 0.25 and 0.75, use 0.5 and 0.75.
-    m = summarize(timeline([1, 0, 2, 0]), [0, 10, 20, 30, 100], [10, 20], 4, 32, migrations=3, migration_gpu_s=48)
+    m = summarize(timeline([1, 0, 2, 0]), JOBS, STARTED, ENDED, 4, 32, 8, [0, 5, 3700], migration_gpu_s=48)
     assert m.averaged_over == "queued"
     assert m.queued_s == 40
     assert m.afr == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
@@ -30,19 +42,35 @@ def test_averages_over_the_time_the_queue_is_non_empty():
     assert m.max_sif == 0.75
     assert m.sif_bound_frac == pytest.approx(10 / 40)  # 2/N = 0.5: only sample 0 is within
     assert m.wcc_frac == pytest.approx(30 / 40)
-    assert m.ajct_s == 15
+    assert m.ajct_s == pytest.approx((5 + 30 + 25 + 60 + 101) / 5)
     assert m.mean_wait_s == 32
     assert m.p99_wait_s == pytest.approx(30 + 0.96 * 70)  # linear interpolation at rank 3.96
     assert m.makespan_s == 50
-    assert (m.jobs, m.migrations, m.migration_gpu_s) == (2, 3, 48)
+    assert (m.jobs, m.migrations, m.migration_gpu_s) == (5, 3, 48)
+    assert m.migrations_per_hour_max == 2  # 0 and 5 in one hour; 3700 is more than an hour after 0, not after 5
+    assert m.mean_wait_by_class_s == {"1": 50, "2-4": 10, "5-7": None, "whole-node": 25}
+    assert m.p99_wait_by_class_s["1"] == pytest.approx(99)
+    # bounded slowdown: max(1, completion / max(run, 10)) = 1, 30/20, 25/10, 60/30, 101/10
+    assert m.bounded_slowdown == pytest.approx((1 + 1.5 + 2.5 + 2 + 10.1) / 5)
+
+
+def test_wait_classes_go_by_gpus_per_instance():
+    assert [wait_class(g, 8) for g in (1, 2, 4, 5, 7, 8)] == ["1", "2-4", "2-4", "5-7", "5-7", "whole-node"]
+    assert wait_class(4, 4) == "whole-node"
+
+
+def test_hourly_max_is_a_sliding_window():
+    assert hourly_max([]) == 0
+    assert hourly_max([0, 3599, 3600, 3600, 7300]) == 3  # (0, 3600] holds 3599, 3600, 3600
+    assert hourly_max([0, 0, 0]) == 3
 
 
 def test_a_queue_that_never_fills_averages_over_the_whole_run():
-    m = summarize(timeline([0, 0, 0, 0]), [0], [10], 4, 32)
+    m = summarize(timeline([0, 0, 0, 0]), JOBS, STARTED, ENDED, 4, 32, 8)
     assert m.averaged_over == "all" and m.queued_s == 0
     assert m.afr == pytest.approx((0.25 * 10 + 0.25 * 10 + 0.75 * 30) / 50)
 
 
 def test_nothing_simulated_is_an_error():
     with pytest.raises(ValueError, match="nothing"):
-        summarize(Timeline(), [], [], 1, 8)
+        summarize(Timeline(), [], {}, {}, 1, 8, 8)

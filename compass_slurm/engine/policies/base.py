@@ -80,6 +80,14 @@ class Policy(ABC):
         """Called after every arrival and departure; baselines never migrate."""
         return ()
 
+    def blocked(self, job: Job | None, eligible: Collection[str] | None = None) -> tuple[Migration, ...]:
+        """The scheduler's word after each drain: ``job`` heads the queue and does not fit (None: nothing waits).
+
+        A policy may migrate to make room for it (on-demand defragmentation) and return
+        the moves; the scheduler then tries the job again. Baselines never migrate.
+        """
+        return ()
+
     def adopt(self, job: Job, nodes: Sequence[str]) -> None:
         """Record an allocation made elsewhere (``nodes[i]`` hosts instance i)."""
         if len(nodes) != job.instances:

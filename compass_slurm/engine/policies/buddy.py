@@ -123,6 +123,10 @@ class Buddy(GreedyPolicy):
         self._pending.append((i, self._take(i, level)))
         return i
 
+    def _next(self, gpus: int) -> int | None:
+        # choose() takes a cell for the gang being placed; a query must not.
+        return self._pick(level_of(gpus), set(), None, False)
+
     def _pick(self, level: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> int | None:
         if allowed is None and not (distinct and taken):
             for nodes in self._with_level[level:]:

@@ -47,10 +47,14 @@ class Compass(Policy):
     summary = "COMPASS-ABS with repair: at most 2 partial nodes while WCC holds"
     repair: ClassVar[bool] = True
     work_conserving: ClassVar[bool] = False
+    #: migrate only while a job waits (told by the scheduler through ``blocked``)
+    on_demand: ClassVar[bool] = False
 
     def __init__(self, nodes, **config) -> None:
         super().__init__(nodes, **config)
         self.abs = AbsState(self.cluster)
+        #: the blocked queue head the scheduler last reported (on-demand variants)
+        self.wanted: Job | None = None
 
     # -- views -------------------------------------------------------------------------------
 
@@ -246,13 +250,24 @@ class Compass(Policy):
 
     # -- Compact -------------------------------------------------------------------------------
 
+    def blocked(self, job: Job | None, eligible: Collection[str] | None = None) -> tuple[Migration, ...]:
+        if not self.on_demand:
+            return ()
+        self.wanted = job
+        return self.compact() if job is not None else ()
+
     def compact(self) -> tuple[Migration, ...]:
+        if self.on_demand and self.wanted is None:
+            return ()  # nothing waits: spend no migration (the budget is kept for a blocked job)
         moves: list[Migration] = []
         moves += self._settle_ones()
         if self.migration_budget == 0:  # every pass below moves something; skip their search
             return _net(moves)
         if self.work_conserving:
-            moves += self._restore_extras()
+            restored = self._restore_extras()
+            moves += restored
+            if restored:  # a restored anchor may have opened a slot vacancy
+                moves += self._settle_ones()
         moves += self._drain_pools()
         for cap in self.abs.empty:
             if len(self.abs.partial_hosts(cap)) < 2:  # slot passes and repair need two hosts
@@ -560,6 +575,13 @@ class CompassWorkConserving(Compass):
     name = "compass-wc"
     summary = "COMPASS plus a raw-fit fallback outside ABS that Compact later restores"
     work_conserving = True
+
+
+@register
+class CompassEasy(CompassWorkConserving):
+    name = "compass-easy"
+    summary = "work-conserving COMPASS that migrates only while a job waits (for EASY backfill)"
+    on_demand = True
 
 
 def _best_fit(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..cluster import ClusterState
 from ..model import Decision, Job
 from .base import Policy, register
 
@@ -32,7 +33,7 @@ class SlurmDefault(Policy):
     summary = "lowest-index nodes, one consecutive run per gang when possible (select/cons_tres defaults)"
 
     def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
-        nodes = self._choose(job, allowed)
+        nodes = slurm_nodes(self.cluster, job, allowed)
         if nodes is None:
             return None
         c = self.cluster
@@ -42,48 +43,54 @@ class SlurmDefault(Policy):
         return Decision(job.id, self._names(nodes), job.gpus, self.name)
 
     def _next(self, gpus: int) -> int | None:
-        nodes = self._choose(Job("next", 1, gpus), None)
+        nodes = slurm_nodes(self.cluster, Job("next", 1, gpus), None)
         return None if nodes is None else nodes[0]
 
-    def _room(self, i: int, job: Job, allowed: frozenset[int] | None) -> int:
-        """How many instances of ``job`` node ``i`` can take now."""
-        c = self.cluster
-        if not c.available[i] or (allowed is not None and i not in allowed):
-            return 0
-        room = max(c.free_gpus(i), 0) // job.gpus
-        return min(room, 1) if job.distinct_nodes else room
 
-    def _order(self, job: Job, allowed: frozenset[int] | None) -> Iterable[int]:
-        """Node indexes in scan order, starting at the first node that can take an instance."""
-        if allowed is not None:
-            return sorted(allowed)
-        free = self.cluster.free
-        # Nothing below the lowest node with enough free GPUs can start or extend a run.
-        firsts = [m for k in range(job.gpus, free.max_key + 1) if (m := free.bucket(k).min()) is not None]
-        return range(min(firsts), len(self.cluster)) if firsts else ()
+def slurm_nodes(c: ClusterState, job: Job, allowed: frozenset[int] | None) -> list[int] | None:
+    """Where Slurm's defaults put ``job`` on ``c`` now (node index per instance), or None.
 
-    def _choose(self, job: Job, allowed: frozenset[int] | None) -> list[int] | None:
-        need = job.instances
-        run: list[tuple[int, int]] = []  # (node, room) of the current run
-        run_room = 0
-        lowest: list[tuple[int, int]] = []  # the lowest-index hosts overall, for the fallback
-        lowest_room = 0
-        prev = -2
-        for i in self._order(job, allowed):
-            room = self._room(i, job, allowed)
-            if room == 0 or i != prev + 1:
-                run, run_room = [], 0
-            prev = i
-            if room == 0:
-                continue
-            run.append((i, room))
-            run_room += room
-            if run_room >= need:
-                return _fill(run, need)
-            if lowest_room < need:
-                lowest.append((i, room))
-                lowest_room += room
-        return _fill(lowest, need) if lowest_room >= need else None
+    Also how the simulator places jobs that the daemon does not manage (plain sbatch).
+    """
+    need = job.instances
+    run: list[tuple[int, int]] = []  # (node, room) of the current run
+    run_room = 0
+    lowest: list[tuple[int, int]] = []  # the lowest-index hosts overall, for the fallback
+    lowest_room = 0
+    prev = -2
+    for i in _order(c, job, allowed):
+        room = _room(c, i, job, allowed)
+        if room == 0 or i != prev + 1:
+            run, run_room = [], 0
+        prev = i
+        if room == 0:
+            continue
+        run.append((i, room))
+        run_room += room
+        if run_room >= need:
+            return _fill(run, need)
+        if lowest_room < need:
+            lowest.append((i, room))
+            lowest_room += room
+    return _fill(lowest, need) if lowest_room >= need else None
+
+
+def _room(c: ClusterState, i: int, job: Job, allowed: frozenset[int] | None) -> int:
+    """How many instances of ``job`` node ``i`` can take now."""
+    if not c.available[i] or (allowed is not None and i not in allowed):
+        return 0
+    room = max(c.free_gpus(i), 0) // job.gpus
+    return min(room, 1) if job.distinct_nodes else room
+
+
+def _order(c: ClusterState, job: Job, allowed: frozenset[int] | None) -> Iterable[int]:
+    """Node indexes in scan order, starting at the first node that can take an instance."""
+    if allowed is not None:
+        return sorted(allowed)
+    free = c.free
+    # Nothing below the lowest node with enough free GPUs can start or extend a run.
+    firsts = [m for k in range(job.gpus, free.max_key + 1) if (m := free.bucket(k).min()) is not None]
+    return range(min(firsts), len(c)) if firsts else ()
 
 
 def _fill(hosts: list[tuple[int, int]], need: int) -> list[int]:

@@ -1,0 +1,142 @@
+"""The Scheduler's queue disciplines on hand-built queues: FIFO, EASY backfill and its reservation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from compass_slurm.engine.model import EngineError, Job, Node
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.policies.slurm_like import slurm_nodes
+from compass_slurm.engine.scheduler import Scheduler
+
+
+def cluster(n: int, gpus: int = 8) -> list[Node]:
+    return [Node(f"n{i}", gpus) for i in range(n)]
+
+
+def scheduler(n: int, policy: str = "best-fit", queue: str = "backfill", **options) -> Scheduler:
+    return Scheduler(make_policy(policy, cluster(n)), queue, **options)
+
+
+def started(step) -> list[str]:
+    return [d.job for d in step.decisions]
+
+
+def test_unknown_queue_and_bad_estimate_factor_are_refused():
+    with pytest.raises(EngineError, match="unknown queue 'lifo'; choose from: fifo, backfill"):
+        scheduler(1, queue="lifo")
+    with pytest.raises(EngineError, match="estimate factor"):
+        scheduler(1, estimate_factor=0)
+
+
+def test_fifo_starts_nothing_past_a_blocked_head():
+    s = scheduler(1, queue="fifo")
+    s.arrive(Job("a", 1, 6), now=0, limit=10)
+    s.submit(Job("h", 1, 8), limit=1)
+    s.submit(Job("small", 1, 2), limit=1)
+    assert started(s.drain(0)) == [] and s.reservation is None
+
+
+def test_shadow_time_counts_jobs_started_earlier_in_the_same_drain():
+    # a runs until 10 on 4 GPUs; b (4 GPUs, until 100) starts in the same drain that finds h blocked:
+    # h fits only when b ends too, at 100 (the old shadow missed b and said 10).
+    s = scheduler(1)
+    s.arrive(Job("a", 1, 4), now=0, limit=10)
+    s.submit(Job("b", 1, 4), limit=100)
+    s.submit(Job("h", 1, 8), limit=5)
+    assert started(s.drain(0)) == ["b"]
+    res = s.reservation
+    assert (res.job, res.shadow, res.nodes) == ("h", 100, {0: 8})
+    s.check()
+
+
+def test_reservation_is_node_aware():
+    # n0: a (4 GPUs) runs long; n1: b (4 GPUs) ends at 100. h needs a whole node: 8 GPUs are
+    # free in total now, but h fits only at 100, on n1. A long 4-GPU job may start on n0
+    # (a raw GPU count would refuse it); another one may not take n1's reserved GPUs; a
+    # short one may.
+    s = scheduler(2, "worst-fit")
+    s.arrive(Job("a", 1, 4), now=0, limit=1000)
+    s.arrive(Job("b", 1, 4), now=0, limit=100)
+    assert s.policy.cluster.location[("b", 0)] == 1
+    s.submit(Job("h", 1, 8), limit=10)
+    for job_id, limit in [("long1", 500), ("long2", 500), ("short", 50)]:
+        s.submit(Job(job_id, 1, 4), limit=limit)
+    assert started(s.drain(0)) == ["long1", "short"]
+    assert s.policy.cluster.location[("long1", 0)] == 0
+    assert s.policy.cluster.location[("short", 0)] == 1
+    assert (s.reservation.shadow, s.reservation.nodes) == (100, {1: 8})
+    s.check()
+    # b and short end: h starts at its shadow time, long2 then backfills nowhere (no room)
+    s.depart("short", now=50)
+    step = s.depart("b", now=100)
+    assert started(step) == ["h"]
+
+
+def test_estimate_factor_stretches_estimates():
+    # with estimates 3x the limit, a job of 40 s is expected to run 120 s: past h's shadow time 100.
+    s = scheduler(1, estimate_factor=3.0)
+    s.arrive(Job("a", 1, 4), now=0, limit=100 / 3)
+    s.submit(Job("h", 1, 8), limit=1)
+    s.submit(Job("j", 1, 2), limit=40)
+    assert started(s.drain(0)) == []
+    assert s.reservation.shadow == pytest.approx(100)
+    assert s.expected_end("a") == pytest.approx(100)
+
+
+def test_a_head_without_estimates_reserves_nothing():
+    # a has no time limit: h cannot be planned, so the next job may start wherever it fits.
+    s = scheduler(1)
+    s.adopt(Job("a", 1, 4), ["n0"], start=0)
+    assert math.isinf(s.expected_end("a"))
+    s.submit(Job("h", 1, 8), limit=1)
+    s.submit(Job("j", 1, 2), limit=1e6)
+    assert started(s.drain(5)) == ["j"]
+    assert s.reservation is None
+
+
+def test_a_job_past_its_estimate_is_expected_to_end_now():
+    s = scheduler(1)
+    s.arrive(Job("a", 1, 4), now=0, limit=10)
+    s.submit(Job("h", 1, 8), limit=1)
+    s.drain(50)
+    assert s.reservation.shadow == 50
+
+
+def test_prioritize_sets_the_order_the_daemon_reads_from_slurm():
+    s = scheduler(1, queue="fifo")
+    s.arrive(Job("a", 1, 8), now=0, limit=10)
+    for job_id in ("x", "y", "z"):
+        s.submit(Job(job_id, 1, 8), limit=10)
+    s.prioritize(["z", "unknown", "x"])
+    assert list(s.queue) == ["z", "x", "y"]
+    assert started(s.depart("a", now=10)) == ["z"]
+
+
+def test_unmanaged_jobs_are_placed_as_slurm_does_and_adopted_pinned():
+    s = Scheduler(make_policy("compass", cluster(2)), "backfill", foreign=slurm_nodes)
+    s.arrive(Job("m", 1, 1), now=0, limit=10)  # compass: a pool node (n0)
+    step = s.arrive(Job("plain", 1, 2), now=0, limit=10, managed=False)
+    (decision,) = step.decisions
+    assert decision.nodes == ("n0",) and "adopted pinned" in decision.rule  # lowest-index node that fits
+    assert not s.policy.cluster.jobs["plain"].migratable
+    with pytest.raises(EngineError, match="not managed"):
+        scheduler(1).arrive(Job("p", 1, 1), now=0, managed=False)
+
+
+def test_withdraw_and_finish_keep_the_books():
+    s = scheduler(1)
+    s.arrive(Job("a", 1, 8), now=0, limit=10)
+    s.submit(Job("b", 1, 8), limit=10)
+    s.withdraw("b")
+    assert not s.queue
+    assert s.finish("a") == []
+    s.check()
+    with pytest.raises(EngineError, match="unknown job a"):
+        s.finish("a")
+    with pytest.raises(EngineError, match="not queued"):
+        s.withdraw("a")
+    with pytest.raises(EngineError, match="duplicate"):
+        s.arrive(Job("c", 1, 1), now=0) and s.arrive(Job("c", 1, 1), now=0)
