@@ -18,7 +18,7 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..slurm.state import SlurmNode, SlurmState
-from ..slurm.translate import Request, Translator, priority_order, request
+from ..slurm.translate import Request, Translator, array_tasks, priority_order, request
 
 #: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)
 KINDS = ("empty", "pool", "slotted", "partial", "full", "unavailable")
@@ -231,6 +231,9 @@ def blocked_jobs(translator: Translator) -> Iterable[PendingJob]:
         capacity = max((nodes[n].gpus for p in parts for n in translator.partitions[p] if n in nodes), default=0)
         req = request(job, capacity) if capacity else None
         shape = f"{req.instances}x{req.gpus}" if req else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s)"
+        tasks = len(array_tasks(job))
+        if tasks > 1:  # an array's record of the tasks Slurm has not split off: each task is one such job
+            shape = f"{tasks} tasks of {shape}"
         if job.reservation:
             blocked: str | None = f"runs in reservation {job.reservation}: Slurm places it"
         elif req is None:

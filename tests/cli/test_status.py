@@ -136,3 +136,16 @@ def test_live_slurm_missing_is_a_clear_error(monkeypatch) -> None:
     result = invoke("status")
     assert result.exit_code == 2
     assert "cannot run" in result.stderr and "compass doctor" in result.stderr
+
+
+def test_status_counts_the_tasks_of_a_pending_array() -> None:
+    from compass_slurm.service.status import blocked_jobs
+    from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
+    from compass_slurm.slurm.translate import Translator
+
+    node = SlurmNode("n1", "idle", frozenset(), ("gpu",), 8, 0, None, 32, 0, 256000, 0)
+    array = SlurmJob("7_[0-3%2]", "alice", "PENDING", "gpu", gpus_per_node=1, comment="compass", reason="BeginTime",
+                     array_job="7", array_pending="0-3", array_throttle=2)
+    state = SlurmState((node,), (array,), (SlurmPartition("gpu", ("n1",)),), (), "22.05.8", 1.0e9)
+    [pending] = blocked_jobs(Translator(state))
+    assert pending.request == "4 tasks of 1x1"
