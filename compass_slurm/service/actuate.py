@@ -74,19 +74,33 @@ class Actuator:
                 status, reason = "failed", f"compact; Slurm refused: {err}"
                 report.error("migration", f"job {job_id}: {err}")
                 books.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
-                if job_id not in books.placed:
-                    self._release(job_id)
+                if job_id not in books.placed and not self._release(job_id):
+                    books.unreleased.add(job_id)
             rate.spend(now, len(job_moves))
             for m in job_moves:
                 report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
             log.info("migrated job %s to %s: %s", job_id, fmt(target), status)
 
-    def _release(self, job_id: str) -> None:
-        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly)."""
+    def _release(self, job_id: str) -> bool:
+        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
+        False when Slurm refused, e.g. because the job was still completing and its hold is yet to come."""
         try:
             self.backend.release(job_id)
         except SlurmError as err:
             log.debug("release of job %s after a failed migration: %s", job_id, err)
+            return False
+        return True
+
+    def release_left_held(self, obs: Observation, books: Books) -> None:
+        """Release the jobs a failed migration left held, once Slurm shows them pending; forget those gone."""
+        for job_id in sorted(books.unreleased, key=id_order):
+            job = obs.slurm_jobs.get(job_id)
+            if job is not None and not job.pending:
+                continue  # still completing: its hold comes when it is pending again
+            if job is None or not job.held or self._release(job_id):
+                books.unreleased.discard(job_id)
+                if job is not None and job.held:
+                    log.info("released job %s, left held by a failed migration", job_id)
 
     def renew_leases(self, obs: Observation, books: Books, report: CycleReport, now: float) -> None:
         """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.

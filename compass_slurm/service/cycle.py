@@ -55,6 +55,8 @@ class Books:
     seen: dict[str, Mapping[str, int]] = field(default_factory=dict)
     #: per waiting managed job, when its lease was last renewed
     leases: dict[str, float] = field(default_factory=dict)
+    #: jobs a failed migration may have left requeue-held (the release came too early): released once pending
+    unreleased: set[str] = field(default_factory=set)
 
     def forget(self) -> None:
         """A rebuilt policy starts from Slurm alone."""

@@ -479,6 +479,37 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     assert {v.name: v.used for v in daemon.policy.view()}["n1"] == 2
 
 
+def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
+    """A requeue that times out while the job is still completing: the release comes too early for Slurm,
+    the hold lands later. The daemon releases the job the first time Slurm shows it pending and held."""
+    class SlowRequeue(SnapshotBackend):
+        def wait_requeued(self, job_id, timeout, poll=0.2):
+            raise SlurmError(f"job {job_id} still COMPLETING {timeout:.0f} s after requeuehold")
+
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if argv[1] == "release" and self.refuse_release:
+                raise SlurmCommandError(argv, "exit 1: Job is not pending")
+
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    backend = SlowRequeue(cluster(nodes(3), jobs), out=None)
+    backend.refuse_release = True
+    daemon = Daemon(Config(anchors="", migrations_per_hour=1), backend, None)
+    daemon.cycle()
+    backend.state = cluster(nodes(3), jobs[6:])
+    report = daemon.cycle()
+    assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    assert backend.commands == [["scontrol", "requeuehold", "7"], ["scontrol", "release", "7"]]
+    assert daemon.books.unreleased == {"7"}
+    held = replace(pending("7", gpus=1, comment="compass:migratable"), reason="JobHeldUser", held=True)
+    backend.state = cluster(nodes(3), [held, *jobs[7:]])
+    backend.refuse_release = False
+    backend.commands.clear()
+    daemon.cycle()
+    assert ["scontrol", "release", "7"] in backend.commands and daemon.books.unreleased == set()
+
+
 @pytest.mark.parametrize("kw, expected", [
     ({"gpus_per_job": 3}, Request(1, 3, False)),  # --gpus=3
     ({"gpus_per_node": 8, "num_nodes": 2}, Request(2, 8, False)),  # --nodes=2 --gpus-per-node=8
