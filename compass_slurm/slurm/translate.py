@@ -27,6 +27,8 @@ A job's eligible nodes are the available GPU nodes of its partitions with the
 CPUs, memory (``--mem``, ``--mem-per-cpu`` or ``--mem-per-gpu`` times the instance's
 GPUs) and GPU type one instance needs, minus its excluded nodes (and within its
 required nodes, when it names some); an exclusive job's are the nodes nothing runs on.
+A pending job pinned to exactly its nodes (the daemon's decision, not started yet) will
+take its CPUs and memory there: other jobs see those as taken already.
 """
 
 from __future__ import annotations
@@ -189,6 +191,9 @@ class Translator:
         self._eligible: dict[tuple, Eligible] = {}
         self._capacities: dict[str, int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
+        #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
+        self._claims: dict[str, tuple[frozenset[str], int, int]] = {}
+        self._claimed: dict[str, tuple[int, int]] = {}
 
     def observe(self) -> Observation:
         out = Observation(self.nodes)
@@ -212,6 +217,7 @@ class Translator:
                 out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
                 out.slurm_jobs[job.id] = job
         throttled = _beyond_throttle(pending, running_tasks)
+        self._claim_pins(job for job in pending if job.id not in throttled)
         for job in priority_order(pending):
             out.slurm_jobs[job.id] = job
             if job.id in throttled:
@@ -260,20 +266,34 @@ class Translator:
 
     def eligible(self, job: SlurmJob, req: Request) -> Eligible:
         """Nodes one instance of ``job`` may use (None: all nodes); cached per distinct need."""
-        cpus = -(-job.cpus // req.instances)
-        if job.memory_per_gpu_mb is not None:  # Slurm lists the default --mem-per-cpu beside it: this one counts
-            memory = job.memory_per_gpu_mb * req.gpus
-        elif job.memory_per_node_mb is not None:
-            memory = job.memory_per_node_mb
-        else:
-            memory = (job.memory_per_cpu_mb or 0) * cpus
-        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive)
+        cpus, memory = _instance_needs(job, req)
+        own = job.id if job.id in self._claims else ""  # a pinned job does not compete with its own claim
+        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive, own)
         if key not in self._eligible:
             self._eligible[key] = self._compute_eligible(job, cpus, memory)
         return self._eligible[key]
 
+    def _claim_pins(self, jobs: Iterable[SlurmJob]) -> None:
+        """The CPUs and memory that pending jobs pinned to exactly their nodes will take there."""
+        claimed: Counter[str] = Counter()
+        memory_claimed: Counter[str] = Counter()
+        for job in jobs:
+            nodes = frozenset(job.required_nodes)
+            if job.held or len(nodes) != job.num_nodes or not nodes <= self.slurm_nodes.keys():
+                continue
+            req = request(job, self._capacity(job))
+            if req is None:
+                continue
+            cpus, memory = _instance_needs(job, req)
+            self._claims[job.id] = (nodes, cpus, memory)
+            for name in nodes:
+                claimed[name] += cpus
+                memory_claimed[name] += memory
+        self._claimed = {name: (claimed[name], memory_claimed[name]) for name in claimed}
+
     def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int) -> Eligible:
         excluded, required = set(job.excluded_nodes), set(job.required_nodes)
+        own_nodes, own_cpus, own_memory = self._claims.get(job.id, (frozenset(), 0, 0))
         names = set()
         for p in self._partitions_of(job):
             for name in self.partitions[p]:
@@ -284,15 +304,28 @@ class Translator:
                     continue
                 if job.gpu_type and node.gpu_type != job.gpu_type:
                     continue
-                if node.cpus - node.cpus_alloc < cpus:
+                claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
+                if name in own_nodes:
+                    claimed_cpus, claimed_memory = claimed_cpus - own_cpus, claimed_memory - own_memory
+                if node.cpus - node.cpus_alloc - claimed_cpus < cpus:
                     continue
-                if node.memory_mb and node.memory_mb - node.memory_alloc_mb < memory:
+                if node.memory_mb and node.memory_mb - node.memory_alloc_mb - claimed_memory < memory:
                     continue
                 if job.exclusive and (node.cpus_alloc or node.memory_alloc_mb or node.gpus_used):
                     continue  # an exclusive job starts only where nothing runs
                 names.add(name)
         # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
         return None if names == self.available else frozenset(names)
+
+
+def _instance_needs(job: SlurmJob, req: Request) -> tuple[int, int]:
+    """The CPUs and MB of memory one instance of ``job`` needs on its node."""
+    cpus = -(-job.cpus // req.instances)
+    if job.memory_per_gpu_mb is not None:  # Slurm lists the default --mem-per-cpu beside it: this one counts
+        return cpus, job.memory_per_gpu_mb * req.gpus
+    if job.memory_per_node_mb is not None:
+        return cpus, job.memory_per_node_mb
+    return cpus, (job.memory_per_cpu_mb or 0) * cpus
 
 
 def _beyond_throttle(pending: list[SlurmJob], running_tasks: Mapping[str, int]) -> set[str]:

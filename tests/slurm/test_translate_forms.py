@@ -93,3 +93,13 @@ def test_a_begin_later_than_the_lease_waits_for_it_unleased():
     assert obs.skipped["1"].startswith("waits for its begin time") and obs.waiting == {}
     assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE - 1)]).pending] == ["1"]
 
+
+
+def test_a_job_pinned_but_not_started_holds_its_memory_against_others():
+    """The daemon pinned job 1 to n1 a cycle ago; Slurm has not started it: n1's 250 GB are 200 GB taken."""
+    pinned = job("1", gpus_per_node=None, gpus_per_job=2, memory_per_gpu_mb=102400, required_nodes=("n1",),
+                 reason="Resources")
+    second = job("2", gpus_per_node=None, gpus_per_job=2, memory_per_gpu_mb=102400)
+    obs = observe([pinned, second], [node("n1"), node("n2")])
+    eligible = {p.job.id: p.eligible for p in obs.pending}
+    assert eligible == {"1": frozenset({"n1"}), "2": frozenset({"n2"})}
