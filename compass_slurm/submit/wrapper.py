@@ -1,10 +1,10 @@
 """The sbatch wrapper (``scripts/compass-sbatch``, ``compass submit``): a drop-in for sbatch for GPU jobs.
 
 A GPU job whose daemon answers a ping within ``wrapper_timeout`` (counted from the
-ping; on a busy login node, where this process took longer than IDLE_STARTUP to start,
-that much longer) is submitted
-with the user's arguments plus ``--comment=<marker>`` (the user's own comment
-kept beside the marker) and ``--begin=now+<lease>``: the job waits for the
+ping; longer on a busy login node, by as much as this process took beyond
+IDLE_STARTUP to start) is submitted with the user's arguments plus
+``--comment=<marker>`` (the user's own comment kept beside the marker) and
+``--begin=now+<lease>``: the job waits for the
 daemon to place it, and if the daemon never does, Slurm starts it by itself
 when the lease runs out. A user's own later ``--begin`` becomes that time plus
 the lease: the daemon places the job from its begin time on. A ``--migratable``
