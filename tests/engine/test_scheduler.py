@@ -140,3 +140,19 @@ def test_withdraw_and_finish_keep_the_books():
         s.withdraw("a")
     with pytest.raises(EngineError, match="duplicate"):
         s.arrive(Job("c", 1, 1), now=0) and s.arrive(Job("c", 1, 1), now=0)
+
+
+def test_check_catches_a_job_that_would_delay_the_reservation():
+    s = scheduler(2, "worst-fit")
+    s.arrive(Job("a", 1, 4), now=0, limit=1000)
+    s.arrive(Job("b", 1, 4), now=0, limit=100)
+    s.submit(Job("h", 1, 8), limit=10)
+    s.drain(0)
+    s.check()
+    # an instance that runs past the shadow time lands on the reserved node behind the scheduler's back
+    c = s.policy.cluster
+    c.register(Job("sneak", 1, 2))
+    c.add(("sneak", 0), 1)
+    s._expect("sneak", 0, 500)
+    with pytest.raises(AssertionError, match="node n1: 2 GPUs stay past the shadow time 100, 8 reserved for h"):
+        s.check()
