@@ -99,8 +99,8 @@ local function parse_config(text)
                 return nil, "line " .. number .. ": unknown setting " .. key
             end
             if kind == "seconds" then
-                local seconds = tonumber(value)
-                if seconds == nil or seconds < 0 or seconds ~= seconds or seconds == math.huge then
+                local seconds = value:match("^%d+%.?%d*$") and tonumber(value)
+                if not seconds then
                     return nil, "line " .. number .. ": " .. key .. " must be a number of seconds, got " .. value
                 end
                 config[key] = seconds

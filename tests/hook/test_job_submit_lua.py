@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import NOW, Hook  # tests/hook/conftest.py
+from hookdriver import NOW, Hook  # tests/hook, on sys.path by its conftest
 
 pytestmark = pytest.mark.lua
 
@@ -196,3 +196,35 @@ def test_an_internal_error_never_fails_the_submission(hook: Hook) -> None:
     assert call.rc == 0 and call.sets == {}
     assert call.logs[-1].startswith("compass: internal error (") and call.logs[-1].endswith(
         "): job left as it was submitted")
+
+
+def test_the_config_compass_daemon_writes_is_one_the_hook_reads(hook: Hook) -> None:
+    from compass_slurm.config import Config
+    from compass_slurm.submit.hook import config_text
+
+    text = config_text(Config(anchors=str(hook.anchors_path), lease=30, interval=2))
+    files = {str(hook.config_path): text, str(hook.anchors_path): hook.anchors(NOW - 6)}
+    calls = hook.run([{"job": GPU}, {"job": GPU, "now": NOW + 1}], files=files)
+    assert calls[0].sets == {"comment": "compass", "begin_time": str(NOW + 30)}
+    assert calls[1].sets == {}  # 7 s old: beyond 3 intervals of 2 s
+
+
+@pytest.mark.parametrize("text", [
+    "anchors = /x\nstaleness 6\n", "speed = 9\n", "anchors = /x\nstaleness = 0x10\n", "staleness = -1\n",
+    "anchors = /x\nstaleness = 6\nlease = 60\n", "interactive = maybe\n", "marker = com pass\n",
+    "anchors = /x\nstaleness = 6\nlease = 60\nmarker = compass\n",
+])
+def test_compass_doctor_reads_the_config_as_the_hook_does(hook: Hook, text: str) -> None:
+    from compass_slurm.submit.hook import HookConfigError, parse_config
+
+    try:
+        parse_config(text)
+        python = None
+    except HookConfigError as err:
+        python = str(err)
+    files = {str(hook.config_path): text, str(hook.anchors_path): hook.anchors()}
+    logs = hook.run([{"job": GPU}], files=files)[0].logs
+    if python is None:
+        assert not any("config" in line for line in logs), logs
+    else:
+        assert logs == [f"compass: config {hook.config_path} {python}: GPU jobs are left to Slurm unchanged"]
