@@ -139,3 +139,10 @@ def test_doctor_reports_what_the_submit_hook_sees(tmp_path: Path, monkeypatch) -
     assert "the hook leaves every GPU job to Slurm" in found["detail"] and "start the daemon" in found["hint"]
     write_config(Config(anchors=str(tmp_path), hook_config=str(hook)))  # a directory: unreadable
     assert not check()["ok"] and "unreadable: Is a directory" in check()["detail"]
+
+
+@pytest.mark.parametrize("setting, value", [("migratable", "always"), ("interactive", "yes")])
+def test_word_settings_name_their_choices(isolated: Path, setting: str, value: str) -> None:
+    isolated.write_text(f'[compass]\n{setting} = "{value}"\n')
+    result = invoke("config", "show")
+    assert result.exit_code == 2 and f"{setting} = '{value}'" in result.stderr and "is not one of" in result.stderr

@@ -1,6 +1,6 @@
 """Runs etc/slurm/job_submit.lua in a real Lua 5.1 interpreter (tests/hook/driver.lua) against a fake
 ``slurm`` table: the hook's logic, one subprocess per case. The real slurmctld runs it in
-tests/integration/test_submit_hook.py. (Not named conftest: other test folders import theirs by that name.)"""
+tests/integration/test_submit_hook.py."""
 
 from __future__ import annotations
 

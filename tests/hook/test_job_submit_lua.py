@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from hookdriver import NOW, Hook  # tests/hook, on sys.path by its conftest
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hookdriver import LUA, NOW, Hook  # noqa: E402  (no conftest here: other folders import theirs by name)
 
 pytestmark = pytest.mark.lua
+
+
+@pytest.fixture
+def hook(tmp_path: Path) -> Hook:
+    if not LUA:
+        pytest.fail("lua5.1 is missing: run ./scripts/bootstrap (it installs Debian's lua5.1)")
+    return Hook(tmp_path)
 
 MANAGED = {"comment": "compass", "begin_time": str(NOW + 60)}
 
