@@ -1,16 +1,19 @@
 """The job_submit/lua hook against plain Slurm and the wrapper, side by side on two dev clusters.
 
-    .venv/bin/python benchmarks/bench_hook.py [--submissions 60] [--starts 30] [--nodes 8]
+    .venv/bin/python benchmarks/bench_hook.py [--submissions 100] [--starts 30] [--nodes 8]
         [--hook-port 25817] [--plain-port 26317]
 
 Starts two dev clusters of the same layout (scripts/dev-cluster, under run/bench-hook and
 run/bench-plain): "hook" with ``--job-submit-lua`` and a compass daemon writing the hook's
 config; "plain" without a submit plugin, with a compass daemon for the wrapper to talk to.
 Both daemons run with the defaults (interval 5 s, watch 0.5 s). Every measurement
-alternates between the ways round by round, so the machine's load falls on all alike:
+alternates between the ways round by round (in a shuffled order), so the machine's load
+falls on all alike:
 
 1. sbatch latency: wall time of ``sbatch --parsable --hold --gpus=1`` on the plain cluster
-   and on the hook cluster (daemon alive: the hook manages every one), ``--submissions`` each;
+   and on the hook cluster (daemon alive: the hook manages every one), and of the same job
+   without GPUs on both (the hook returns at once: what is left is job_submit/lua's own
+   cost), ``--submissions`` each;
 2. sbatch to running: a 1-GPU job that writes its start time, on the idle plain cluster
    (Slurm places it) and on the idle hook cluster (the daemon places it), ``--starts`` each;
 3. the share of GPU jobs managed (marker in the comment) under 1, 16 and 64 concurrent
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -101,22 +105,33 @@ def pct(values: list[float], q: float) -> float:
 
 
 def latency(plain: Cluster, hook: Cluster, rounds: int) -> None:
-    times: dict[str, list[float]] = {"plain Slurm": [], "with the hook (daemon alive, job managed)": []}
-    managed = 0
+    cpu_only = [arg for arg in HELD if arg != "--gpus=1"]
+    ways = {  # label: (cluster, argv, the row it is compared with)
+        "plain Slurm, GPU job": (plain, HELD, None),
+        "with the hook, GPU job (managed)": (hook, HELD, "plain Slurm, GPU job"),
+        "plain Slurm, job without GPUs": (plain, cpu_only, None),
+        "with the hook, job without GPUs (the hook returns at once)": (hook, cpu_only, "plain Slurm, job without GPUs"),
+    }
+    times: dict[str, list[float]] = {label: [] for label in ways}
+    managed = []
+    order = random.Random(1)
     for _ in range(rounds):
-        for label, cluster in zip(times, (plain, hook)):
-            elapsed, job = cluster.run(["sbatch", *HELD])
+        for label in order.sample(list(ways), len(ways)):  # a fresh order each round: no way always goes first
+            cluster, argv, _ = ways[label]
+            elapsed, job = cluster.run(["sbatch", *argv])
             times[label].append(elapsed)
-            if cluster is hook:
-                managed += cluster.comments().get(job) == "compass"
-    base = statistics.median(times["plain Slurm"])
-    print(f"\n### sbatch latency ({rounds} held 1-GPU submissions each, interleaved)\n")
-    print("| sbatch | median (ms) | p99 (ms) | median vs plain |")
+            if label == "with the hook, GPU job (managed)":
+                managed.append(job)
+    comments = hook.comments()
+    print(f"\n### sbatch latency ({rounds} held submissions per way, interleaved)\n")
+    print("| sbatch | median (ms) | p99 (ms) | median vs plain Slurm |")
     print("|---|---:|---:|---:|")
-    for label, values in times.items():
-        med = statistics.median(values)
-        print(f"| {label} | {med * 1000:.1f} | {pct(values, 0.99) * 1000:.1f} | {(med / base - 1) * 100:+.1f}% |")
-    print(f"\n{managed}/{rounds} of the hook cluster's submissions carried the marker.")
+    for label, (_, _, base) in ways.items():
+        med = statistics.median(times[label])
+        versus = f"{(med / statistics.median(times[base]) - 1) * 100:+.1f}%" if base else "-"
+        print(f"| {label} | {med * 1000:.1f} | {pct(times[label], 0.99) * 1000:.1f} | {versus} |")
+    print(f"\n{sum(comments.get(j) == 'compass' for j in managed)}/{rounds} of the hook's GPU submissions "
+          "carried the marker.")
 
 
 def starts(plain: Cluster, hook: Cluster, rounds: int, work: Path) -> None:
@@ -124,6 +139,7 @@ def starts(plain: Cluster, hook: Cluster, rounds: int, work: Path) -> None:
     for i in range(rounds):
         for label, cluster in zip(waits, (plain, hook)):
             mark = work / f"start-{cluster.name}-{i}"
+            mark.unlink(missing_ok=True)
             began = time.time()
             cluster.run(["sbatch", "--parsable", "--gpus=1", "--output=/dev/null",
                          "--wrap", f"date +%s.%N > {mark}"])
@@ -154,7 +170,7 @@ def shares(plain: Cluster, hook: Cluster) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--submissions", type=int, default=60)
+    parser.add_argument("--submissions", type=int, default=100)
     parser.add_argument("--starts", type=int, default=30)
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--hook-port", type=int, default=int(os.environ.get("COMPASS_DEV_PORT") or 25817))
