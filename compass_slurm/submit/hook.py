@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..atomic import write_atomic
 from ..config import Config
@@ -43,6 +44,7 @@ _LINE = re.compile(r"([A-Za-z0-9_]+)\s*=\s*(.*)")
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
 _SECONDS = re.compile(r"\d+\.?\d*")
 _ANCHORS = re.compile(r"# compass-anchors v1 generated=(\d+)[ \n]")
+T = TypeVar("T")
 
 
 class HookConfigError(ValueError):
@@ -130,29 +132,31 @@ def anchors_generated(text: str) -> int:
 
 def status(config_path: str, clock: Callable[[], float] = time.time) -> HookStatus:
     """What the hook would see now; HookConfigError says why it would leave GPU jobs to Slurm."""
-    try:
-        text = Path(config_path).read_text(errors="replace")[:READ_LIMIT]
-    except OSError as err:
-        raise HookConfigError(f"{config_path}: {err.strerror or err}") from None
-    try:
-        settings = parse_config(text)
-    except HookConfigError as err:
-        raise HookConfigError(f"{config_path} {err}") from None
+    settings = _checked(config_path, parse_config, _head(config_path, READ_LIMIT, config_path))
     if settings["marker"] != MARKER:
         raise HookConfigError(f"{config_path}: marker = {settings['marker']}, but the daemon manages jobs "
                               f"marked {MARKER}")
-    anchors = str(settings["anchors"])
-    try:
-        with open(anchors, errors="replace") as file:
-            head = file.read(256)
-    except OSError as err:
-        raise HookConfigError(f"anchors file {anchors} unreadable: {err.strerror or err}") from None
-    try:
-        generated = anchors_generated(head)
-    except HookConfigError as err:
-        raise HookConfigError(f"anchors file {anchors}: {err}") from None
+    anchors = f"anchors file {settings['anchors']}"
+    head = _head(str(settings["anchors"]), 256, f"{anchors} unreadable")
+    generated = _checked(f"{anchors}:", anchors_generated, head)
     age = clock() - generated
     if abs(age) > float(settings["staleness"]):  # type: ignore[arg-type]
-        raise HookConfigError(f"anchors file {anchors} generated {age:.0f} s ago, staleness "
-                              f"{settings['staleness']:g} s: the daemon looks gone")
+        raise HookConfigError(f"{anchors} generated {age:.0f} s ago, staleness {settings['staleness']:g} s: "
+                              "the daemon looks gone")
     return HookStatus(config_path, settings, age)
+
+
+def _head(path: str, limit: int, what: str) -> str:
+    """The first ``limit`` characters of ``path`` (as much as the hook reads)."""
+    try:
+        with open(path, errors="replace") as file:
+            return file.read(limit)
+    except OSError as err:
+        raise HookConfigError(f"{what}: {err.strerror or err}") from None
+
+
+def _checked(what: str, read: Callable[[str], T], text: str) -> T:
+    try:
+        return read(text)
+    except HookConfigError as err:
+        raise HookConfigError(f"{what} {err}") from None

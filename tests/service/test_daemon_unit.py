@@ -412,6 +412,12 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
 # -- the loop, the control socket, signals ----------------------------------------------------
 
 
+def cycles_by(daemon: Daemon, count: int, deadline: float) -> None:
+    """Wait (until ``deadline``, a monotonic time) for the daemon's loop to have run ``count`` cycles."""
+    while daemon.cycles < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
     state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=12)])
     daemon, backend, _ = daemon_for(state, tmp_path, metrics_textfile=str(tmp_path / "compass.prom"))
@@ -421,11 +427,9 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
         loop.start()
         try:
             deadline = time.monotonic() + 10
-            while daemon.cycles < 1 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            cycles_by(daemon, 1, deadline)
             assert request(path, {"op": "submitted", "job": "90"}, 2.0) == {"ok": True, "cycle": 1}
-            while daemon.cycles < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            cycles_by(daemon, 2, deadline)
             assert daemon.cycles == 2  # woken long before the 60 s interval
             assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": "compass", "cycle": 2}
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
@@ -526,11 +530,9 @@ def test_the_watch_wakes_the_loop_long_before_the_interval(tmp_path):
     loop.start()
     try:
         deadline = time.monotonic() + 10
-        while daemon.cycles < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        cycles_by(daemon, 1, deadline)
         backend.looks = frozenset({"90", "94"})
-        while daemon.cycles < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        cycles_by(daemon, 2, deadline)
         assert daemon.cycles == 2
     finally:
         daemon.shutdown()
