@@ -76,14 +76,19 @@ def name(cluster: Cluster) -> Iterator[str]:
 @pytest.fixture
 def daemon(tmp_path: Path, cluster: Cluster) -> Iterator[DaemonProcess]:
     """``compass daemon --interval 1`` writing the hook's config where the cluster's hook reads it."""
+    until(lambda: not subprocess.run(["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING"],
+                                     capture_output=True, text=True).stdout.strip(), 60,
+          "the jobs of earlier tests are gone")  # else the daemon would adopt (and migrate) them
     process = DaemonProcess(tmp_path / "daemon", interval=INTERVAL, extra_env={
         "COMPASS_HOOK_CONFIG": str(cluster.hook_config), "COMPASS_INTERACTIVE_LEASE": "20"})
-    process.start()
-    until(lambda: cluster.hook_config.exists() and (process.workdir / "anchors").exists(), 30,
-          "the daemon writes the hook config and the anchors")
-    cluster.reload()
-    yield process
-    process.kill()
+    try:
+        process.start()
+        until(lambda: cluster.hook_config.exists() and (process.workdir / "anchors").exists(), 30,
+              "the daemon writes the hook config and the anchors")
+        cluster.reload()
+        yield process
+    finally:
+        process.kill()  # also when it never answered: no daemon outlives its test
 
 
 def sbatch(name: str, *args: str, seconds: int = 120) -> str:
