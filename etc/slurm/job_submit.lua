@@ -220,7 +220,10 @@ local function gpu_request(job_desc)
             for entry in value:gmatch("[^,]+") do
                 entry = trim(entry)
                 local rest = entry:match("^gres[:/]gpu(.*)$") or entry:match("^gpu(.*)$")
-                if rest ~= nil and (rest == "" or rest:sub(1, 1) == ":") then
+                local sep = rest and rest:sub(1, 1)
+                if rest ~= nil and (rest == "" or sep == ":" or sep == "=") then
+                    -- gpu, gpu:N, gpu:type, gpu:type:N; 23.02 on also write gpu=N and gpu:type=N
+                    rest = rest:gsub("=(%d+)$", ":%1")
                     local count
                     if rest == "" then
                         count = 1

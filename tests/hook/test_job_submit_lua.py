@@ -31,7 +31,9 @@ MANAGED = {"comment": "compass", "begin_time": str(NOW + 60)}
     {"tres_per_task": "gres:gpu:1", "num_tasks": 2},        # --gpus-per-task
     {"tres_per_socket": "gres:gpu:1"},                      # --gpus-per-socket
     {"tres_per_job": "gres:gpu:a100:2"},                    # --gpus=a100:2
-    {"tres_per_job": "gres/gpu:4"},
+    {"tres_per_job": "gres/gpu:4"},                         # 24.11 and 26.05 write gres/
+    {"tres_per_task": "gres/gpu=1"},                        # 24.11: --gpus-per-task
+    {"tres_per_task": "cpu=2,gres/gpu:a100=1"},
     {"tres_per_node": "gres:gpu:a100"},                     # a type alone: one GPU
     {"tres_per_job": "gres:gpu:1", "array_inx": "0-3"},     # arrays: every task
     {"tres_per_job": "gres:gpu:1", "priority": 0},          # --hold: runs when released
@@ -53,7 +55,8 @@ def test_jobs_without_gpus_are_untouched_and_unlogged(hook: Hook, fields: dict) 
     assert (call.rc, call.opened, call.sets, call.logs) == (0, 0, {}, [])
 
 
-@pytest.mark.parametrize("value", ["gres:gpu:+1", "gres:gpu:", "gres:gpu:1k", "gres:gpu:a:b:2", "gpu:x y:1"])
+@pytest.mark.parametrize("value", ["gres:gpu:+1", "gres:gpu:", "gres:gpu:1k", "gres:gpu:a:b:2", "gpu:x y:1",
+                                   "gres/gpu=", "gres/gpu=x"])
 def test_an_unreadable_gpu_request_is_left_unchanged_with_one_log_line(hook: Hook, value: str) -> None:
     call = hook.one(tres_per_node=value)
     assert call.rc == 0 and call.sets == {}
