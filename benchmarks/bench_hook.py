@@ -28,10 +28,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,12 +82,17 @@ class Cluster:
         self.dev("stop")
 
     def run(self, argv: list[str]) -> tuple[float, str]:
+        elapsed, job, _ = self.submit(argv)
+        return elapsed, job
+
+    def submit(self, argv: list[str]) -> tuple[float, str, str]:
+        """Wall time, job id and stderr of one submission."""
         began = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=120)
         elapsed = time.perf_counter() - began
         if done.returncode != 0:
             sys.exit(f"{argv[0]} on {self.name}: {done.stderr.strip()}")
-        return elapsed, done.stdout.strip().split(";")[0]
+        return elapsed, done.stdout.strip().split(";")[0], done.stderr.strip()
 
     def comments(self) -> dict[str, str]:
         out = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%k"], capture_output=True,
@@ -156,16 +163,20 @@ def shares(plain: Cluster, hook: Cluster) -> None:
     print(f"\n### Share of GPU jobs managed ({PER_LEVEL} held 1-GPU submissions per level)\n")
     print("| concurrent submitters | hook (plain sbatch) | wrapper (scripts/compass-sbatch) |")
     print("|---:|---:|---:|")
+    notes: Counter[str] = Counter()
     for level in LEVELS:
         row = []
         for cluster, argv in ((hook, ["sbatch", *HELD]), (plain, [sys.executable, str(WRAPPER), *HELD])):
             with ThreadPoolExecutor(max_workers=level) as pool:
-                ids = [job for _, job in pool.map(lambda _: cluster.run(argv), range(PER_LEVEL))]
+                runs = list(pool.map(lambda _: cluster.submit(argv), range(PER_LEVEL)))
             comments = cluster.comments()
-            marked = sum(comments.get(job, "").split(" ")[0] == "compass" for job in ids)
-            row.append(f"{marked}/{len(ids)} ({marked / len(ids):.0%})")
+            marked = sum(comments.get(job, "").split(" ")[0] == "compass" for _, job, _ in runs)
+            row.append(f"{marked}/{len(runs)} ({marked / len(runs):.0%})")
+            notes.update(f"{level} at once: {re.sub(r'[0-9.]+ s', 'N s', err)}" for _, _, err in runs if err)
             cluster.cancel()
         print(f"| {level} | {row[0]} | {row[1]} |")
+    for note, count in sorted(notes.items()):
+        print(f"\n{count} x {note}")
 
 
 def main() -> None:

@@ -283,7 +283,7 @@ local function in_scope(config, job_desc, part_list)
 end
 
 -- Why the job is left to Slurm, or nil to manage it.
-local function left_to_slurm(config, job_desc, part_list, now)
+local function left_to_slurm(config, job_desc, part_list)
     if job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "" then
         return "user nodelist " .. job_desc.req_nodes
     end
@@ -328,7 +328,7 @@ local function submit(job_desc, part_list, submit_uid)
         return
     end
     local what = describe(job_desc, submit_uid, gpus)
-    local why = left_to_slurm(config, job_desc, part_list, now)
+    local why = left_to_slurm(config, job_desc, part_list)
     local comment = job_desc.comment or ""
     local begin = job_desc.begin_time or 0
     local interactive = job_desc.script == nil
