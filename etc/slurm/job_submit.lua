@@ -61,7 +61,8 @@ local cache = {
 }
 
 local function log(message)
-    slurm.log_info("%s", "compass: " .. message)
+    -- job names and requests are the user's: no control characters (a newline would forge a log line)
+    slurm.log_info("%s", "compass: " .. message:gsub("%c", "?"))
 end
 
 local function trim(text)

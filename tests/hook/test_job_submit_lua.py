@@ -242,3 +242,9 @@ def test_compass_doctor_reads_the_config_as_the_hook_does(hook: Hook, text: str)
         assert not any("config" in line for line in logs), logs
     else:
         assert logs == [f"compass: config {hook.config_path} {python}: GPU jobs are left to Slurm unchanged"]
+
+
+def test_log_lines_carry_no_control_characters_of_the_user(hook: Hook) -> None:
+    call = hook.one(tres_per_job="gres:gpu:1", name="a\nlua: compass: forged")
+    assert call.logs[-1].startswith("compass: job a?lua: compass: forged of uid 1000")
+
