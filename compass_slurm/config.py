@@ -32,9 +32,23 @@ class Config:
     #: placement policy by name (compass_slurm.engine.policies).
     policy: str = "compass"
     #: seconds between daemon cycles.
-    interval: float = 10.0
-    #: seconds a wrapper-submitted job waits for the daemon before Slurm places it itself.
+    interval: float = 5.0
+    #: seconds between the daemon's cheap looks for new managed pending jobs (one squeue of the
+    #: pending jobs' ids and comments), which start a cycle at once; 0 disables.
+    watch: float = 0.5
+    #: seconds a managed job (wrapper or hook) waits for the daemon before Slurm places it itself.
     lease: float = 60.0
+    #: which jobs the daemon may migrate: "marker" (compass:migratable in the comment: the wrapper's
+    #: --migratable), "requeue" (that, or Slurm's own --requeue as the hook or wrapper saw it), "never".
+    migratable: str = "marker"
+    #: the job_submit/lua hook's config file, written by `compass daemon` at start; empty: the admin writes it.
+    hook_config: str = "/run/compass/hook.conf"
+    #: seconds after which the hook takes the anchors file as stale (the daemon gone); 0: 3 intervals.
+    hook_staleness: float = 0.0
+    #: interactive allocations (salloc, srun outside a job) through the hook: "managed" or "unmanaged".
+    interactive: str = "managed"
+    #: the lease of an interactive allocation through the hook: short, so it starts within a cycle or two.
+    interactive_lease: float = 10.0
     #: at most this many instance migrations (requeues) per hour; 0 disables migration.
     migrations_per_hour: int = 12
     #: partitions the daemon manages; empty means every partition with GPU nodes.
@@ -54,8 +68,14 @@ def _settings() -> dict[str, type]:
     return {f.name: f.type for f in fields(Config) if f.name != "sources"}
 
 
+#: settings that take one of a few words
+CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged")}
+
+
 def _coerce(name: str, value: Any, origin: str) -> Any:
     kind = _settings()[name]
+    if name in CHOICES and value not in CHOICES[name]:
+        raise ConfigError(f"{name} = {value!r} (from {origin}) is not one of {', '.join(CHOICES[name])}")
     try:
         if kind == "float":
             if isinstance(value, bool):

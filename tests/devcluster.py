@@ -24,12 +24,17 @@ def dev(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
 
 
-def ensure_cluster(nodes: int, gpus: int) -> tuple[dict[str, str], bool]:
-    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it."""
+def ensure_cluster(nodes: int, gpus: int, job_submit_lua: bool = False) -> tuple[dict[str, str], bool]:
+    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it.
+
+    ``job_submit_lua``: with the project's hook installed (scripts/dev-cluster start --job-submit-lua).
+    """
     status = dev("status")
-    started = not (status.returncode == 0 and f"{nodes} nodes x {gpus} GPUs" in status.stdout)
+    layout = f"{nodes} nodes x {gpus} GPUs" + (", job_submit/lua)" if job_submit_lua else "")
+    started = not (status.returncode == 0 and layout in status.stdout)
     if started:
-        done = dev("start", "--nodes", str(nodes), "--gpus-per-node", str(gpus))
+        hook = ["--job-submit-lua"] if job_submit_lua else []
+        done = dev("start", "--nodes", str(nodes), "--gpus-per-node", str(gpus), *hook)
         if done.returncode != 0:
             raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
     env = {}
@@ -40,7 +45,7 @@ def ensure_cluster(nodes: int, gpus: int) -> tuple[dict[str, str], bool]:
 
 
 @contextmanager
-def session_cluster(nodes: int, gpus: int) -> Iterator[dict[str, str]]:
+def session_cluster(nodes: int, gpus: int, job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
     """A running cluster of this layout, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
 
     One already running with the layout is reused and left running; one started here
@@ -50,7 +55,7 @@ def session_cluster(nodes: int, gpus: int) -> Iterator[dict[str, str]]:
         pytest.skip("the dev cluster needs Linux")
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
-    env, started = ensure_cluster(nodes, gpus)
+    env, started = ensure_cluster(nodes, gpus, job_submit_lua)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .common import CONTEXT_SETTINGS, UserError
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 
@@ -67,9 +71,24 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
             raise UserError(str(err), hint="set `socket` in the config or COMPASS_SOCKET") from None
     log.info("started: policy %s, every %g s, backend %s, log %s, socket %s", config.policy, config.interval,
              backend.name, daemon.db, config.socket if server else "none")
+    if config.hook_config and not simulated:
+        _write_hook_config(config, log)
     try:
         daemon.run(config.interval)
     finally:
         if server is not None:
             server.stop()
     log.info("stopped after %d cycles", daemon.cycles)
+
+
+def _write_hook_config(config: Config, log: logging.Logger) -> None:
+    """The job_submit/lua hook's settings, from ours; a failure leaves the hook fail-open, not the daemon down."""
+    from ..submit.hook import write_config
+
+    try:
+        path = write_config(config)
+    except OSError as err:
+        log.error("cannot write the job_submit hook's config %s: %s (the hook leaves GPU jobs to Slurm)",
+                  config.hook_config, err.strerror or err)
+        return
+    log.info("job_submit hook config written to %s", path)

@@ -76,6 +76,7 @@ class Doctor:
             ("GPU usage source", self.gpu_source),
             ("decision log", self.database),
             ("daemon socket", self.daemon_socket),
+            ("submit hook", self.submit_hook),
         ]
         checks = []
         for name, step in steps:
@@ -195,6 +196,26 @@ class Doctor:
         if not reply.get("ok"):
             raise Failed(f"{path}: the daemon answered {reply.get('error')!r}", "see journalctl -u compass-daemon")
         return f"{path}: the daemon answers (policy {reply.get('policy')}, cycle {reply.get('cycle')})"
+
+
+    def submit_hook(self) -> str:
+        """What the job_submit/lua hook sees: its config and the anchors file's age."""
+        from ..submit.hook import HookConfigError, status
+
+        path = self.config.hook_config
+        if not path:
+            return "hook_config is empty: the admin maintains the hook's config (not checked)"
+        if not os.path.exists(path):
+            return (f"no hook config at {path}: the job_submit/lua hook, where installed, leaves every job "
+                    "to Slurm (the daemon writes it at start)")
+        try:
+            seen = status(path)
+        except HookConfigError as err:
+            raise Failed(f"{err}; until fixed, the hook leaves every GPU job to Slurm",
+                         "start the daemon (it rewrites the hook config at start) or fix the file; the hook's "
+                         "lines in slurmctld's log start with 'compass:'") from None
+        return (f"{path}: lease {seen.settings['lease']:g} s, staleness {seen.settings['staleness']:g} s; "
+                f"anchors {seen.anchors_age:.0f} s old: GPU jobs submitted now are managed")
 
 
 def _short(detail: str) -> str:

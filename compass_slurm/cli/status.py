@@ -51,7 +51,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     config = settings(db=db)
     state = read_slurm(snapshot)
     try:
-        status = build_status(state, partition, config.policy)
+        status = build_status(state, partition, config.policy, config.migratable)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:

@@ -19,7 +19,8 @@ lease. A placed job that has not started when its nodes stop qualifying (or afte
 ``stale_after`` seconds) is re-planned; Slurm refusing an update undoes the decision
 (action ``failed``). A cycle whose Slurm read fails or cannot be parsed is skipped and
 the error recorded: nothing is changed on a partial picture. The control socket's
-``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``).
+``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``), and so does a
+managed pending job found by the cheap look every ``watch`` seconds between cycles.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class Daemon:
         self.cycles = 0
         #: the latest translated Slurm state, for the control socket's questions
         self.observation: Observation | None = None
+        #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
+        self.seen_pending: frozenset[str] = frozenset()
+        self.watching = True
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -81,12 +85,34 @@ class Daemon:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self, interval: float) -> None:
-        """Cycle every ``interval`` seconds (sooner when woken) until ``stop`` is set."""
+        """Cycle every ``interval`` seconds until ``stop`` is set; sooner when woken, or when a look every
+        ``watch`` seconds finds a managed pending job the last cycle did not see (a hook-marked job tells
+        no one it was submitted)."""
         while not self.stop.is_set():
             self.cycle()
-            self.wake.wait(interval)
+            self._wait(interval)
             self.wake.clear()
         self.close()
+
+    def _wait(self, interval: float) -> None:
+        deadline = time.monotonic() + interval
+        while (left := deadline - time.monotonic()) > 0:
+            watch = self.config.watch if self.watching else 0.0
+            if self.wake.wait(min(left, watch) if watch > 0 else left) or (watch > 0 and self._new_pending()):
+                return
+
+    def _new_pending(self) -> bool:
+        try:
+            pending = self.backend.pending_managed()
+        except SlurmError as err:
+            log.debug("looking for new pending jobs: %s", err)
+            return False
+        if pending is None:
+            self.watching = False  # this backend has no cheap look
+            return False
+        new = pending - self.seen_pending
+        self.seen_pending = pending
+        return bool(new)
 
     def poke(self) -> None:
         self.wake.set()
@@ -103,7 +129,10 @@ class Daemon:
         self.cycles += 1
         report = CycleReport(self.cycles)
         try:
-            translator = Translator(self.backend.read_state(), self.config.partitions, self.config.lease)
+            state = self.backend.read_state()
+            self.seen_pending = frozenset(j.id for j in state.jobs if j.pending and j.managed)
+            translator = Translator(state, self.config.partitions, self.config.lease,
+                                    migratable=self.config.migratable)
             obs = translator.observe()
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"

@@ -133,11 +133,12 @@ class StatusError(ValueError):
     """The state has nothing to show (unknown partition, no GPU nodes); the message says which."""
 
 
-def build_status(state: SlurmState, partition: str | None = None, policy: str = "compass") -> Status:
+def build_status(state: SlurmState, partition: str | None = None, policy: str = "compass",
+                 migratable: str = "marker") -> Status:
     if partition is not None and partition not in {p.name for p in state.partitions}:
         known = ", ".join(p.name for p in state.partitions) or "none"
         raise StatusError(f"no partition {partition!r} (partitions: {known})")
-    translator = Translator(state, [partition] if partition else ())
+    translator = Translator(state, [partition] if partition else (), migratable=migratable)
     if not translator.nodes:
         where = f"partition {partition!r}" if partition else "the cluster"
         raise StatusError(f"{where} has no node with GPUs")

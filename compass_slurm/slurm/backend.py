@@ -96,6 +96,11 @@ class Backend(ABC):
     def job_state(self, job_id: str) -> str | None:
         """The job's state now (e.g. PENDING), None when Slurm no longer knows it."""
 
+    def pending_managed(self) -> frozenset[str] | None:
+        """Ids of the pending jobs that carry the compass marker, by a read far cheaper than
+        read_state(); None when this backend has none (the daemon then cycles on its interval only)."""
+        return None
+
     def hold(self, job_id: str) -> None:
         self.scontrol(hold_argv(job_id))
 
@@ -187,3 +192,6 @@ class DryRunBackend(RecordingBackend):
 
     def job_state(self, job_id: str) -> str | None:
         return self.inner.job_state(job_id)
+
+    def pending_managed(self) -> frozenset[str] | None:
+        return self.inner.pending_managed()

@@ -4,6 +4,8 @@ One read is four commands, whatever the cluster size: nodes (``sinfo --json``),
 jobs (``squeue --json``), partitions and reservations (``scontrol show ...
 --oneliner``). Slurm older than 21.08 (no --json), or ``json=False``, reads
 nodes and jobs with ``scontrol show node|job --details --oneliner`` instead.
+Between cycles, ``pending_managed()`` is one small squeue of the pending jobs'
+ids and comments.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ JOBS_TEXT = ["scontrol", "show", "job", "--details", "--oneliner"]
 PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 VERSION = ["scontrol", "--version"]
+#: the daemon's look for new managed jobs between cycles: ids and comments of the pending jobs only
+PENDING_COMMENTS = ["squeue", "--noheader", "--states=PENDING", "--format=%i %k"]
 
 #: runs an argv and returns (exit code, stdout, stderr); tests swap in recorded output
 Runner = Callable[[list[str], float], tuple[int, str, str]]
@@ -97,6 +101,9 @@ class CliBackend(Backend):
         code, out, _ = self.runner(argv, self.timeout)
         # squeue exits 1 for a job id it has forgotten
         return (out.strip() or None) if code == 0 else None
+
+    def pending_managed(self) -> frozenset[str] | None:
+        return parse_text.pending_managed(self._run(PENDING_COMMENTS))
 
     def scontrol(self, argv: list[str]) -> None:
         self._run(argv)

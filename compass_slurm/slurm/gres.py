@@ -7,6 +7,10 @@ Accepted shapes (comma lists may mix them and other resources):
 - job requests: ``gres:gpu:2``, ``gres:gpu:a100:2``, ``gres/gpu:4``
 - TRES: ``gres/gpu=4``, ``gres/gpu:a100=4``, ``cpu=1,mem=8000M,gres/gpu=2``
 - nothing: ``""``, ``(null)``, ``N/A``
+
+A count is read as Slurm reads it (strtol): ``gpu:+1`` and ``gpu: 1`` are one GPU;
+sbatch passes such requests through and slurmctld accepts them, so one of them
+must not make the daemon skip its cycles.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ _EMPTY = {"", "(null)", "n/a", "none"}
 _ITEM = re.compile(
     r"(?:gres[:/])?(?P<name>[A-Za-z][\w.-]*)"
     r"(?::(?P<type>[A-Za-z_][\w.-]*|\d+[A-Za-z_][\w.-]*))?"
-    r"(?:[:=](?P<count>\d+)(?P<unit>[KMGTP]?))?"
+    r"(?:[:=]\s*\+?(?P<count>\d+)(?P<unit>[KMGTP]?))?"
     r"(?:\((?P<detail>[^()]*)\))?"
 )
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}

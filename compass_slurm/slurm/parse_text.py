@@ -17,7 +17,7 @@ from datetime import datetime
 from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
-from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation
+from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
 from .values import held, memory_mb, node_state
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=")
@@ -237,3 +237,13 @@ def version(output: str) -> str:
     if not match:
         raise SlurmParseError(f"scontrol --version: cannot read {output.strip()[:80]!r}")
     return match.group(1)
+
+
+def pending_managed(output: str) -> frozenset[str]:
+    """``squeue --noheader --states=PENDING --format=%i %k``: the ids whose comment carries the marker."""
+    out = set()
+    for line in output.splitlines():
+        job_id, _, comment = line.strip().partition(" ")
+        if job_id and marked(comment):
+            out.add(job_id)
+    return frozenset(out)

@@ -3,9 +3,13 @@
 Jobs managed by compass carry a marker in their Slurm comment (``--comment``):
 the token ``compass`` (placed by the daemon, not movable) or
 ``compass:migratable`` (checkpoint-restartable: the daemon may requeue it onto
-other nodes). The token may stand anywhere in a comma- or space-separated
-comment, so a user's own comment survives next to it. ``marker_comment()``
-builds the comment the sbatch wrapper passes on.
+other nodes). ``compass:requeue`` records that the user asked Slurm for
+``--requeue`` (set by the job_submit hook and the wrapper, since Slurm's own
+Requeue flag is on for every job under the default JobRequeue=1); it makes the
+job migratable only where the config says ``migratable = "requeue"``. The token
+may stand anywhere in a comma- or space-separated comment, so a user's own
+comment survives next to it. ``marker_comment()`` builds the comment the sbatch
+wrapper passes on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from .errors import SlurmParseError
 
 MARKER = "compass"
 MIGRATABLE_MARKER = "compass:migratable"
+REQUEUE_MARKER = "compass:requeue"
 
 #: node states (lower case) and flags (upper case) under which no new job may start
 UNAVAILABLE_STATES = frozenset({"down", "future", "unknown", "error", "fail", "inval"})
@@ -29,14 +34,20 @@ UNAVAILABLE_FLAGS = frozenset(
 _TOKENS = re.compile(r"[\s,;]+")
 
 
-def marker_comment(migratable: bool, comment: str = "") -> str:
-    """The job comment that marks a job as compass-managed, keeping the user's own comment."""
+def marker_comment(migratable: bool, comment: str = "", requeue: bool = False) -> str:
+    """The job comment that marks a job as compass-managed, keeping the user's own comment;
+    ``requeue``: the user asked for Slurm's --requeue."""
     token = MIGRATABLE_MARKER if migratable else MARKER
-    return f"{token} {comment}".strip()
+    return " ".join(t for t in (token, REQUEUE_MARKER if requeue else "", comment) if t).strip()
 
 
 def _markers(comment: str) -> set[str]:
-    return set(_TOKENS.split(comment)) & {MARKER, MIGRATABLE_MARKER}
+    return set(_TOKENS.split(comment)) & {MARKER, MIGRATABLE_MARKER, REQUEUE_MARKER}
+
+
+def marked(comment: str) -> bool:
+    """Whether a job comment carries the compass marker (the job is managed)."""
+    return bool(_markers(comment) - {REQUEUE_MARKER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +165,18 @@ class SlurmJob:
     @property
     def managed(self) -> bool:
         """Submitted through compass (its comment carries the marker)."""
-        return bool(_markers(self.comment))
+        return marked(self.comment)
 
     @property
     def migratable(self) -> bool:
         return MIGRATABLE_MARKER in _markers(self.comment)
+
+    def may_migrate(self, mode: str) -> bool:
+        """Whether the daemon may requeue it under the config's ``migratable`` mode (marker, requeue, never)."""
+        markers = _markers(self.comment)
+        if mode == "requeue":
+            return bool(markers & {MIGRATABLE_MARKER, REQUEUE_MARKER})
+        return mode == "marker" and MIGRATABLE_MARKER in markers
 
 
 @dataclass(frozen=True, slots=True)

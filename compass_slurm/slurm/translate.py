@@ -89,12 +89,14 @@ def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
     return None
 
 
-def engine_job(job: SlurmJob, req: Request) -> Job:
-    return Job(job.id, req.instances, req.gpus, migratable=job.migratable, distinct_nodes=req.distinct_nodes,
-               user=job.user or None)
+def engine_job(job: SlurmJob, req: Request, migratable: str = "marker") -> Job:
+    """The job for the engine; ``migratable`` is the config's mode (see SlurmJob.may_migrate)."""
+    return Job(job.id, req.instances, req.gpus, migratable=job.may_migrate(migratable),
+               distinct_nodes=req.distinct_nodes, user=job.user or None)
 
 
-def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int) -> tuple[Job, tuple[str, ...]]:
+def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int,
+             migratable: str = "marker") -> tuple[Job, tuple[str, ...]]:
     """A running allocation as instances: the requested size when the per-node counts fit it, else their gcd."""
     req = request(job, capacity)
     counts = list(alloc.values())
@@ -104,7 +106,7 @@ def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int) -> tuple[Jo
         gpus = math.gcd(*counts)
     nodes = tuple(name for name, n in alloc.items() for _ in range(n // gpus))
     distinct = req is not None and req.distinct_nodes and gpus == req.gpus and len(nodes) == len(alloc)
-    return Job(job.id, len(nodes), gpus, migratable=job.migratable, distinct_nodes=distinct,
+    return Job(job.id, len(nodes), gpus, migratable=job.may_migrate(migratable), distinct_nodes=distinct,
                user=job.user or None), nodes
 
 
@@ -141,9 +143,10 @@ class Running:
     slurm: SlurmJob
     alloc: Mapping[str, int]
     capacity: int
+    migratable: str = "marker"
 
     def engine(self) -> tuple[Job, tuple[str, ...]]:
-        return observed(self.slurm, self.alloc, self.capacity)
+        return observed(self.slurm, self.alloc, self.capacity, self.migratable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +178,15 @@ class Translator:
     """Translates one SlurmState; ``partitions`` limits what the daemon manages (empty: all).
 
     ``lease``: the daemon's lease in seconds, which tells a job that waits for its own
-    ``--begin`` (None: no job waits for one, as for ``compass status``).
+    ``--begin`` (None: no job waits for one, as for ``compass status``); ``migratable`` is
+    the config's mode (see SlurmJob.may_migrate).
     """
 
-    def __init__(self, state: SlurmState, partitions: Iterable[str] = (), lease: float | None = None) -> None:
+    def __init__(self, state: SlurmState, partitions: Iterable[str] = (), lease: float | None = None, *,
+                 migratable: str = "marker") -> None:
         self.state = state
         self.lease = lease
+        self.migratable = migratable
         wanted = set(partitions)
         self.partitions = {p.name: p.nodes for p in state.partitions if not wanted or p.name in wanted}
         in_scope = {n for nodes in self.partitions.values() for n in nodes}
@@ -214,7 +220,8 @@ class Translator:
                 running_tasks[job.array_job] += 1
             alloc = {n: c for n, c in job.gpus_alloc.items() if n in self.slurm_nodes}
             if alloc and job.state in HOLDING_STATES:
-                out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc))
+                out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc),
+                                             self.migratable)
                 out.slurm_jobs[job.id] = job
         throttled = _beyond_throttle(pending, running_tasks)
         self._claim_pins(job for job in pending if job.id not in throttled)
@@ -231,7 +238,7 @@ class Translator:
             if req is None:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
                 continue
-            out.pending.append(Pending(job, engine_job(job, req), self.eligible(job, req)))
+            out.pending.append(Pending(job, engine_job(job, req, self.migratable), self.eligible(job, req)))
         return out
 
     def _partitions_of(self, job: SlurmJob) -> list[str]:

@@ -189,6 +189,15 @@ def last(options: Iterable[Option], name: str) -> str | None:
     return value
 
 
+def last_of(options: Iterable[Option], *names: str) -> str | None:
+    """Which of ``names`` was given last (``--requeue`` then ``--no-requeue``: the latter wins); None: none."""
+    found = None
+    for option in options:
+        if option.name in names:
+            found = option.name
+    return found
+
+
 def gpu_request(options: Iterable[Option]) -> GpuRequest:
     """The GPU request of ``options`` (directives, then environment, then command line: later ones win)."""
     options = list(options)

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 
 from .sbatch_args import (
     INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, begin_time, environment_options, gpu_request, last,
+    last_of,
     parse_command_line, parse_directives,
 )
 
@@ -202,7 +203,9 @@ class _Submission:
         except (ConfigError, control.ControlUnavailable) as err:
             _say(f"daemon unavailable ({err}), submitted with plain sbatch")
             return self.sbatch.plain(self.plain_argv, self.stdin)
-        extra = [f"--comment={marker_comment(command.migratable, last(options, 'comment') or '')}",
+        # Slurm's own --requeue, recorded for the daemon's migratable = "requeue" (the hook does the same)
+        requeue = last_of(options, "requeue", "no-requeue") == "requeue"
+        extra = [f"--comment={marker_comment(command.migratable, last(options, 'comment') or '', requeue)}",
                  _lease(user_begin, now, config.lease)]
         if command.migratable and last(options, "open-mode") is None and not self.env.get("SBATCH_OPEN_MODE"):
             extra.append("--open-mode=append")  # a migration restarts the script: keep the first run's output

@@ -25,8 +25,8 @@ def test_doctor_without_slurm_fails_each_check_with_a_hint(monkeypatch, isolated
     doc = json.loads(result.stdout)
     checks = {c["name"]: c for c in doc["checks"]}
     assert doc["ok"] is False and doc["schema_version"] == 1
-    assert list(checks) == ["installation", "config file", "Slurm version", "backend", "--json support", "GPU usage source",
-                            "decision log", "daemon socket"]
+    assert list(checks) == ["installation", "config file", "Slurm version", "backend", "--json support",
+                            "GPU usage source", "decision log", "daemon socket", "submit hook"]
     assert checks["config file"]["ok"] is True  # the isolated config file exists
     assert checks["installation"]["ok"] is True
     for name in ("Slurm version", "backend", "GPU usage source", "decision log", "daemon socket"):
@@ -117,3 +117,32 @@ def test_the_installed_script_reports_errors_without_a_traceback(tmp_path: Path)
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("compass: error: no decision log at")
     assert "Traceback" not in done.stderr
+
+
+def test_doctor_reports_what_the_submit_hook_sees(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    from compass_slurm.config import Config
+    from compass_slurm.submit.hook import write_config
+
+    hook, anchors = tmp_path / "hook.conf", tmp_path / "anchors"
+    monkeypatch.setenv("COMPASS_HOOK_CONFIG", str(hook))
+    check = lambda: {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}[  # noqa: E731
+        "submit hook"]
+    assert check()["ok"] and "no hook config at" in check()["detail"]
+    write_config(Config(anchors=str(anchors), hook_config=str(hook)))
+    anchors.write_text(f"# compass-anchors v1 generated={int(time.time())} policy=compass cycle=1\n")
+    assert check()["ok"] and "GPU jobs submitted now are managed" in check()["detail"]
+    hook.write_text(hook.read_text().replace("lease = 60", "lease = soon"))
+    found = check()
+    assert not found["ok"] and "line 4: lease must be a number of seconds, got soon" in found["detail"]
+    assert "the hook leaves every GPU job to Slurm" in found["detail"] and "start the daemon" in found["hint"]
+    write_config(Config(anchors=str(tmp_path), hook_config=str(hook)))  # a directory: unreadable
+    assert not check()["ok"] and "unreadable: Is a directory" in check()["detail"]
+
+
+@pytest.mark.parametrize("setting, value", [("migratable", "always"), ("interactive", "yes")])
+def test_word_settings_name_their_choices(isolated: Path, setting: str, value: str) -> None:
+    isolated.write_text(f'[compass]\n{setting} = "{value}"\n')
+    result = invoke("config", "show")
+    assert result.exit_code == 2 and f"{setting} = '{value}'" in result.stderr and "is not one of" in result.stderr

@@ -71,6 +71,8 @@ class DaemonProcess:
         self.env = {**os.environ, "COMPASS_CONFIG": str(config), "COMPASS_DB": f"sqlite:///{self.db}",
                     "COMPASS_SOCKET": str(self.socket), "COMPASS_ANCHORS": str(workdir / "anchors"),
                     "COMPASS_LEASE": str(lease), "COMPASS_METRICS_TEXTFILE": str(workdir / "metrics.prom"),
+                    # never the machine's /run/compass/hook.conf; a test that drives the hook names its own
+                    "COMPASS_HOOK_CONFIG": str(workdir / "hook.conf"),
                     **(extra_env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0

@@ -1,5 +1,9 @@
 """A real Slurm for the tests marked ``slurm``: scripts/dev-cluster, 8 nodes x 8 GPUs, one per session.
 
+The project's job_submit/lua hook is installed (``--job-submit-lua``); it changes no job
+until a test's daemon writes the hook's config (COMPASS_HOOK_CONFIG), so the other
+tests see plain Slurm.
+
 A cluster already running with that layout is reused (and left running);
 one this fixture started is stopped at the end of the session. Skipped only
 where Slurm cannot run here: not Linux, or not root.
@@ -32,7 +36,7 @@ class DevCluster:
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[DevCluster]:
     """A running dev cluster; its environment (SLURM_CONF, ...) is set in os.environ meanwhile."""
-    with session_cluster(NODES, GPUS) as env:
+    with session_cluster(NODES, GPUS, job_submit_lua=True) as env:
         yield DevCluster(env)
 
 

@@ -412,6 +412,12 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
 # -- the loop, the control socket, signals ----------------------------------------------------
 
 
+def cycles_by(daemon: Daemon, count: int, deadline: float) -> None:
+    """Wait (until ``deadline``, a monotonic time) for the daemon's loop to have run ``count`` cycles."""
+    while daemon.cycles < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
     state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=12)])
     daemon, backend, _ = daemon_for(state, tmp_path, metrics_textfile=str(tmp_path / "compass.prom"))
@@ -421,11 +427,9 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
         loop.start()
         try:
             deadline = time.monotonic() + 10
-            while daemon.cycles < 1 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            cycles_by(daemon, 1, deadline)
             assert request(path, {"op": "submitted", "job": "90"}, 2.0) == {"ok": True, "cycle": 1}
-            while daemon.cycles < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            cycles_by(daemon, 2, deadline)
             assert daemon.cycles == 2  # woken long before the 60 s interval
             assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": "compass", "cycle": 2}
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
@@ -524,3 +528,43 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
 ])
 def test_slurm_requests_map_to_instances(kw, expected):
     assert translate.request(SlurmJob("1", "u", "PENDING", "gpu", **kw), 8) == expected
+
+
+class Watched(SnapshotBackend):
+    """A snapshot whose cheap look between cycles answers ``looks`` (None: no such look)."""
+
+    def __init__(self, state: SlurmState, looks: frozenset[str] | None) -> None:
+        super().__init__(state, out=None)
+        self.looks = looks
+
+    def pending_managed(self) -> frozenset[str] | None:
+        return self.looks
+
+
+def test_a_new_managed_pending_job_found_between_cycles_starts_one(tmp_path):
+    state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=1, comment=""), running("5", {"n2": 1})])
+    backend = Watched(state, frozenset({"90"}))
+    daemon = Daemon(Config(anchors="", watch=0.01), backend, None)
+    daemon.cycle()
+    assert daemon.seen_pending == {"90"}  # managed and pending: the unmanaged 91 is no one's business
+    assert not daemon._new_pending()
+    backend.looks = frozenset({"90", "93"})  # a hook-marked job nobody told the daemon about
+    assert daemon._new_pending() and not daemon._new_pending()
+    backend.looks = None
+    assert not daemon._new_pending() and not daemon.watching  # no cheap look: the interval alone
+
+
+def test_the_watch_wakes_the_loop_long_before_the_interval(tmp_path):
+    backend = Watched(cluster(nodes(2), [pending("90", gpus=2)]), frozenset({"90"}))
+    daemon = Daemon(Config(anchors="", watch=0.02), backend, None)
+    loop = threading.Thread(target=daemon.run, args=(60.0,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        cycles_by(daemon, 1, deadline)
+        backend.looks = frozenset({"90", "94"})
+        cycles_by(daemon, 2, deadline)
+        assert daemon.cycles == 2
+    finally:
+        daemon.shutdown()
+        loop.join(10)

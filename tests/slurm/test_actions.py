@@ -1,6 +1,7 @@
 """The exact scontrol command lines every backend runs, and the dry-run and snapshot backends."""
 
 import io
+from dataclasses import replace
 
 import pytest
 
@@ -8,7 +9,8 @@ from compass_slurm.slurm.backend import DryRunBackend, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, dumps, load, loads, save
-from compass_slurm.slurm.state import marker_comment
+from compass_slurm.slurm.state import SlurmJob, marker_comment
+from compass_slurm.slurm.translate import Translator
 
 
 def test_action_command_lines(mixed):
@@ -155,3 +157,25 @@ def test_snapshot_is_plain_sorted_json(mixed):
 def test_marker_comment_keeps_the_users_comment():
     assert marker_comment(True, "my run") == "compass:migratable my run"
     assert marker_comment(False) == "compass"
+    assert marker_comment(False, "x", requeue=True) == "compass compass:requeue x"
+
+
+@pytest.mark.parametrize("comment, modes", [
+    ("compass", set()),
+    ("compass:migratable run", {"marker", "requeue"}),
+    ("compass compass:requeue", {"requeue"}),         # Slurm's own --requeue, as the hook or wrapper saw it
+    ("compass:requeue", {"requeue"}),                 # not managed, but migratable where adopted
+])
+def test_which_jobs_may_migrate_under_each_mode(comment: str, modes: set[str]) -> None:
+    job = SlurmJob(id="7", user="u", state="RUNNING", partition="gpu", comment=comment)
+    assert {mode for mode in ("marker", "requeue", "never") if job.may_migrate(mode)} == modes
+    assert job.managed == (comment != "compass:requeue")
+
+
+def test_the_translator_applies_the_migratable_mode(mixed):
+    state = CliBackend(runner=mixed).read_state()
+    requeue = [replace(j, comment="compass compass:requeue") if j.pending else j for j in state.jobs]
+    state = replace(state, jobs=tuple(requeue))
+    for mode, expect in (("marker", False), ("requeue", True), ("never", False)):
+        pending = Translator(state, migratable=mode).observe().pending
+        assert pending and all(p.job.migratable is expect for p in pending), mode

@@ -166,3 +166,19 @@ def test_missing_binary_and_timeout_are_command_errors():
         run_process(["/nonexistent/sinfo"], 1.0)
     with pytest.raises(SlurmCommandError, match="no answer within 0.1 s"):
         run_process(["sleep", "5"], 0.1)
+
+
+#: ``squeue --noheader --states=PENDING --format=%i %k`` on the dev cluster (22.05), with the hook installed
+PENDING_COMMENTS = "19 compass nightly\n20 compass:migratable\n22_[0-3] compass\n23 compass compass:requeue\n" \
+                   "24 a,compass;b\n21 (null)\n25 compass:requeue\n26 compassion\n"
+
+
+def test_pending_managed_is_one_small_squeue(mixed):
+    mixed.override["squeue --noheader --states=PENDING --format=%i %k"] = (0, PENDING_COMMENTS, "")
+    assert CliBackend(runner=mixed).pending_managed() == {"19", "20", "22_[0-3]", "23", "24"}
+    assert mixed.calls == [["squeue", "--noheader", "--states=PENDING", "--format=%i %k"]]
+
+
+def test_pending_managed_failing_is_a_command_error(mixed):
+    with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING"):
+        CliBackend(runner=mixed).pending_managed()

@@ -14,6 +14,8 @@ from compass_slurm.slurm.gres import GresError, GresItem, gpu_count, gpu_type, p
         ("gres/gpu:a100=4", 4, "a100"),
         ("gres:gpu:2", 2, None),
         ("gres:gpu:a100:3", 3, "a100"),
+        ("gres:gpu:+1", 1, None),           # slurmctld accepts these (strtol): the job-submit hook leaves
+        ("gres:gpu: 2", 2, None),           # them to Slurm, the daemon must still read them
         ("cpu=1,mem=8000M,node=1,billing=1,gres/gpu=2", 2, None),
         ("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:2)", 3, "a100"),
         ("gpu:8(S:0,1),mps:100", 8, None),

@@ -118,6 +118,17 @@ def test_gpu_job_with_daemon_up_is_marked_and_leased(env: Env, daemon: Daemon) -
     assert daemon.submitted == ["4242"]
 
 
+@pytest.mark.parametrize("flags, comment", [
+    (["--requeue"], "compass compass:requeue"),
+    (["--requeue", "--no-requeue"], "compass"),
+    (["--no-requeue", "--requeue"], "compass compass:requeue"),
+])
+def test_slurms_own_requeue_is_recorded_for_the_migratable_mode(env: Env, daemon: Daemon, flags: list[str],
+                                                                comment: str) -> None:
+    env.run(*flags, "-G", "1", "job.sh")
+    assert env.only_call() == [*flags, "-G", "1", f"--comment={comment}", "--begin=now+45", "job.sh"]
+
+
 def test_migratable_and_the_users_comment_are_kept(env: Env, daemon: Daemon) -> None:
     done = env.run("--migratable", "--comment=run 7", "-G", "8", "--parsable", "job.sh", "--migratable")
     assert done.stdout == "4242\n"
