@@ -77,6 +77,8 @@ class _Fields:
 
     def str(self, key: str, required: bool = False) -> str:
         value = self.require(key) if required else self.obj.get(key)
+        if isinstance(value, Mapping) and not value.get("set", True):  # v0.0.39+ spells "unset" as a struct
+            value = None
         if value is None:
             return ""
         if isinstance(value, list):  # v0.0.39+ states are lists
