@@ -10,6 +10,8 @@ only if the daemon is gone. Every Slurm refusal is returned or recorded, never r
 
 from __future__ import annotations
 
+import re
+
 from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
@@ -106,8 +108,7 @@ class Actuator:
         """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.
 
         Array tasks past their throttle are renewed too: Slurm would start them by itself when a slot
-        frees. A batch Slurm refuses is retried one job at a time, so that one bad job (one that ended
-        meanwhile, say) costs only its own lease, never the others'.
+        frees. One bad job (one that ended meanwhile, say) never costs the others their lease.
         """
         waiting = {p.job.id for p in obs.pending if p.job.id not in books.placed} | set(obs.waiting)
         books.leases = {j: t for j, t in books.leases.items() if j in waiting}
@@ -117,19 +118,33 @@ class Actuator:
         due = sorted((j for j in waiting if j not in books.leases or now - books.leases[j] >= lease / 2),
                      key=id_order)
         for start in range(0, len(due), LEASE_BATCH):
-            batch = due[start:start + LEASE_BATCH]
-            try:
-                self.backend.renew_lease(batch, lease)
-            except SlurmError as err:
-                if len(batch) == 1:
-                    report.error("lease", str(err))
-                    continue
-                for job_id in batch:
-                    try:
-                        self.backend.renew_lease([job_id], lease)
-                    except SlurmError as one:
-                        report.error("lease", f"job {job_id}: {one}")
-                        continue
-                    books.leases[job_id] = now
-                continue
-            books.leases.update(dict.fromkeys(batch, now))
+            renewed = self._renew(due[start:start + LEASE_BATCH], report)
+            books.leases.update(dict.fromkeys(renewed, now))
+
+    def _renew(self, batch: list[str], report: CycleReport, retry: bool = True) -> list[str]:
+        """The jobs of ``batch`` whose lease Slurm renewed.
+
+        scontrol updates every job of a list it can and names each one it cannot ("... for job
+        N"), failing as a whole; the named ones are left out and the rest sent once more, so a
+        batch is renewed whatever its bad jobs. A failure that names none of them (slurmctld
+        unreachable) renews nothing, and is not retried job by job.
+        """
+        try:
+            self.backend.renew_lease(batch, self.lease)
+        except SlurmError as err:
+            text = str(err)
+            refused = [j for j in batch if re.search(rf"\bjob {re.escape(j)}\b", text)]
+            if not refused or not retry:
+                report.error("lease", text)
+                return []
+            for job_id in refused:
+                report.error("lease", f"job {job_id}: Slurm refused its lease ({_cause(text, job_id)})")
+            rest = [j for j in batch if j not in refused]
+            return self._renew(rest, report, retry=False) if rest else []
+        return batch
+
+
+def _cause(text: str, job_id: str) -> str:
+    """Slurm's words about one job in scontrol's complaint about a list of them."""
+    match = re.search(rf"([^:\n]*?) for job {re.escape(job_id)}\b", text)
+    return match.group(1).strip() if match else text

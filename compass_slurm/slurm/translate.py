@@ -17,8 +17,8 @@ array throttle (``%N``) lets the first N tasks minus the running ones be placed;
 others stay leased, waiting their turn.
 
 A managed job whose start time (``--begin`` plus the lease, as the wrapper submits it)
-is still more than the lease away waits for its begin time: it is neither placed nor
-leased before then.
+is still more than the lease (plus BEGIN_SLACK) away waits for its begin time: it is
+neither placed nor leased before then, and placed at most BEGIN_SLACK seconds early.
 
 A node takes new work only when Slurm would start a job there: not down, drained,
 draining, failing, in maintenance or in a reservation. Jobs that asked for a
@@ -47,6 +47,9 @@ from .state import SlurmJob, SlurmNode, SlurmState
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
 #: the pending reason of array tasks beyond the array's throttle
 THROTTLED = "JobArrayTaskLimit"
+#: seconds a job's begin time may lie past the read and still count as come: squeue lists jobs submitted
+#: while the read ran (after read_at), whose lease then starts a little after it
+BEGIN_SLACK = 5.0
 
 #: job states in which a job holds its GPUs (squeue also lists jobs that ended, for MinJobAge)
 HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING",
@@ -262,8 +265,9 @@ class Translator:
             return "held"
         if job.reservation:
             return f"runs in reservation {job.reservation}"
-        if self.lease is not None and job.reason == "BeginTime" and job.eligible_time - self.lease > self.state.read_at:
-            return f"waits for its begin time ({job.eligible_time - self.lease:.0f}, Unix seconds)"
+        begin = job.eligible_time - (self.lease or 0)
+        if self.lease is not None and job.reason == "BeginTime" and begin > self.state.read_at + BEGIN_SLACK:
+            return f"waits for its begin time ({begin:.0f}, Unix seconds)"
         reason = job.reason.split(",")[0].strip()
         if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
             return f"Slurm holds it back: {job.reason}"

@@ -207,11 +207,13 @@ def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
 
 
 def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):
+    """scontrol renews every job of a list it can, names the ones it cannot and fails: the rest count as
+    renewed, and a batch without the bad job is renewed all the same."""
     class RefusingOne(SnapshotBackend):
         def scontrol(self, argv):
             super().scontrol(argv)
             if "41" in argv[2].removeprefix("JobId=").split(","):
-                raise SlurmCommandError(argv, "exit 1: 41: Job has already finished")
+                raise SlurmCommandError(argv, "exit 1: Job has already finished for job 41")
 
     state = cluster(nodes(1), [running("1", {"n1": 8}), pending("40", gpus=4), pending("41", gpus=8),
                                pending("42", gpus=2)])
@@ -219,10 +221,23 @@ def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):
     report = daemon.cycle()
     lease = ["StartTime=now+60"]
     assert daemon.actuator.backend.commands == [["scontrol", "update", f"JobId={ids}", *lease]
-                                                for ids in ("40,41,42", "40", "41", "42")]
+                                                for ids in ("40,41,42", "40,42")]
     assert [(e.kind, e.message) for e in report.errors] == [
-        ("lease", "job 41: scontrol update JobId=41 StartTime=now+60: exit 1: 41: Job has already finished")]
+        ("lease", "job 41: Slurm refused its lease (Job has already finished)")]
     assert set(daemon.books.leases) == {"40", "42"}
+
+
+def test_a_lease_failure_naming_no_job_renews_nothing_and_is_not_retried(tmp_path):
+    class Unreachable(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            raise SlurmCommandError(argv, "exit 1: Unable to contact slurm controller (connect failure)")
+
+    state = cluster(nodes(1), [running("1", {"n1": 8}), pending("40", gpus=4), pending("41", gpus=8)])
+    daemon = Daemon(Config(anchors="", lease=60), Unreachable(state, out=None), None)
+    report = daemon.cycle()
+    assert daemon.actuator.backend.commands == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
+    assert [e.kind for e in report.errors] == ["lease"] and daemon.books.leases == {}
 
 
 def test_array_tasks_are_placed_one_by_one_and_those_past_the_throttle_keep_their_lease(tmp_path):

@@ -92,6 +92,8 @@ def test_a_begin_later_than_the_lease_waits_for_it_unleased():
     assert [p.job.id for p in obs.pending] == ["2"]
     assert obs.skipped["1"].startswith("waits for its begin time") and obs.waiting == {}
     assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE - 1)]).pending] == ["1"]
+    # submitted while the read ran: its lease starts just after read_at, and it is due all the same
+    assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE + 3)]).pending] == ["1"]
 
 
 
