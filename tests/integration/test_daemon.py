@@ -252,7 +252,7 @@ def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster
                             f"--begin=now+{3600 + LEASE}", "--gres=gpu:1", "--wrap", "sleep 300"],
                            check=True, capture_output=True, text=True).stdout.strip()
     soon = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass",
-                           f"--begin=now+{4 + LEASE}", "--gres=gpu:1", "--wrap", "sleep 300"],
+                           f"--begin=now+{10 + LEASE}", "--gres=gpu:1", "--wrap", "sleep 300"],
                           check=True, capture_output=True, text=True).stdout.strip()
     slurm.submitted += [later, soon]
     backend = CliBackend()
@@ -261,7 +261,7 @@ def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster
     report = daemon.cycle()
     assert report.decisions == [] and daemon.observation.skipped[later].startswith("waits for its begin time")
     assert {j: backend.read_state().job(j).eligible_time for j in (later, soon)} == begins  # no lease pulled in
-    time.sleep(5)
+    time.sleep(6)  # its begin within BEGIN_SLACK (5 s) now: due
     report = daemon.cycle()
     assert [d.job_id for d in report.decisions] == [soon]
     assert soon in wait_running(backend, [soon])
