@@ -136,7 +136,6 @@ def test_plain_sbatch_srun_and_salloc_are_placed_by_the_daemon(daemon, cluster, 
             proc.wait(30)
 
 
-@pytest.mark.xfail(strict=True, reason="the daemon cannot place array tasks yet (issue 13, branch fix-correctness)")
 def test_a_job_array_is_placed_by_the_daemon(daemon, name):
     sbatch(f"{name}array", "--array=0-3", "--gpus=1")
     jobs = running(name, 4)
