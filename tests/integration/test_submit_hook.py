@@ -136,11 +136,18 @@ def test_plain_sbatch_srun_and_salloc_are_placed_by_the_daemon(daemon, cluster, 
             proc.wait(30)
 
 
-@pytest.mark.xfail(strict=True, reason="the daemon cannot place array tasks yet (issue 13, branch fix-correctness)")
 def test_a_job_array_is_placed_by_the_daemon(daemon, name):
     sbatch(f"{name}array", "--array=0-3", "--gpus=1")
     jobs = running(name, 4)
     assert sorted(placed(daemon, jobs)) == sorted(j.id for j in jobs)
+
+
+def test_a_later_begin_is_placed_by_the_daemon_from_its_begin_time(daemon, name):
+    began = time.time()
+    sbatch(f"{name}later", "--gpus=1", "--begin=now+6")
+    (job,) = running(name, 1, timeout=40)
+    assert 5 <= time.time() - began < 30  # not before the user's time, and not at its end (+ the 60 s lease)
+    assert sorted(placed(daemon, [job])) == [job.id]
 
 
 def test_32_concurrent_plain_sbatch_submissions_are_all_placed(daemon, cluster, name):
