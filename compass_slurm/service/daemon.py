@@ -243,7 +243,9 @@ class Daemon:
                 policy.remove(p.job.id)
                 action, after = "failed", fragmentation(policy)
             else:
-                self.books.placed[p.job.id] = Placed(decision, p.job, now)
+                # when Slurm was told, not when the cycle began: telling it hundreds of jobs takes a while,
+                # and a job told late must not look stale (and be placed again) in the next cycle
+                self.books.placed[p.job.id] = Placed(decision, p.job, self.clock())
                 self.books.leases.pop(p.job.id, None)
                 action = "dry-run" if self.dry_run else action
             record = DecisionRecord.of(

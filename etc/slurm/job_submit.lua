@@ -20,10 +20,11 @@ Problems with either file are logged once, when they appear.
 Rules for a GPU job while the daemon is alive (one log line each):
   - already marked (the wrapper, or the user's own token): the comment is kept;
     the lease is added unless the job already begins later (the wrapper's lease);
-  - a user nodelist (-w), a reservation, a heterogeneous job component, an
-    exclusive mode other than whole-node (--exclusive=user|mcs|topo), or a user
-    --begin in the future: left to Slurm (the daemon would pick the nodes the user
-    chose, or start the job before its begin time);
+  - a user --begin in the future: managed, its begin time moved on by the lease
+    (the daemon leaves it alone until the user's begin time, then places it);
+  - a user nodelist (-w), a reservation, a heterogeneous job component, or an
+    exclusive mode other than whole-node (--exclusive=user|mcs|topo): left to Slurm
+    (the user chose the nodes, or which nodes qualify depends on other jobs);
   - --exclusive (whole node): managed, the daemon gives it a node of its own;
   - --hold: managed like any other (it runs when the user releases it);
   - an explicit --requeue adds the token <marker>:requeue, which the daemon counts
@@ -335,9 +336,6 @@ local function submit(job_desc, part_list, submit_uid)
     local interactive = job_desc.script == nil
     local lease = interactive and config.interactive_lease or config.lease
     local marked = has_token(comment, config.marker) or has_token(comment, config.marker .. ":migratable")
-    if why == nil and not marked and begin > now then
-        why = "user --begin in the future"
-    end
     if why ~= nil then
         log(what .. " left to Slurm: " .. why)
         return
@@ -347,7 +345,16 @@ local function submit(job_desc, part_list, submit_uid)
         tokens = trim(tokens .. " " .. config.marker .. ":requeue")
     end
     local new_comment = trim(tokens .. " " .. comment)
-    local new_begin = begin > now and begin or now + math.ceil(lease)
+    local new_begin, note = now + math.ceil(lease), ""
+    if begin > now and marked then
+        new_begin, note = begin, ", already marked" -- the wrapper's lease, or the user's own
+    elseif begin > now then
+        -- the user's own --begin, plus the lease: the daemon leaves the job alone until that begin
+        -- time, then places it (as the wrapper submits such a job)
+        new_begin, note = begin + math.ceil(config.lease), string.format(", after the user's begin in %d s", begin - now)
+    elseif marked then
+        note = ", already marked"
+    end
     if new_comment ~= comment then
         job_desc.comment = new_comment
     end
@@ -355,7 +362,7 @@ local function submit(job_desc, part_list, submit_uid)
         job_desc.begin_time = new_begin
     end
     log(string.format("%s managed: lease %d s%s%s", what, new_begin - now, interactive and ", interactive" or "",
-        marked and ", already marked" or ""))
+        note))
 end
 
 -- Read both files while slurmctld loads the script, so that submissions find them cached.

@@ -88,7 +88,6 @@ def test_an_already_marked_job_keeps_its_comment(hook: Hook, comment: str, begin
     ({"reservation": "maint"}, "runs in reservation maint"),
     ({"het_job_offset": 0}, "heterogeneous job component"),
     ({"shared": 2}, "exclusive mode 2 (user, mcs or topo) depends on other jobs' owners"),
-    ({"begin_time": NOW + 30}, "user --begin in the future"),
 ])
 def test_rules_that_leave_a_gpu_job_to_slurm(hook: Hook, fields: dict, why: str) -> None:
     call = hook.one(tres_per_job="gres:gpu:2", **fields)
@@ -247,4 +246,10 @@ def test_compass_doctor_reads_the_config_as_the_hook_does(hook: Hook, text: str)
 def test_log_lines_carry_no_control_characters_of_the_user(hook: Hook) -> None:
     call = hook.one(tres_per_job="gres:gpu:1", name="a\nlua: compass: forged")
     assert call.logs[-1].startswith("compass: job a?lua: compass: forged of uid 1000")
+
+
+def test_a_users_later_begin_is_managed_from_its_begin_time(hook: Hook) -> None:
+    call = hook.one(tres_per_job="gres:gpu:2", begin_time=NOW + 3600)
+    assert call.sets == {"comment": "compass", "begin_time": str(NOW + 3660)}  # as the wrapper submits it
+    assert call.logs[-1].endswith("managed: lease 3660 s, after the user's begin in 3600 s")
 
