@@ -62,9 +62,6 @@ class ClusterState:
         job = self.jobs[job_id]
         return [((job_id, k), self.location[(job_id, k)]) for k in range(job.instances)]
 
-    def job_nodes(self, job_id: str) -> set[int]:
-        return {i for _, i in self.instances_of(job_id)}
-
     def is_pinned(self, key: InstanceKey) -> bool:
         return not self.jobs[key[0]].migratable
 

@@ -9,13 +9,11 @@ The answer is always exact; the bounds only decide how much work it takes.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .cluster import ClusterState
 from .model import EngineError
 
 # -- slot widths (shared with the ABS policy) -------------------------------------------
@@ -187,34 +185,12 @@ def _exact_phi(counts: tuple[int, ...], capacity: int, nodes: int) -> int:
         LinearConstraint(matrix, demand, demand),
         LinearConstraint(np.ones((1, matrix.shape[1])), 0, nodes),
     ]
-    with _quiet_stdout():
-        result = milp(partial, constraints=constraints, integrality=np.ones_like(partial), bounds=Bounds(0, np.inf))
+    # HiGHS may print from native code: drivers that stream to stdout keep file descriptor 1
+    # away from it (compass_slurm.native_stdout); the engine itself does no I/O.
+    result = milp(partial, constraints=constraints, integrality=np.ones_like(partial), bounds=Bounds(0, np.inf))
     if result.status != 0:
         raise EngineError(f"no placement of demand {counts} fits {nodes} nodes of {capacity}")
     return int(round(result.fun))
-
-
-@contextlib.contextmanager
-def _quiet_stdout():
-    """HiGHS can print from native code; keep stdout clean for commands that stream JSON.
-
-    Native code writes to file descriptor 1 whatever Python's sys.stdout points at
-    (a capture, a redirect), so it is fd 1 that is silenced.
-    """
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no fd 1 at all: nothing to keep clean
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 # -- a whole cluster -----------------------------------------------------------------------
@@ -256,9 +232,8 @@ class Fragmentation:
         }
 
 
-def measure(policy) -> Fragmentation:
-    """Fragmentation of a policy's current state; Phi* and WCC per group of equal-capacity nodes."""
-    c = policy.cluster
+def measure(c: ClusterState) -> Fragmentation:
+    """Fragmentation of a cluster state (a policy's ``cluster``); Phi* and WCC per group of equal-capacity nodes."""
     phi = 0
     wcc = True
     for cap, counts in c.demand.items():

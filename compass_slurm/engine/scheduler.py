@@ -43,7 +43,10 @@ the same way; it does no I/O and reads no clock):
   Both return what the policy did in response (migrations), without starting anything.
 - ``drain(now)``: runs the discipline once and returns a ``Step``: the decisions in
   the order made, and every migration (filler pulls and Compact's moves) in order.
-  The policy's ``migration_budget`` is the driver's to set before (the rate limit).
+- The migration budget (the driver's rate limit) is an argument: ``arrive``,
+  ``depart``, ``finish`` and ``drain`` take ``budget`` (None: unlimited) and pass
+  what is left of it to every ``place``, ``compact`` and ``blocked``; ``Step.spent``
+  says what the call used.
 - ``arrive`` = submit + drain and ``depart`` = finish/withdraw + drain: an event-driven
   driver (the simulator, replay) calls these once per event.
 """
@@ -59,7 +62,7 @@ from dataclasses import dataclass, field, replace
 
 from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
-from .policies.base import Policy
+from .policies.base import Compaction, Policy
 
 QUEUES = ("fifo", "backfill")
 
@@ -73,10 +76,13 @@ class Step:
 
     decisions: list[Decision] = field(default_factory=list)
     migrations: list[Migration] = field(default_factory=list)
+    #: migration budget the call used (moves planned, see policies.base.Compaction)
+    spent: int = 0
 
     def extend(self, other: "Step") -> None:
         self.decisions.extend(other.decisions)
         self.migrations.extend(other.migrations)
+        self.spent += other.spent
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ class Scheduler:
         self.queue: dict[str, Entry] = {}
         #: the latest drain's reservation (backfill with a blocked head), else None.
         self.reservation: Reservation | None = None
+        self._budget: int | None = None  # the budget of the drain being run (its argument)
         self._ends: dict[str, tuple[float, int]] = {}  # running job -> (expected end, tiebreak)
         self._by_end: list[tuple[float, int, str]] = []  # the same, sorted
         self._seq = 0
@@ -175,14 +182,14 @@ class Scheduler:
         self.policy.adopt(job, nodes)
         self._expect(job.id, start, limit)
 
-    def finish(self, job_id: str) -> list[Migration]:
+    def finish(self, job_id: str, budget: int | None = None) -> Step:
         """A running job ended: free its GPUs and compact. Starts nothing (call ``drain``)."""
         if job_id not in self.running:
             raise EngineError(f"departure of unknown job {job_id}")
         self._forget(job_id)
-        moves = list(self.policy.remove(job_id))
-        moves.extend(self.policy.compact())
-        return moves
+        step = Step(migrations=list(self.policy.remove(job_id)))
+        _compacted(step, self.policy.compact(budget))
+        return step
 
     def withdraw(self, job_id: str) -> None:
         """A queued job left the queue (cancelled, or Slurm started it elsewhere)."""
@@ -199,24 +206,26 @@ class Scheduler:
         now: float = 0.0,
         limit: float | None = None,
         managed: bool = True,
+        budget: int | None = None,
     ) -> Step:
         """Queue ``job`` (behind anything already waiting) and start whatever now may start."""
         self.submit(job, eligible, limit, managed)
-        return self.drain(now)
+        return self.drain(now, budget)
 
-    def depart(self, job_id: str, *, now: float = 0.0) -> Step:
+    def depart(self, job_id: str, *, now: float = 0.0, budget: int | None = None) -> Step:
         """``job_id`` ended (or left the queue): free its GPUs, compact, start what now may start."""
         if job_id in self.queue:
             self.withdraw(job_id)
-            return self.drain(now)
-        step = Step(migrations=self.finish(job_id))
-        step.extend(self.drain(now))
+            return self.drain(now, budget)
+        step = self.finish(job_id, budget)
+        step.extend(self.drain(now, _less(budget, step.spent)))
         return step
 
     # -- the disciplines ---------------------------------------------------------------------
 
-    def drain(self, now: float = 0.0) -> Step:
+    def drain(self, now: float = 0.0, budget: int | None = None) -> Step:
         step = Step()
+        self._budget = budget
         self.reservation = None
         if self.discipline == "fifo":
             # Only the head can start, so never walk (or copy) the whole queue.
@@ -235,10 +244,10 @@ class Scheduler:
 
         Only for managed jobs: the policy does not place the others, Slurm does.
         """
-        moves = self.policy.blocked(head.job, head.eligible)
-        if not moves:
+        done = self.policy.blocked(head.job, head.eligible, self._left(step))
+        _compacted(step, done)
+        if not done.moves:
             return False
-        step.migrations.extend(moves)
         return self._start(head, None, now, step)
 
     def _backfill(self, now: float, step: Step) -> None:
@@ -312,10 +321,11 @@ class Scheduler:
         policy = self.policy
         if not entry.managed:
             return self._start_foreign(entry, eligible, now, step, res)
-        decision = policy.place(job, eligible)
+        decision = policy.place(job, eligible, self._left(step))
         if decision is None:
             return False
         step.migrations.extend(decision.migrations)  # filler pulls happen before Compact's moves
+        step.spent += len(decision.migrations)
         if res is not None and not self._within_spare(job.id, res):
             # The policy stacked instances beyond a reserved node's spare: not this job, not now.
             step.migrations.extend(policy.remove(job.id))
@@ -324,7 +334,7 @@ class Scheduler:
         self._unshape(entry)
         step.decisions.append(decision)
         self._expect(job.id, now, entry.limit)
-        step.migrations.extend(policy.compact())
+        _compacted(step, policy.compact(self._left(step)))
         return True
 
     def _start_foreign(
@@ -348,8 +358,12 @@ class Scheduler:
         self._unshape(entry)
         step.decisions.append(Decision(job.id, names, job.gpus, "not managed: placed by Slurm, adopted pinned"))
         self._expect(job.id, now, entry.limit)
-        step.migrations.extend(self.policy.compact())
+        _compacted(step, self.policy.compact(self._left(step)))
         return True
+
+    def _left(self, step: Step) -> int | None:
+        """What is left of the drain's budget after what ``step`` spent."""
+        return _less(self._budget, step.spent)
 
     def _within_spare(self, job_id: str, res: Reservation) -> bool:
         c = self.policy.cluster
@@ -496,6 +510,16 @@ class Scheduler:
         while heap[0][1] not in self.queue:
             heapq.heappop(heap)
         return heap[0][0]
+
+
+def _compacted(step: Step, done: Compaction) -> None:
+    step.migrations.extend(done.moves)
+    step.spent += done.spent
+
+
+def _less(budget: int | None, spent: int) -> int | None:
+    """What is left of ``budget`` after ``spent``."""
+    return None if budget is None else max(0, budget - spent)
 
 
 def _shape(entry: Entry) -> tuple:

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..engine.model import Decision, Job
+from ..engine.model import Decision, Job, Migration
 from ..engine.policies.base import Policy
 from .store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord
 
@@ -30,10 +30,18 @@ class CycleReport:
     departed: list[str] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     sample: SampleRecord | None = None
+    #: migrations the engine may still plan this cycle: the rate limit's budget at the start, less what it spent
+    budget: int = 0
 
     def error(self, kind: str, message: str) -> None:
         log.error("%s: %s", kind, message)
         self.errors.append(ErrorRecord(kind=kind, message=message))
+
+    def compact(self, policy: Policy) -> tuple[Migration, ...]:
+        """Compact within what is left of the cycle's migration budget."""
+        moves, spent = policy.compact(self.budget)
+        self.budget -= spent
+        return moves
 
 
 @dataclass

@@ -168,7 +168,7 @@ class Daemon:
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.books.forget()
             self._take_over(obs, policy, now)
-        policy.migration_budget = self.rate.budget(now)
+        report.budget = self.rate.budget(now)
         return policy, mirror(policy, obs, self.books, report)
 
     def _take_over(self, obs: Observation, policy: Policy, now: float) -> None:
@@ -219,7 +219,7 @@ class Daemon:
                 continue
             try:
                 candidates = policy.candidates(p.job, p.eligible)
-                decision = policy.place(p.job, p.eligible)
+                decision = policy.place(p.job, p.eligible, report.budget)
             except EngineError as err:
                 # The engine may be left half-changed: rebuild it from Slurm next cycle.
                 report.error("engine", f"job {p.job.id}: {err}; rebuilding the engine state next cycle")
@@ -230,8 +230,9 @@ class Daemon:
                 continue
             blocked.clear()
             decision = replace(decision, candidates=candidates)
+            report.budget -= len(decision.migrations)
             moves += decision.migrations
-            moves += policy.compact()
+            moves += report.compact(policy)
             after = fragmentation(policy)
             fresh.append((p, decision, "replanned" if p.job.id in replanned else "placed", frag, after))
             frag = after

@@ -35,7 +35,7 @@ ANCHORS_HEADER = "# compass-anchors v1 generated={generated} policy={policy} cyc
 def fragmentation(policy: Policy) -> Fragmentation | None:
     """The policy's fragmentation now; None when the adopted allocations exceed the nodes."""
     try:
-        return measure(policy)
+        return measure(policy.cluster)
     except EngineError:  # no feasible placement to compare with
         return None
 
@@ -45,7 +45,7 @@ def sample(obs: Observation, policy: Policy, report: CycleReport, duration: floa
     if frag is None:
         report.error("engine", "fragmentation not measurable: running demand exceeds the nodes")
         return None
-    orphans = getattr(policy, "orphans", lambda: 0)()
+    orphans = policy.orphans()
     return SampleRecord(
         nodes=frag.nodes, gpus=frag.gpus, gpus_used=frag.gpus_used, partial=frag.partial,
         phi_star=frag.phi_star, sif=frag.sif, sif_bound=frag.sif_bound, wcc=frag.wcc,

@@ -148,7 +148,7 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         _cell(translator.slurm_nodes[view.name], view, violations.get(view.name, "")) for view in adopted.view()
     )
     return Status(
-        fragmentation=measure(adopted),
+        fragmentation=measure(adopted.cluster),
         policy=policy,
         partition=partition,
         slurm_version=state.version,
@@ -157,7 +157,7 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         partitions=_summaries(state, cells, partition),
         pending=tuple(blocked_jobs(translator)),
         abs_violations=violations,
-        orphans=getattr(adopted, "orphans", lambda: 0)(),  # only ABS policies have orphans
+        orphans=adopted.orphans(),
     )
 
 

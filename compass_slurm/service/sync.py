@@ -61,7 +61,7 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
         report.adopted.append(job_id)
         log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
                  "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
-    moves += policy.compact()
+    moves += report.compact(policy)
     return moves
 
 

@@ -33,6 +33,7 @@ from ..engine.policies.base import make_policy
 from ..engine.policies.slurm_like import slurm_nodes
 from ..engine.rate_limit import RateLimit
 from ..engine.scheduler import Scheduler, Step
+from ..native_stdout import native_stdout_silenced
 from .metrics import Metrics, Timeline, summarize
 from .workloads import SimJob
 
@@ -68,7 +69,8 @@ class SimResult:
 
 def simulate(jobs: Sequence[SimJob], config: SimConfig, progress: Callable[[int], None] | None = None) -> SimResult:
     """Run ``jobs`` (in submit order) through ``config.policy`` on ``config.nodes``."""
-    return Simulation(jobs, config).run(progress)
+    with native_stdout_silenced():  # the Phi* solver's native output must not mix with a report on stdout
+        return Simulation(jobs, config).run(progress)
 
 
 def unplaceable(jobs: Sequence[SimJob], nodes: Sequence[Node]) -> str | None:
@@ -134,15 +136,14 @@ class Simulation:
                 del end[job_id]
                 self.now = t
                 self._finished(job_id)
-                self.policy.migration_budget = self.rate.budget(t)
-                step = scheduler.depart(job_id, now=t)
+                step = scheduler.depart(job_id, now=t, budget=self.rate.budget(t))
             elif i < n:
                 sj = jobs[i]
                 i += 1
                 t = self.now = sj.submit
                 self.arrived += 1
-                self.policy.migration_budget = self.rate.budget(t)
-                step = scheduler.arrive(sj.job, now=t, limit=sj.duration, managed=sj.managed)
+                step = scheduler.arrive(sj.job, now=t, limit=sj.duration, managed=sj.managed,
+                                        budget=self.rate.budget(t))
             else:
                 break
             self._apply(step)
@@ -215,7 +216,7 @@ class Simulation:
         heapq.heappush(self.heap, (at, self.seq, job_id))
 
     def _sample(self) -> None:
-        f = measure(self.policy)
+        f = measure(self.policy.cluster)
         tl = self.timeline
         tl.time.append(self.now)
         tl.queued.append(len(self.scheduler.queue))
@@ -250,9 +251,7 @@ class Simulation:
         budget = self.config.migrations_per_hour
         if budget is not None and self.rate.budget(self.now) is not None and len(self.rate.times) > budget:
             raise InvariantError(f"{where}: {len(self.rate.times)} migrations in the last hour exceed {budget}")
-        policy_check = getattr(self.policy, "check", None)
-        if policy_check is not None:
-            try:
-                policy_check()
-            except AssertionError as err:
-                raise InvariantError(f"{where}: {self.config.policy}: {err}") from None
+        try:
+            self.policy.check()
+        except AssertionError as err:
+            raise InvariantError(f"{where}: {self.config.policy}: {err}") from None

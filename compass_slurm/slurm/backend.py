@@ -16,7 +16,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Literal, TextIO
 
 from . import names
 from .errors import SlurmError
@@ -157,10 +157,16 @@ class Backend(ABC):
             time.sleep(poll)
 
 
-class RecordingBackend(Backend, ABC):
-    """Records (and prints) the scontrol commands it is asked to run instead of running them."""
+#: print to whatever ``sys.stdout`` is when printing (a driver may re-point it), not at construction
+STDOUT = "stdout"
 
-    def __init__(self, out: TextIO | None = sys.stdout, render: Callable[[list[str]], str] = " ".join) -> None:
+Out = TextIO | None | Literal["stdout"]
+
+
+class RecordingBackend(Backend, ABC):
+    """Records (and prints to ``out``; None: silent) the scontrol commands it is asked to run instead of running them."""
+
+    def __init__(self, out: Out = STDOUT, render: Callable[[list[str]], str] = " ".join) -> None:
         self.out = out
         self.render = render
         self.commands: list[list[str]] = []
@@ -168,7 +174,7 @@ class RecordingBackend(Backend, ABC):
     def scontrol(self, argv: list[str]) -> None:
         self.commands.append(list(argv))
         if self.out is not None:
-            print(self.render(argv), file=self.out)
+            print(self.render(argv), file=sys.stdout if self.out == STDOUT else self.out)
 
     def wait_requeued(self, job_id: str, timeout: float, poll: float = 0.2) -> None:
         """Nothing was requeued, so nothing to wait for."""
@@ -179,7 +185,7 @@ class DryRunBackend(RecordingBackend):
 
     name = "dry-run"
 
-    def __init__(self, inner: Backend, out: TextIO | None = sys.stdout,
+    def __init__(self, inner: Backend, out: Out = STDOUT,
                  render: Callable[[list[str]], str] = " ".join) -> None:
         super().__init__(out, render)
         self.inner = inner

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
-from typing import TextIO
 
 from ..atomic import write_atomic
-from .backend import RecordingBackend
+from .backend import STDOUT, Out, RecordingBackend
 from .errors import SlurmParseError
 from .state import SlurmState
 
@@ -60,12 +58,12 @@ class SnapshotBackend(RecordingBackend):
 
     name = "snapshot"
 
-    def __init__(self, state: SlurmState, out: TextIO | None = sys.stdout) -> None:
+    def __init__(self, state: SlurmState, out: Out = STDOUT) -> None:
         super().__init__(out)
         self.state = state
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], out: TextIO | None = sys.stdout) -> SnapshotBackend:
+    def from_file(cls, path: str | os.PathLike[str], out: Out = STDOUT) -> SnapshotBackend:
         return cls(load(path), out)
 
     def read_state(self) -> SlurmState:

@@ -6,7 +6,7 @@ import pytest
 
 from compass_slurm.engine.fragmentation import measure, wcc_holds
 from compass_slurm.engine.model import Job, Migration, Node
-from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.policies.base import Compaction, make_policy
 from compass_slurm.engine.policies.compass import Compass
 from compass_slurm.engine.scheduler import Scheduler
 
@@ -182,7 +182,7 @@ def test_removing_a_multi_instance_job_frees_every_instance():
     scheduler.arrive(Job("h", 2, 4))
     scheduler.depart("g")
     assert layout(scheduler.policy) == {"n0": [("h", 0, 4), ("h", 1, 4)]}
-    assert measure(scheduler.policy).partial == 0
+    assert measure(scheduler.policy.cluster).partial == 0
 
 
 # -- Compact: the three drain passes and the repair step -------------------------------------------
@@ -191,7 +191,7 @@ def test_removing_a_multi_instance_job_frees_every_instance():
 @pytest.mark.parametrize("name", ["compass", "compass-literal"])
 def test_pool_drain_moves_the_emptiest_pool_into_the_fullest(name):
     policy = built(name, 3, [ones("p", "n0", 5), ones("q", "n1", 2), ones("r", "n2", 3)])
-    moves = policy.compact()
+    moves = policy.compact().moves
     # n1 (room 6) drains into n0 (room 3, then 2, 1), then n2 (room 5) tops up n0 and keeps the rest.
     assert moves == (
         Migration("q", 0, "n1", "n0"),
@@ -202,13 +202,13 @@ def test_pool_drain_moves_the_emptiest_pool_into_the_fullest(name):
         "n0": [("p", k, 1) for k in range(5)] + [("q", 0, 1), ("q", 1, 1), ("r", 0, 1)],
         "n2": [("r", 1, 1), ("r", 2, 1)],
     }
-    assert policy.compact() == ()
+    assert policy.compact().moves == ()
 
 
 @pytest.mark.parametrize("name", ["compass", "compass-literal"])
 def test_width4_drain_merges_two_half_nodes(name):
     policy = built(name, 3, [one("a", 4, "n0"), one("b", 3, "n1"), one("x", 1, "n1")])
-    moves = policy.compact()
+    moves = policy.compact().moves
     assert moves == (Migration("b", 0, "n1", "n0"), Migration("x", 0, "n1", "n0"))
     assert layout(policy) == {"n0": [("a", 0, 4), ("b", 0, 3), ("x", 0, 1)]}
     assert policy.abs.role[("x", 0)][0] == "filler"  # the slot moved whole, fillers included
@@ -217,14 +217,14 @@ def test_width4_drain_merges_two_half_nodes(name):
 @pytest.mark.parametrize("name", ["compass", "compass-literal"])
 def test_width2_drain_packs_two_slots_onto_the_fuller_node(name):
     policy = built(name, 3, [one("a", 2, "n0"), one("b", 2, "n0"), one("c", 2, "n2")])
-    moves = policy.compact()
+    moves = policy.compact().moves
     assert moves == (Migration("c", 0, "n2", "n0"),)
     assert layout(policy) == {"n0": [("a", 0, 2), ("b", 0, 2), ("c", 0, 2)]}
 
 
 def test_width8_slots_never_move():
     policy = built("compass", 2, [one("six", 6, "n0"), one("seven", 7, "n1")])
-    assert policy.compact() == ()
+    assert policy.compact().moves == ()
     assert layout(policy) == {"n0": [("six", 0, 6)], "n1": [("seven", 0, 7)]}
 
 
@@ -232,12 +232,12 @@ def test_repair_merges_what_the_drain_passes_cannot():
     # {4, 2} with D = 2 and {4} with D = 4: no single slot move helps; only a re-pack does.
     placements = [one("a", 4, "n0"), one("c", 2, "n1"), one("d", 4, "n1")]
     literal = built("compass-literal", 3, placements)
-    assert literal.compact() == ()
+    assert literal.compact().moves == ()
     policy = built("compass", 3, placements)
-    moves = policy.compact()
+    moves = policy.compact().moves
     assert sorted(moves, key=lambda m: m.job) == [Migration("a", 0, "n0", "n1"), Migration("c", 0, "n1", "n0")]
     assert layout(policy) == {"n0": [("c", 0, 2)], "n1": [("a", 0, 4), ("d", 0, 4)]}
-    assert policy.compact() == ()
+    assert policy.compact().moves == ()
 
 
 # -- the reason repair exists: a reachable state that breaks the literal reading ----------------
@@ -271,7 +271,7 @@ def test_literal_compact_ends_with_three_partial_nodes_where_phi_star_is_zero():
         "n1": [("c", 0, 2), ("d", 0, 4)],
         "n2": [("ones", k, 1) for k in range(6)],
     }
-    frag = measure(policy)
+    frag = measure(policy.cluster)
     assert wcc_holds(policy.cluster.demand[8], 8)
     assert (frag.wcc, frag.partial, frag.phi_star) == (True, 3, 0)
     assert frag.sif > frag.sif_bound
@@ -282,9 +282,9 @@ def test_compass_on_the_same_events_stays_within_the_bound():
     scheduler = Scheduler(make_policy("compass", cluster(4)))
     for kind, what in BOUND_BREAKER:
         scheduler.arrive(what) if kind == "arrive" else scheduler.depart(what)
-        frag = measure(scheduler.policy)
+        frag = measure(scheduler.policy.cluster)
         assert frag.partial - frag.phi_star <= 2 and frag.partial <= 2
-    assert measure(scheduler.policy).partial == 2
+    assert measure(scheduler.policy.cluster).partial == 2
     assert layout(scheduler.policy) == {
         "n0": [("c", 0, 2)],
         "n1": [("a", 0, 4), ("d", 0, 4)],
@@ -318,7 +318,7 @@ def test_a_filler_without_a_home_stays_as_a_counted_reported_orphan():
     assert policy.orphans() == 1
     assert policy.abs_violations() == {"n0": "orphaned fillers: filler#0 (1 GPU)"}
     policy.check()
-    frag = measure(policy)
+    frag = measure(policy.cluster)
     assert frag.partial - frag.phi_star <= 2
 
 
@@ -357,11 +357,9 @@ def test_an_orphan_counts_against_residue_and_ends_when_its_node_loses_its_slots
 
 def test_pinned_instances_never_move():
     policy = built("compass", 2, [one("a", 4, "n0", migratable=False), one("b", 4, "n1", migratable=False)])
-    assert policy.compact() == ()
-    assert policy.pinned_partial() == ["n0", "n1"]
+    assert policy.compact().moves == ()
     policy = built("compass", 2, [one("a", 4, "n0"), one("b", 4, "n1", migratable=False)])
-    assert policy.compact() == (Migration("a", 0, "n0", "n1"),)
-    assert policy.pinned_partial() == []
+    assert policy.compact().moves == (Migration("a", 0, "n0", "n1"),)
 
 
 def test_pinned_pool_ones_are_not_pulled_as_fillers():
@@ -372,15 +370,12 @@ def test_pinned_pool_ones_are_not_pulled_as_fillers():
 
 def test_the_migration_budget_is_honoured_and_spent():
     policy = built("compass", 4, [ones("p", "n0", 5), ones("q", "n1", 2), ones("r", "n2", 3)])
-    policy.migration_budget = 1
-    assert policy.compact() == (Migration("q", 0, "n1", "n0"),)
-    assert policy.migration_budget == 0
-    assert policy.compact() == ()
-    policy.migration_budget = 0
-    decision = place(policy, "t", 3)  # the slot opens; no filler may be pulled
+    assert policy.compact(1) == Compaction((Migration("q", 0, "n1", "n0"),), 1)
+    assert policy.compact(0) == Compaction((), 0)
+    decision = policy.place(Job("t", 1, 3), budget=0)  # the slot opens; no filler may be pulled
     assert decision.migrations == ()
-    policy.migration_budget = None
-    assert len(policy.compact()) >= 1
+    done = policy.compact()
+    assert len(done.moves) >= 1 and done.spent >= len(done.moves)
 
 
 # -- adopting observed placements ----------------------------------------------------------------
@@ -426,7 +421,7 @@ def test_unavailable_nodes_are_never_candidates():
     for name in ("n2", "n3"):
         policy.set_available(name, False)
     assert policy.place(Job("z", 1, 1)) is None
-    assert all(m.dst not in ("n0", "n1") for m in policy.compact())
+    assert all(m.dst not in ("n0", "n1") for m in policy.compact().moves)
 
 
 def test_eligible_nodes_restrict_the_choice():
@@ -456,7 +451,6 @@ def test_a_job_is_placed_all_or_nothing():
     # Each 3-GPU instance pulls a filler from n0 before the third one finds no room on n1.
     assert policy.place(Job("g", 3, 3), eligible=["n1"]) is None
     assert policy.view() == before
-    assert policy.migration_budget is None
     policy.check()
     assert "g" not in policy.cluster.jobs
     pulls = policy.place(Job("g", 2, 3), eligible=["n1"]).migrations

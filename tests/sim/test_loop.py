@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compass_slurm.engine.model import Job, Migration
+from compass_slurm.engine.policies.base import Compaction
 from compass_slurm.engine.policies.baselines import FirstFit
 from compass_slurm.sim import loop
 from compass_slurm.sim.loop import InvariantError, SimConfig, Simulation, simulate
@@ -36,9 +37,9 @@ class Mover(FirstFit):
         self.departed = True
         return super()._remove(job_id)
 
-    def compact(self):
+    def compact(self, budget=None):
         if not self.departed:
-            return ()
+            return Compaction()
         self.departed = False
         c = self.cluster
         moves = []
@@ -46,7 +47,7 @@ class Mover(FirstFit):
             if c.free_gpus(0) >= gpus:
                 c.move(key, 0)
                 moves.append(Migration(key[0], key[1], c.nodes[1].name, c.nodes[0].name))
-        return tuple(moves)
+        return Compaction(tuple(moves), len(moves))
 
 
 @pytest.fixture

@@ -79,9 +79,6 @@ class AbsState:
         used += sum(self.c.gpus_of(k) for k in self.extras[i])
         return self.c.capacity[i] - used
 
-    def vacancy_of(self, i: int) -> int:
-        return sum(s.vacancy for s in self.slots[i])
-
     def refresh(self, i: int) -> None:
         """Recompute node i's membership in every index from its contents (runs on every change)."""
         c = self.c
@@ -160,9 +157,6 @@ class AbsState:
         self.refresh(i)
         return role, slot
 
-    def slot_of(self, key: InstanceKey) -> Slot | None:
-        return self.role[key][1]
-
     def take_slot(self, i: int, slot: Slot) -> None:
         """Lift a whole slot (anchor and fillers) off node i, keeping its roles, to put it elsewhere."""
         self.slots[i].remove(slot)
@@ -172,11 +166,11 @@ class AbsState:
         self.slots[i].append(slot)
         self.refresh(i)
 
-    def partial_hosts(self, cap: int, min_residue: int = 1) -> list[int]:
-        """Available slotted nodes of one capacity group with residue >= ``min_residue``."""
+    def partial_hosts(self, cap: int) -> list[int]:
+        """Available slotted nodes of one capacity group with residue left (not full)."""
         buckets = self.residue[cap]
         out: list[int] = []
-        for d in range(max(min_residue, 0), cap + 1):
+        for d in range(1, cap + 1):
             bucket = buckets.bucket(d)
             if bucket:  # most are empty; listing one sorts it (Compact calls this on every event)
                 out.extend(bucket)

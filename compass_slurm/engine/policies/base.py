@@ -3,18 +3,41 @@
 A policy owns a ClusterState and answers four events: place a job, remove a job,
 compact, and adopt an allocation it did not make. It does no I/O and reads no
 clock, so the replay, the simulator and the daemon drive the same objects.
+
+The contract (checked for every registered policy by tests/engine/test_purity.py):
+
+- Events change the state: ``place(job, eligible, budget)``, ``remove(job_id)``,
+  ``compact(budget)``, ``adopt(job, nodes)``, ``set_available(node, flag)``.
+- Queries never do: ``view()``, ``anchor(g)``, ``candidates(job)``, ``role(i)``,
+  ``abs_violations()``, ``orphans()``, ``check()`` and a GreedyPolicy's ``choose``
+  leave the state (and so every later decision) exactly as they found it.
+- The migration budget is an argument, never an attribute: ``compact(budget)``
+  returns a :class:`Compaction` (the netted moves and the budget spent), and
+  ``place(job, eligible, budget)`` spends one unit per migration in
+  ``Decision.migrations`` (fillers pulled into a new slot). ``None`` is unlimited.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ..cluster import ClusterState
-from ..model import Decision, EngineError, Job, Migration, Node, NodeView, Placed
+from ..model import Decision, EngineError, InstanceKey, Job, Migration, Node, NodeView, Placed
 
 _REGISTRY: dict[str, type["Policy"]] = {}
+
+
+class Compaction(NamedTuple):
+    """What one ``compact(budget)`` did: the moves to carry out, and the budget they cost.
+
+    ``moves`` are netted (one per instance, round trips dropped); ``spent`` counts every
+    move planned on the way, netted or not, which is what the budget capped.
+    """
+
+    moves: tuple[Migration, ...] = ()
+    spent: int = 0
 
 
 def register(cls: type["Policy"]) -> type["Policy"]:
@@ -55,20 +78,21 @@ class Policy(ABC):
         if config:
             raise EngineError(f"policy {self.name}: unknown option(s) {', '.join(sorted(config))}")
         self.cluster = ClusterState(nodes)
-        #: migrations still allowed; None means unlimited. Drivers set it (the daemon's rate limit).
-        self.migration_budget: int | None = None
 
     # -- events ----------------------------------------------------------------------------
 
-    def place(self, job: Job, eligible: Collection[str] | None = None) -> Decision | None:
-        """Place every instance of ``job`` or none; None leaves the state untouched."""
+    def place(self, job: Job, eligible: Collection[str] | None = None, budget: int | None = None) -> Decision | None:
+        """Place every instance of ``job`` or none; None leaves the state untouched.
+
+        ``budget`` caps the running instances the placement may move (``Decision.migrations``).
+        """
         c = self.cluster
         if job.id in c.jobs:
             raise EngineError(f"job {job.id} is already running")
         if job.gpus > c.max_gpus:
             raise EngineError(f"job {job.id}: {job.gpus} GPUs per instance exceed the largest node ({c.max_gpus})")
         allowed = None if eligible is None else frozenset(self._indexes(eligible))
-        return self._place(job, allowed)
+        return self._place(job, allowed, budget)
 
     def remove(self, job_id: str) -> tuple[Migration, ...]:
         """The job ended: free its GPUs. Returns the migrations the policy made in response."""
@@ -76,17 +100,22 @@ class Policy(ABC):
             raise EngineError(f"job {job_id} is not running")
         return self._remove(job_id)
 
-    def compact(self) -> tuple[Migration, ...]:
-        """Called after every arrival and departure; baselines never migrate."""
-        return ()
+    def compact(self, budget: int | None = None) -> Compaction:
+        """Called after every arrival and departure; at most ``budget`` moves (None: no limit).
 
-    def blocked(self, job: Job | None, eligible: Collection[str] | None = None) -> tuple[Migration, ...]:
+        Baselines never migrate.
+        """
+        return Compaction()
+
+    def blocked(self, job: Job | None, eligible: Collection[str] | None = None,
+                budget: int | None = None) -> Compaction:
         """The scheduler's word after each drain: ``job`` heads the queue and does not fit (None: nothing waits).
 
-        A policy may migrate to make room for it (on-demand defragmentation) and return
-        the moves; the scheduler then tries the job again. Baselines never migrate.
+        A policy may migrate, within ``budget``, to make room for it (on-demand
+        defragmentation) and return the moves; the scheduler then tries the job again.
+        Baselines never migrate.
         """
-        return ()
+        return Compaction()
 
     def adopt(self, job: Job, nodes: Sequence[str]) -> None:
         """Record an allocation made elsewhere (``nodes[i]`` hosts instance i)."""
@@ -138,10 +167,17 @@ class Policy(ABC):
         """Nodes whose contents break the policy's own invariants, with why (ABS policies only)."""
         return {}
 
+    def orphans(self) -> int:
+        """1-GPU instances left on slotted nodes without a slot (ABS policies only)."""
+        return 0
+
+    def check(self) -> None:
+        """Assert the policy's own structure agrees with the raw accounting (debug mode, tests)."""
+
     # -- what subclasses implement ---------------------------------------------------------
 
     @abstractmethod
-    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None: ...
+    def _place(self, job: Job, allowed: frozenset[int] | None, budget: int | None) -> Decision | None: ...
 
     def _remove(self, job_id: str) -> tuple[Migration, ...]:
         c = self.cluster
@@ -175,35 +211,39 @@ class GreedyPolicy(Policy):
 
     Subclasses only say how to pick: ``choose`` gets the instance size, the nodes
     already holding this job (excluded when the job wants distinct nodes) and the
-    allowed set, and returns a node index or None.
+    allowed set, and returns a node index or None. ``choose`` is a query (``anchor``
+    asks it too); whatever a policy keeps beyond raw counts it updates in ``_claim``
+    and ``_unclaim``.
     """
-
-    rule: ClassVar[str] = ""
 
     @abstractmethod
     def choose(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> int | None: ...
 
-    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+    def _place(self, job: Job, allowed: frozenset[int] | None, budget: int | None) -> Decision | None:
         c = self.cluster
         c.register(job)
         chosen: list[int] = []
         for k in range(job.instances):
             i = self.choose(job.gpus, set(chosen), allowed, job.distinct_nodes)
             if i is None:
-                for kk in range(k):
-                    c.remove((job.id, kk))
+                for kk in reversed(range(k)):
+                    self._unclaim((job.id, kk))
                 c.unregister(job.id)
                 return None
-            c.add((job.id, k), i)
+            self._claim((job.id, k), i)
             chosen.append(i)
-        self._placed(job, chosen)
-        return Decision(job.id, self._names(chosen), job.gpus, self.rule or self.name)
+        return Decision(job.id, self._names(chosen), job.gpus, self.name)
 
     def _next(self, gpus: int) -> int | None:
         return self.choose(gpus, set(), None, False)
 
-    def _placed(self, job: Job, nodes: list[int]) -> None:
-        """Hook after a successful gang placement."""
+    def _claim(self, key: InstanceKey, i: int) -> None:
+        """Put instance ``key`` on node ``i`` (policies with own structure extend this)."""
+        self.cluster.add(key, i)
+
+    def _unclaim(self, key: InstanceKey) -> None:
+        """Undo ``_claim`` for a gang that did not fit."""
+        self.cluster.remove(key)
 
     # Shared candidate search: the buckets give the fast path, a scan handles restrictions.
 

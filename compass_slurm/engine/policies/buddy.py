@@ -62,7 +62,6 @@ class Buddy(GreedyPolicy):
         self._with_level = [MinSet() for _ in range(c.max_gpus.bit_length())]
         self._cells: dict[InstanceKey, list[Cell]] = {}
         self._loose: set[InstanceKey] = set()
-        self._pending: list[tuple[int, Cell]] = []  # (node, cell) taken for the gang being placed
         for i in range(len(c)):
             self._reindex(i)
 
@@ -112,16 +111,7 @@ class Buddy(GreedyPolicy):
     # -- placement -------------------------------------------------------------------------
 
     def choose(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> int | None:
-        level = level_of(gpus)
-        i = self._pick(level, taken, allowed, distinct)
-        if i is None:
-            # GreedyPolicy abandons the gang when choose fails: give back its cells too.
-            for node, cell in self._pending:
-                self._release(node, cell)
-            self._pending.clear()
-            return None
-        self._pending.append((i, self._take(i, level)))
-        return i
+        return self._pick(level_of(gpus), taken, allowed, distinct)
 
     def _next(self, gpus: int) -> int | None:
         # choose() takes a cell for the gang being placed; a query must not.
@@ -143,10 +133,15 @@ class Buddy(GreedyPolicy):
         )
         return min(ranked, default=(None, None))[1]
 
-    def _placed(self, job: Job, nodes: list[int]) -> None:
-        for k, (_, cell) in enumerate(self._pending):
-            self._cells[(job.id, k)] = [cell]
-        self._pending.clear()
+    def _claim(self, key: InstanceKey, i: int) -> None:
+        super()._claim(key, i)
+        self._cells[key] = [self._take(i, level_of(self.cluster.gpus_of(key)))]
+
+    def _unclaim(self, key: InstanceKey) -> None:
+        i = self.cluster.location[key]
+        for cell in self._cells.pop(key):
+            self._release(i, cell)
+        super()._unclaim(key)
 
     def _remove(self, job_id: str) -> tuple[Migration, ...]:
         c = self.cluster

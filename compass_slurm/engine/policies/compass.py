@@ -8,37 +8,46 @@ Three registered variants share this code:
   placed outside ABS, and Compact brings it back into ABS when it can.
 
 Every move of a running instance is returned as a Migration. Instances of jobs
-that are not migratable are pinned: nothing here moves them. When the driver
-sets ``migration_budget``, a move that would exceed it is not made.
+that are not migratable are pinned: nothing here moves them. A move that would
+exceed the budget the driver passes to ``place`` or ``compact`` is not made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from enum import Enum
 from typing import ClassVar
 
 from ..fragmentation import slot_width, slot_widths
 from ..index import Buckets, MinSet
-from ..model import Decision, InstanceKey, Job, Migration
+from ..model import Decision, EngineError, InstanceKey, Job, Migration
 from .abs_state import ANCHOR, EXTRA, FILLER, ONE, AbsState, Slot
-from .base import Policy, register
+from .base import Compaction, Policy, register
 
-Spot = tuple[int, str, Slot | None]  # node, how it was chosen, the slot with a vacancy (fillers only)
+
+class Rule(Enum):
+    """The COMPASS rule that chose a node for an instance; the value is what the decision log says."""
+
+    SLOT = "anchor slot on the best-fit slotted node"
+    NEW_SLOT = "anchor slot on a newly opened node"
+    VACANCY = "filler in a slot vacancy"
+    POOL = "1-GPU instance on the fullest partial pool node"
+    NEW_POOL = "1-GPU instance on a newly opened pool node"
+    ORPHAN = "outside ABS: 1-GPU instance in slotted-node residue (work-conserving)"
+    EXTRA = "outside ABS: best raw fit (work-conserving)"
+
+
+#: rules that open a slot for the instance (an anchor)
+SLOT_RULES = frozenset({Rule.SLOT, Rule.NEW_SLOT})
+#: rules outside ABS (compass-wc's fallback)
+OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
+
+Spot = tuple[int, Rule, Slot | None]  # node, the rule that chose it, the slot with a vacancy (fillers only)
 Unit = Slot | InstanceKey  # what Compact moves as one piece: a whole slot, or one orphan
 # Under COMPASS a capacity group has at most a few non-full slotted nodes; hundreds
 # only occur after adopting a foreign placement, where the quadratic first-fit plan
 # would cost seconds per event and the drains converge more cheaply.
 REPAIR_MAX_HOSTS = 64
-
-_RULES = {
-    "slot": "anchor slot on the best-fit slotted node",
-    "new-slot": "anchor slot on a newly opened node",
-    "vacancy": "filler in a slot vacancy",
-    "pool": "1-GPU instance on the fullest partial pool node",
-    "new-pool": "1-GPU instance on a newly opened pool node",
-    "orphan": "outside ABS: 1-GPU instance in slotted-node residue (work-conserving)",
-    "extra": "outside ABS: best raw fit (work-conserving)",
-}
 
 
 @register
@@ -55,6 +64,9 @@ class Compass(Policy):
         self.abs = AbsState(self.cluster)
         #: the blocked queue head the scheduler last reported (on-demand variants)
         self.wanted: Job | None = None
+        # The budget of the event being handled (place, compact, blocked): set on entry, never by drivers.
+        self._left: int | None = None
+        self._spent = 0
 
     # -- views -------------------------------------------------------------------------------
 
@@ -76,46 +88,47 @@ class Compass(Policy):
     def orphans(self) -> int:
         return sum(len(self.abs.ones[i]) for i in self.abs.orphaned)
 
-    def pinned_partial(self) -> list[str]:
-        """Partial nodes that hold a pinned instance: what keeps the cluster off the bound."""
-        c = self.cluster
-        return [c.nodes[i].name for i in c.partial if any(c.is_pinned(k) for k in c.on_node[i])]
-
     # -- Place ---------------------------------------------------------------------------------
 
-    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+    def _place(self, job: Job, allowed: frozenset[int] | None, budget: int | None) -> Decision | None:
         # A single instance that finds no spot is refused before anything changes: no pre-check needed.
         if job.instances > 1 and not self._may_fit(job, allowed):
             return None
-        c, a = self.cluster, self.abs
+        c = self.cluster
         c.register(job)
-        budget = self.migration_budget
+        self._open_budget(budget)
         chosen: list[int] = []
-        hows: list[str] = []
+        rules: list[Rule] = []
         pulls: list[Migration] = []
         for k in range(job.instances):
             spot = self._spot(job.gpus, allowed, set(chosen) if job.distinct_nodes else set())
             if spot is None:
                 self._undo_place(job.id, k, pulls)
-                self.migration_budget = budget
                 return None
-            i, how, slot = spot
             key = (job.id, k)
-            c.add(key, i)
-            if how in ("slot", "new-slot"):
-                new = a.add_slot(i, slot_width(job.gpus, c.capacity[i]), key)
-                pulls.extend(self._fill(new, i))
-            elif how == "vacancy":
-                assert slot is not None
-                a.add_filler(i, slot, key)
-            elif how == "extra":
-                a.add_extra(i, key)
-            else:
-                a.add_one(i, key)
-            chosen.append(i)
-            hows.append(how)
-        rule = "; ".join(dict.fromkeys(_RULES[h] for h in hows))
+            c.add(key, spot[0])
+            new = self._attach(key, spot)
+            if new is not None:
+                pulls.extend(self._fill(new, spot[0]))
+            chosen.append(spot[0])
+            rules.append(spot[1])
+        rule = "; ".join(dict.fromkeys(r.value for r in rules))
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def _attach(self, key: InstanceKey, spot: Spot) -> Slot | None:
+        """Give an instance (already on ``spot``'s node) its ABS role by the rule that chose; a new slot is returned."""
+        i, rule, slot = spot
+        a = self.abs
+        if rule in SLOT_RULES:
+            return a.add_slot(i, slot_width(self.cluster.gpus_of(key), self.cluster.capacity[i]), key)
+        if rule is Rule.VACANCY:
+            assert slot is not None
+            a.add_filler(i, slot, key)
+        elif rule is Rule.EXTRA:
+            a.add_extra(i, key)
+        else:
+            a.add_one(i, key)
+        return None
 
     def candidates(self, job: Job, eligible: Collection[str] | None = None) -> tuple[str, ...]:
         """What the rule for the job's first instance chooses among: the best node of each tier.
@@ -150,20 +163,20 @@ class Compass(Policy):
             # Best fit by residue: the smallest D(n) >= w*(g).
             i = _best_fit(a.residue, caps, lambda cap: range(slot_width(gpus, cap), cap + 1), allowed, exclude)
             if i is not None:
-                return i, "slot", None
+                return i, Rule.SLOT, None
             i = _first_empty(a.empty, caps, allowed, exclude)
             if i is not None:
-                return i, "new-slot", None
+                return i, Rule.NEW_SLOT, None
             return self._outside_abs(gpus, allowed, exclude)
         i = _pick(a.vacant, allowed, exclude)
         if i is not None:
-            return i, "vacancy", next(s for s in a.slots[i] if s.vacancy > 0)
+            return i, Rule.VACANCY, next(s for s in a.slots[i] if s.vacancy > 0)
         i = _best_fit(a.pool_room, caps, lambda cap: range(1, cap), allowed, exclude)
         if i is not None:
-            return i, "pool", None
+            return i, Rule.POOL, None
         i = _first_empty(a.empty, caps, allowed, exclude)
         if i is not None:
-            return i, "new-pool", None
+            return i, Rule.NEW_POOL, None
         return self._outside_abs(gpus, allowed, exclude)
 
     def _outside_abs(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
@@ -175,7 +188,7 @@ class Compass(Policy):
             i = _pick(free.bucket(f), allowed, exclude)
             if i is not None:
                 fits_as_one = gpus == 1 and self.abs.kind(i) == "slotted" and self.abs.residue_of(i) >= 1
-                return i, "orphan" if fits_as_one else "extra", None
+                return i, Rule.ORPHAN if fits_as_one else Rule.EXTRA, None
         return None
 
     def _next(self, gpus: int) -> int | None:
@@ -250,19 +263,25 @@ class Compass(Policy):
 
     # -- Compact -------------------------------------------------------------------------------
 
-    def blocked(self, job: Job | None, eligible: Collection[str] | None = None) -> tuple[Migration, ...]:
+    def blocked(self, job: Job | None, eligible: Collection[str] | None = None,
+                budget: int | None = None) -> Compaction:
         if not self.on_demand:
-            return ()
+            return Compaction()
         self.wanted = job
-        return self.compact() if job is not None else ()
+        return self.compact(budget) if job is not None else Compaction()
 
-    def compact(self) -> tuple[Migration, ...]:
+    def compact(self, budget: int | None = None) -> Compaction:
         if self.on_demand and self.wanted is None:
-            return ()  # nothing waits: spend no migration (the budget is kept for a blocked job)
+            return Compaction()  # nothing waits: spend no migration (the budget is kept for a blocked job)
+        self._open_budget(budget)
+        moves = self._compact()
+        return Compaction(_net(moves), self._spent)
+
+    def _compact(self) -> list[Migration]:
         moves: list[Migration] = []
         moves += self._settle_ones()
-        if self.migration_budget == 0:  # every pass below moves something; skip their search
-            return _net(moves)
+        if self._left == 0:  # every pass below moves something; skip their search
+            return moves
         if self.work_conserving:
             restored = self._restore_extras()
             moves += restored
@@ -276,7 +295,7 @@ class Compass(Policy):
                 moves += self._drain_slots(cap, width)
             if self.repair:
                 moves += self._repack(cap)
-        return _net(moves)
+        return moves
 
     def _settle_ones(self) -> list[Migration]:
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
@@ -290,11 +309,11 @@ class Compass(Policy):
                     a.detach(key)
                     a.add_filler(i, own, key)
                     continue
-                if homeless or self.migration_budget == 0:
+                if homeless or self._left == 0:
                     continue
                 # Opening an empty node for an orphan would add a partial node, not remove one.
                 spot = self._spot(1, None, {i})
-                if spot is None or spot[1] not in ("vacancy", "pool"):
+                if spot is None or spot[1] not in (Rule.VACANCY, Rule.POOL):
                     homeless = True
                     continue
                 if self._can_move(key, spot[0]) and self._spend(1):
@@ -359,28 +378,17 @@ class Compass(Policy):
         for i in list(a.foreign):
             for key in list(a.extras[i]):
                 spot = self._spot(c.gpus_of(key), None, {i})
-                if spot is None or spot[1] in ("extra", "orphan"):
+                if spot is None or spot[1] in OUTSIDE_RULES:
                     continue
-                if not self._can_move(key, spot[0]) or not self._spend(1):
-                    continue
-                j, how, slot = spot
-                a.detach(key)
-                c.move(key, j)
-                if how in ("slot", "new-slot"):
-                    a.add_slot(j, slot_width(c.gpus_of(key), c.capacity[j]), key)
-                elif how == "vacancy":
-                    assert slot is not None
-                    a.add_filler(j, slot, key)
-                else:
-                    a.add_one(j, key)
-                moves.append(self._migration(key, i, j))
+                if self._can_move(key, spot[0]) and self._spend(1):
+                    moves += self._move_one(key, spot)
         return moves
 
     def _drain_pools(self) -> list[Migration]:
         """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
         a = self.abs
         moves: list[Migration] = []
-        while self.migration_budget != 0:
+        while self._left != 0:
             hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
             # Sources from the most room down; pinned ones are skipped without a rescan.
             for src in reversed(hosts):
@@ -389,7 +397,7 @@ class Compass(Policy):
                     continue  # only ever towards the fuller node, or moves could cycle
                 key = self._movable(a.ones[src], dst)
                 if key is not None and self._spend(1):
-                    moves += self._move_one(key, (dst, "pool", None))
+                    moves += self._move_one(key, (dst, Rule.POOL, None))
                     break
             else:
                 return moves
@@ -402,7 +410,7 @@ class Compass(Policy):
         """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
         a = self.abs
         moves: list[Migration] = []
-        while self.migration_budget != 0:
+        while self._left != 0:
             room = {i: a.residue_of(i) // width for i in a.partial_hosts(cap)}
             dsts = sorted((i for i in room if room[i] >= 1), key=lambda i: (room[i], a.residue_of(i), i))
             # Sources from the most room down: move one of their slots to the fullest other host.
@@ -470,17 +478,12 @@ class Compass(Policy):
     # -- moves -----------------------------------------------------------------------------
 
     def _move_one(self, key: InstanceKey, spot: Spot) -> list[Migration]:
-        c, a = self.cluster, self.abs
-        dst, how, slot = spot
-        src = c.location[key]
-        a.detach(key)
-        c.move(key, dst)
-        if how == "vacancy":
-            assert slot is not None
-            a.add_filler(dst, slot, key)
-        else:
-            a.add_one(dst, key)
-        return [self._migration(key, src, dst)]
+        """Move one instance to ``spot``, where it takes the role the spot's rule gives."""
+        c = self.cluster
+        self.abs.detach(key)
+        src = c.move(key, spot[0])
+        self._attach(key, spot)
+        return [self._migration(key, src, spot[0])]
 
     def _move_units(self, plan: list[tuple[Unit, int, int]]) -> list[Migration]:
         """Move whole slots and orphans; all leave before any arrives, so a swap never overcommits."""
@@ -529,12 +532,17 @@ class Compass(Policy):
     def _slot_movable(self, slot: Slot) -> bool:
         return all(self._can_move(k, None) for k in slot.members())
 
+    def _open_budget(self, budget: int | None) -> None:
+        if budget is not None and budget < 0:
+            raise EngineError(f"the migration budget must be >= 0 or None, got {budget}")
+        self._left, self._spent = budget, 0
+
     def _spend(self, n: int) -> bool:
-        if self.migration_budget is None:
-            return True
-        if self.migration_budget < n:
-            return False
-        self.migration_budget -= n
+        if self._left is not None:
+            if self._left < n:
+                return False
+            self._left -= n
+        self._spent += n
         return True
 
     # -- invariants ----------------------------------------------------------------------------

@@ -101,9 +101,9 @@ class FGD(GreedyPolicy):
 
     # -- placement -------------------------------------------------------------------------
 
-    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+    def _place(self, job: Job, allowed: frozenset[int] | None, budget: int | None) -> Decision | None:
         self._observe(job)
-        return super()._place(job, allowed)
+        return super()._place(job, allowed, budget)
 
     def choose(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> int | None:
         table = self._frag_table()

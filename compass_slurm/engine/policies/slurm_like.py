@@ -32,7 +32,7 @@ class SlurmDefault(Policy):
     name = "slurm-default"
     summary = "lowest-index nodes, one consecutive run per gang when possible (select/cons_tres defaults)"
 
-    def _place(self, job: Job, allowed: frozenset[int] | None) -> Decision | None:
+    def _place(self, job: Job, allowed: frozenset[int] | None, budget: int | None) -> Decision | None:
         nodes = slurm_nodes(self.cluster, job, allowed)
         if nodes is None:
             return None
