@@ -26,22 +26,19 @@ def command(events, node_count: int, gpus_per_node: int, policy: str, states: bo
     """Replay arrival/departure EVENTS (JSON Lines, '-' for stdin) through a policy."""
     from ..engine.policies.base import policy_names
     from ..engine.replay import states as replay_states
+    from ..engine.replay import summary as replay_summary
+    from ..native_stdout import native_stdout_silenced
 
     if policy not in policy_names():
         raise UserError(f"unknown policy {policy!r}", hint=f"choose from: {', '.join(policy_names())}")
     nodes = cluster_nodes(node_count, gpus_per_node)
-    summary = {"policy": policy, "nodes": node_count, "gpus_per_node": gpus_per_node, "events": 0,
-               "migrations": 0, "max_partial": 0, "max_sif": 0.0, "pending_at_end": 0}
     try:
-        for state in replay_states(events, nodes, policy):
+        with native_stdout_silenced():
             if states:
-                click.echo(json.dumps(state, separators=(",", ":")))
-            summary["events"] += 1
-            summary["migrations"] += len(state["migrations"])
-            summary["max_partial"] = max(summary["max_partial"], state["partial"])
-            summary["max_sif"] = max(summary["max_sif"], state["sif"])
-            summary["pending_at_end"] = len(state["pending"])
+                for state in replay_states(events, nodes, policy):
+                    click.echo(json.dumps(state, separators=(",", ":")))
+                return
+            totals = replay_summary(events, nodes, policy)
     except EngineError as err:  # a bad event line: the states before it stand, the replay stops
         raise UserError(f"{events.name}: {err}") from None
-    if not states:
-        emit_json(summary)
+    emit_json({"policy": policy, "nodes": node_count, "gpus_per_node": gpus_per_node, **totals})

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import streams
 
 from compass_slurm.cli import cli
+from compass_slurm.engine.model import Node
 from compass_slurm.engine.policies.base import policy_names
+from compass_slurm.engine.replay import states as replay_states
+from compass_slurm.engine.replay import summary as replay_summary
 
 EXAMPLE = resources.files("compass_slurm") / "data" / "example-events.jsonl"
 COMPASS = Path(sys.executable).parent / "compass"
@@ -192,6 +198,40 @@ def test_without_states_a_summary_is_printed():
     assert summary["events"] == len(example_events())
     assert set(summary) == {
         "policy", "nodes", "gpus_per_node", "events", "migrations", "max_partial", "max_sif", "pending_at_end"
+    }
+
+
+@pytest.mark.parametrize("policy", ["compass", "best-fit", "buddy"])
+@pytest.mark.parametrize("nodes", ["4", "8"])
+def test_the_summary_equals_the_fold_over_the_states(policy, nodes):
+    """The summary skips the node map and most Phi* computations; its totals must not change."""
+    text = EXAMPLE.read_text()
+    states = [json.loads(line) for line in replay(text, "--nodes", nodes, "--policy", policy, "--states").stdout.splitlines()]
+    summary = json.loads(replay(text, "--nodes", nodes, "--policy", policy).stdout)
+    assert summary == {
+        "policy": policy, "nodes": int(nodes), "gpus_per_node": 8, "events": len(states),
+        "migrations": sum(len(s["migrations"]) for s in states),
+        "max_partial": max(s["partial"] for s in states), "max_sif": max(0.0, *(s["sif"] for s in states)),
+        "pending_at_end": len(states[-1]["pending"]),
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(streams(pinned=True), st.integers(2, 6), st.sampled_from(["compass", "compass-wc", "first-fit"]))
+def test_the_summary_equals_the_fold_on_random_streams(events, n, policy):
+    arrivals, text = [], []
+    for t, (kind, what) in enumerate(events):
+        if kind == "arrive":
+            arrivals.append(what)
+            text.append(json.dumps(arrive(t, what.id, what.gpus, what.instances, migratable=what.migratable)))
+        elif arrivals[what].id not in {json.loads(x)["job"] for x in text if '"depart"' in x}:
+            text.append(json.dumps(depart(t, arrivals[what].id)))
+    nodes = [Node(f"n{i}", 8) for i in range(n)]
+    states = list(replay_states(text, nodes, policy))
+    assert replay_summary(text, nodes, policy) == {
+        "events": len(states), "migrations": sum(len(x["migrations"]) for x in states),
+        "max_partial": max(x["partial"] for x in states), "max_sif": max(0.0, *(x["sif"] for x in states)),
+        "pending_at_end": len(states[-1]["pending"]),
     }
 
 
