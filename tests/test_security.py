@@ -143,14 +143,12 @@ BAD_JOB_IDS = ["1;rm -rf /", "$(id)", "1 2", "1\n2", "0", "-1", "1_[1-3]", "1" *
 def _actions(job: str, node: str, gpu_type: str | None = None):
     """Every backend method that builds a command line, with one job id, one node name and a GRES type."""
     return [
-        lambda b: b.hold(job),
         lambda b: b.release(job),
         lambda b: b.requeue_hold(job),
-        lambda b: b.start_now(job),
         lambda b: b.renew_lease([job], 60),
         lambda b: b.job_state(job),
-        lambda b: b.set_nodes(job, [node], gpus_per_node=2, gpu_type=gpu_type),
-        lambda b: b.place(job, ["node01", node], gpus_per_node=2, gpu_type=gpu_type),
+        lambda b: b.set_nodes(job, [node], gpus_per_node=2, gpu_type=gpu_type, start_now=True),
+        lambda b: b.set_nodes(job, ["node01", node], gpus_per_node=2, gpu_type=gpu_type),
         lambda b: b.migrate(job, [node, "node02"], gpus_per_node=2, gpu_type=gpu_type),
     ]
 
@@ -187,12 +185,10 @@ def test_bad_node_names_and_gres_types_are_refused_before_any_command(bad):
 def test_good_names_do_reach_the_command_line():
     recorder = Recorder()
     backend = CliBackend(runner=recorder)
-    backend.place("42", ["node01", "node02"], gpus_per_node=2, gpu_type="a100")
+    backend.set_nodes("42", ["node01", "node02"], gpus_per_node=2, gpu_type="a100", start_now=True)
     assert recorder.calls == [
-        ["scontrol", "hold", "42"],
         ["scontrol", "update", "JobId=42", "ReqNodeList=node[01-02]", "NumNodes=2", "TresPerJob=",
-         "TresPerNode=gres:gpu:a100:2"],
-        ["scontrol", "release", "42"],
+         "TresPerNode=gres:gpu:a100:2", "StartTime=now"],
     ]
 
 

@@ -27,10 +27,6 @@ from .state import SlurmState
 _LEAVING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
-def hold_argv(job_id: str) -> list[str]:
-    return ["scontrol", "hold", names.job_id(job_id)]
-
-
 def release_argv(job_id: str) -> list[str]:
     return ["scontrol", "release", names.job_id(job_id)]
 
@@ -101,9 +97,6 @@ class Backend(ABC):
         read_state(); None when this backend has none (the daemon then cycles on its interval only)."""
         return None
 
-    def hold(self, job_id: str) -> None:
-        self.scontrol(hold_argv(job_id))
-
     def release(self, job_id: str) -> None:
         self.scontrol(release_argv(job_id))
 
@@ -122,17 +115,6 @@ class Backend(ABC):
 
     def renew_lease(self, job_ids: Sequence[str], seconds: int) -> None:
         self.scontrol(lease_argv(job_ids, seconds))
-
-    def start_now(self, job_id: str) -> None:
-        self.scontrol(update_argv(job_id, start_now=True))
-
-    def place(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
-              gpu_type: str | None = None) -> None:
-        """Pin a pending job to ``nodes`` and let it start: hold, update, release."""
-        update = update_argv(job_id, nodes, gpus_per_node, gpu_type)  # check before acting: never leave it held
-        self.hold(job_id)
-        self.scontrol(update)
-        self.release(job_id)
 
     def migrate(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
                 gpu_type: str | None = None, timeout: float = 30.0) -> None:

@@ -226,7 +226,6 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
                 priority=f.int("priority"),
                 submit_time=f.int("submit_time"),
                 eligible_time=f.int("eligible_time"),
-                restarts=f.int("restart_cnt"),
                 array_job=array,
                 array_pending=array_pending,
                 array_throttle=throttle,

@@ -193,7 +193,6 @@ def jobs(output: str) -> list[SlurmJob]:
                 priority=r.int("Priority"),
                 submit_time=r.time("SubmitTime"),
                 eligible_time=r.time("EligibleTime"),
-                restarts=r.int("Restarts"),
                 array_job=array if task else "",
                 array_pending="" if task.isdigit() else task.split("%")[0],
                 array_throttle=throttle or 0,

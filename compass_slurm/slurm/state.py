@@ -69,26 +69,8 @@ class SlurmNode:
     reason: str = ""
 
     @property
-    def drained(self) -> bool:
-        """Drain requested and nothing left running."""
-        return "DRAIN" in self.flags and self.state in ("idle", "down")
-
-    @property
-    def draining(self) -> bool:
-        """Drain requested while jobs still run."""
-        return "DRAIN" in self.flags and self.state in ("mixed", "allocated", "completing")
-
-    @property
-    def down(self) -> bool:
-        return self.state == "down" or "DOWN" in self.flags
-
-    @property
     def reserved(self) -> bool:
         return "RESERVED" in self.flags
-
-    @property
-    def maint(self) -> bool:
-        return "MAINTENANCE" in self.flags
 
     @property
     def available(self) -> bool:
@@ -138,7 +120,6 @@ class SlurmJob:
     priority: int = 0
     submit_time: int = 0
     eligible_time: int = 0
-    restarts: int = 0
     array_job: str = ""
     array_pending: str = ""
     array_throttle: int = 0
@@ -242,6 +223,10 @@ class SlurmState:
             raise SlurmParseError(f"not a Slurm state document: {type(err).__name__}: {err}") from None
 
 
+#: fields older snapshots carry that nothing reads any more (dropped on load, so those files still load)
+RETIRED_FIELDS = frozenset({"restarts"})
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -257,6 +242,7 @@ def _build(cls: type, data: Mapping[str, Any]) -> Any:
     if not isinstance(data, Mapping):
         raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     known = {f.name: f for f in fields(cls)}
+    data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
     unknown = set(data) - set(known)
     if unknown:
         raise KeyError(f"{cls.__name__}: unknown fields {sorted(unknown)}")

@@ -16,24 +16,23 @@ from compass_slurm.slurm.translate import Translator
 def test_action_command_lines(mixed):
     backend = CliBackend(runner=mixed)
     mixed.override.update({k: (0, "", "") for k in (
-        "scontrol hold 9", "scontrol release 9", "scontrol requeuehold 3",
-        "scontrol update JobId=9 ReqNodeList=node[05-06,09]", "scontrol update JobId=9 StartTime=now",
+        "scontrol release 9", "scontrol requeuehold 3",
+        "scontrol update JobId=9 ReqNodeList=node[05-06,09]",
         "scontrol update JobId=9 ReqNodeList=node[03-04] NumNodes=2 TresPerJob= TresPerNode=gres:gpu:4",
+        "scontrol update JobId=9,10 StartTime=now+60",
     )})
-    backend.hold("9")
     backend.set_nodes("9", ["node09", "node05", "node06"])
     backend.release("9")
     backend.requeue_hold("3")
-    backend.start_now("9")
     backend.set_nodes("9", ["node03", "node04"], gpus_per_node=4)
+    backend.renew_lease(["9", "10"], 60)
     assert mixed.calls == [
-        ["scontrol", "hold", "9"],
         ["scontrol", "update", "JobId=9", "ReqNodeList=node[05-06,09]"],
         ["scontrol", "release", "9"],
         ["scontrol", "requeuehold", "3"],
-        ["scontrol", "update", "JobId=9", "StartTime=now"],
         ["scontrol", "update", "JobId=9", "ReqNodeList=node[03-04]", "NumNodes=2", "TresPerJob=",
          "TresPerNode=gres:gpu:4"],
+        ["scontrol", "update", "JobId=9,10", "StartTime=now+60"],
     ]
 
 
@@ -47,7 +46,7 @@ def test_typed_update_and_start_now():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda b: b.hold("9 Priority=1"), "not a valid Slurm job id"),
+        (lambda b: b.release("9 Priority=1"), "not a valid Slurm job id"),
         (lambda b: b.set_nodes("9", ["node01,node02"]), "not a valid Slurm node name"),
         (lambda b: b.set_nodes("9", []), "empty node list"),
         (lambda b: b.set_nodes("9", ["n1"], gpu_type="a100 x=1"), "not a valid Slurm GRES type"),
@@ -100,17 +99,15 @@ def test_migrate_gives_up_when_the_job_vanishes(mixed):
 def test_dry_run_prints_and_records_without_running(mixed):
     out = io.StringIO()
     dry = DryRunBackend(CliBackend(runner=mixed), out=out)
-    dry.place("9", ["node05"])
+    dry.set_nodes("9", ["node05"], start_now=True)
     dry.migrate("3", ["node07", "node08"], gpus_per_node=1)
     assert out.getvalue().splitlines() == [
-        "scontrol hold 9",
-        "scontrol update JobId=9 ReqNodeList=node05",
-        "scontrol release 9",
+        "scontrol update JobId=9 ReqNodeList=node05 StartTime=now",
         "scontrol requeuehold 3",
         "scontrol update JobId=3 ReqNodeList=node[07-08] NumNodes=2 TresPerJob= TresPerNode=gres:gpu:1 StartTime=now",
         "scontrol release 3",
     ]
-    assert dry.commands[0] == ["scontrol", "hold", "9"]
+    assert dry.commands[0] == ["scontrol", "update", "JobId=9", "ReqNodeList=node05", "StartTime=now"]
     assert not any(c[0] == "scontrol" and c[1] != "--version" for c in mixed.calls)
 
 
