@@ -22,9 +22,12 @@ if TYPE_CHECKING:
 @click.option("--job", "job_id", metavar="ID", help="Only decisions about job ID.")
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True,
               help="Show the N latest matching decisions; 0 shows all.")
+@click.option("--wide", is_flag=True, help="Print every column in full, however wide (the table otherwise "
+              "keeps one line per decision and shortens nodes and why to fit the terminal).")
 @json_option
 @db_option
-def command(since: datetime | None, job_id: str | None, limit: int, as_json: bool, db: str | None) -> None:
+def command(since: datetime | None, job_id: str | None, limit: int, wide: bool, as_json: bool,
+            db: str | None) -> None:
     """List placement decisions, oldest first: where each job went, by which rule, and why."""
     records = read_log(db, lambda store: store.decisions(since=since, job=job_id, limit=limit or None))
 
@@ -35,35 +38,73 @@ def command(since: datetime | None, job_id: str | None, limit: int, as_json: boo
     if not records:
         out.print("no decisions logged" + (" matching these filters" if since or job_id else ""))
         return
-    out.print(_table(records))
+    table = _table(records, None if wide else out.width)
+    if wide:  # as wide as the table, whatever the terminal
+        out.width = max(out.width, table.__rich_measure__(out, out.options).maximum)
+    out.print(table)
 
 
-def _table(records: list[DecisionRecord]) -> Table:
+COLUMNS = ("time UTC", "job", "user", "request", "SIF", "action", "nodes", "why")
+#: nodes and why never shrink below this
+MIN_WIDTH = 8
+
+
+def _table(records: list[DecisionRecord], width: int | None) -> Table:
+    """The decisions as a table of at most ``width`` columns (None: as wide as they are).
+
+    One line per decision: when the rows do not fit, the date moves to the title (all on
+    one day), COMPASS rules go by their short names, and nodes and why share what is
+    left, cut short with "…". ``--wide`` and ``--json`` show everything.
+    """
     from rich import box
     from rich.table import Table
 
+    one_day = len({r.time.date() for r in records}) == 1
+    rows = [_row(r, "%m-%d %H:%M:%S", {}) for r in records]
+    widths = _widths(rows)
+    narrow = width is not None and sum(widths) + 2 * (len(COLUMNS) - 1) > width
+    if narrow:
+        rows = [_row(r, "%H:%M:%S" if one_day else "%m-%d %H:%M:%S", _short_rules()) for r in records]
+        widths = _widths(rows)
+        left = width - sum(widths[:-2]) - 2 * (len(COLUMNS) - 1)
+        why = min(widths[-1], max(MIN_WIDTH, left * 2 // 3))
+        widths[-2:] = [min(widths[-2], max(MIN_WIDTH, left - why - 2)), why]
     policies = ", ".join(sorted({r.policy for r in records}))
-    table = Table(title=f"{len(records)} decisions by {policies}", title_justify="left",
+    when = f" on {records[0].time:%Y-%m-%d}" if narrow and one_day else ""
+    table = Table(title=f"{len(records)} decisions by {policies}{when}", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for name in ("time UTC", "job", "user", "request", "SIF", "action"):
-        table.add_column(name, no_wrap=True)
-    # Nodes and the reason wrap at word boundaries, so the table fits 80 columns.
-    table.add_column("nodes", overflow="fold")
-    table.add_column("why", ratio=1)
-    for r in records:
-        # For a placement the reason is the rule that chose; otherwise say both.
-        why = r.rule if r.reason in ("", r.rule) else f"{r.reason} ({r.rule})" if r.rule else r.reason
-        table.add_row(
-            r.time.strftime("%m-%d %H:%M:%S"),
-            r.job_id,
-            r.user or "-",
-            r.request,
-            f"{_sif(r.sif_before)}→{_sif(r.sif_after)}",
-            r.action,
-            " ".join(f"{node}:{gpus}" for node, gpus in r.gpus_per_node.items()),
-            why,
-        )
+    for name, w in zip(COLUMNS, widths):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", width=w)
+    for row in rows:
+        table.add_row(*row)
     return table
+
+
+def _widths(rows: list[tuple[str, ...]]) -> list[int]:
+    return [max(len(name), *(len(row[k]) for row in rows)) for k, name in enumerate(COLUMNS)]
+
+
+def _short_rules() -> dict[str, str]:
+    """COMPASS rule texts -> their short names (``filler in a slot vacancy`` -> ``vacancy``)."""
+    from ..policies.compass import Rule
+
+    return {rule.value: rule.name.lower().replace("_", "-") for rule in Rule}
+
+
+def _row(r: DecisionRecord, clock: str, short: dict[str, str]) -> tuple[str, ...]:
+    rule = "; ".join(short.get(part, part) for part in r.rule.split("; "))
+    # For a placement the reason is the rule that chose; otherwise say both.
+    why = rule if r.reason in ("", r.rule) else f"{r.reason} ({rule})" if rule else r.reason
+    return (
+        r.time.strftime(clock),
+        r.job_id,
+        r.user or "-",
+        r.request,
+        f"{_sif(r.sif_before)}→{_sif(r.sif_after)}",
+        r.action,
+        " ".join(f"{node}:{gpus}" for node, gpus in r.gpus_per_node.items()),
+        why,
+    )
 
 
 def _sif(value: float | None) -> str:

@@ -1,4 +1,8 @@
-"""``compass doctor``: check the installation piece by piece; every failed check says how to fix it."""
+"""``compass doctor``: check the installation piece by piece; every failed check says how to fix it.
+
+Each check ends PASS, INFO (worth knowing, nothing wrong: e.g. running on defaults
+without a config file) or FAIL (exit 1).
+"""
 
 from __future__ import annotations
 
@@ -17,12 +21,17 @@ from .options import SLURM_HINT
 PACKAGES = ("cli", "engine", "engine.policies", "service", "sim", "slurm", "submit")
 
 
+PASS, INFO, FAIL = "pass", "info", "fail"
+_STYLE = {PASS: "green", INFO: "blue", FAIL: "red"}
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     name: str
     ok: bool
     detail: str
     hint: str = ""
+    level: str = PASS  # pass | info | fail; ok is False only for fail
 
 
 class Failed(Exception):
@@ -33,6 +42,10 @@ class Failed(Exception):
         self.hint = hint
 
 
+class Info(Failed):
+    """Not a failure, but worth saying (the hint says what to do if it is not what the admin wants)."""
+
+
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
 @json_option
 @click.option("--config", "config_file", metavar="FILE", help="Config file to check (default: $COMPASS_CONFIG, "
@@ -40,7 +53,7 @@ class Failed(Exception):
 def command(as_json: bool, config_file: str | None) -> None:
     """Check the installation, Slurm, the backend, GPU accounting, the decision log, the daemon socket and the config.
 
-    Exits 1 when any check fails.
+    Exits 1 when any check fails; INFO lines (e.g. no config file: defaults) are not failures.
     """
     checks = Doctor(config_file).run()
     ok = all(c.ok for c in checks)
@@ -49,10 +62,10 @@ def command(as_json: bool, config_file: str | None) -> None:
     else:
         out = console()
         for c in checks:
-            out.print(f"[{'green' if c.ok else 'red'}]{'PASS' if c.ok else 'FAIL'}[/] {c.name}: ", end="")
+            out.print(f"[{_STYLE[c.level]}]{c.level.upper()}[/] {c.name}: ", end="")
             out.print(c.detail, markup=False)
             if c.hint:
-                out.print(f"     fix: {c.hint}", markup=False)
+                out.print(f"     {'fix' if c.level == FAIL else 'note'}: {c.hint}", markup=False)
     if not ok:
         sys.exit(1)
 
@@ -82,8 +95,10 @@ class Doctor:
         for name, step in steps:
             try:
                 checks.append(Check(name, True, step()))
+            except Info as info:
+                checks.append(Check(name, True, str(info), info.hint, INFO))
             except Failed as failure:
-                checks.append(Check(name, False, _short(str(failure)), failure.hint))
+                checks.append(Check(name, False, _short(str(failure)), failure.hint, FAIL))
         return checks
 
     def installation(self) -> str:
@@ -122,9 +137,9 @@ class Doctor:
         except ConfigError as err:
             self.config = Config()
             raise Failed(str(err), "fix the setting; `compass config show` prints every value and its source") from None
-        if not os.path.exists(file):
-            raise Failed(f"no config file at {file}; running on defaults",
-                         "install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")
+        if not os.path.exists(file):  # the default file is optional (a named one that is missing fails above)
+            raise Info(f"no config file at {file}; running on defaults",
+                       "to change a setting, install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")
         return f"{file} (policy {self.config.policy}, socket {self.config.socket})"
 
     def slurm_version(self) -> str:

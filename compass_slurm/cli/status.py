@@ -213,7 +213,7 @@ def _pending(status: Status) -> list[Any]:
                   title_justify="left")
     for name in ("job", "user", "request"):
         table.add_column(name, no_wrap=True)
-    table.add_column("what blocks it", overflow="fold")
+    table.add_column("what blocks it", no_wrap=True, overflow="ellipsis")  # one line per job; --json has all
     for job in status.pending[:LIST_LIMIT]:
         if job.blocked:
             why = Text(job.blocked, style="yellow")
@@ -236,6 +236,7 @@ def _decisions(decisions: list[DecisionRecord]) -> list[Any]:
     out: list[Any] = [Text(f"latest decisions ({len(decisions)}):", style="bold")]
     for d in decisions:
         nodes = " ".join(f"{n}:{g}" for n, g in d.gpus_per_node.items())
-        out.append(Text(f"  {d.time:%m-%d %H:%M:%S}  job {d.job_id}  {d.request}  {d.action}  {nodes}  {d.rule}"))
+        out.append(Text(f"  {d.time:%m-%d %H:%M:%S}  job {d.job_id}  {d.request}  {d.action}  {nodes}  {d.rule}",
+                        no_wrap=True, overflow="ellipsis"))  # one line each; `compass decisions --wide` has all
     return out
 

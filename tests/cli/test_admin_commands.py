@@ -50,6 +50,26 @@ def test_doctor_missing_config_file(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COMPASS_CONFIG", str(tmp_path / "absent.toml"))
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
     assert not checks["config file"]["ok"] and "does not exist" in checks["config file"]["detail"]
+    assert checks["config file"]["level"] == "fail"  # a file the admin named is not optional
+
+
+def test_doctor_on_defaults_without_a_config_file_is_info_not_failure(monkeypatch, tmp_path: Path) -> None:
+    """The README's own set-up runs on defaults: the optional default file being absent is no failure."""
+    from compass_slurm import config
+    from compass_slurm.cli import doctor
+
+    monkeypatch.delenv("COMPASS_CONFIG", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_FILE", tmp_path / "etc-compass-config.toml")
+    # Slurm, the log and the daemon cannot run in a unit test: those checks pass as on a healthy cluster.
+    for step in ("slurm_version", "backend_check", "json_support", "gpu_source", "database", "daemon_socket"):
+        monkeypatch.setattr(doctor.Doctor, step, lambda self: "fine")
+    result = invoke("doctor")
+    assert result.exit_code == 0, result.output
+    assert "INFO config file: no config file at" in result.stdout and "running on defaults" in result.stdout
+    assert "FAIL" not in result.stdout
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert checks["config file"]["ok"] is True and checks["config file"]["level"] == "info"
+    assert checks["decision log"]["level"] == "pass"
 
 
 def test_config_show_names_each_source(isolated: Path, monkeypatch) -> None:

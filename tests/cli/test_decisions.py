@@ -104,6 +104,24 @@ def test_the_table_shows_each_decision(db_url: str) -> None:
     assert result.stdout.count("alice") == 2
 
 
+def test_a_narrow_table_keeps_one_line_per_decision_and_wide_shows_all(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    rule = "anchor slot on the best-fit slotted node; filler in a slot vacancy"
+    with Store.open(url) as store:
+        for k in range(13):
+            nodes = tuple(f"node{n:02d}" for n in range(k, k + 4))
+            store.record_decision(DecisionRecord.of(Decision(str(200 + k), nodes, 2, rule), Job(str(200 + k), 4, 2),
+                                                    "compass", sif_before=0.1, sif_after=0.0))
+    env = {"COLUMNS": "80", "NO_COLOR": "1"}
+    narrow = CliRunner().invoke(cli, ["decisions", "--db", url], env=env).stdout.splitlines()
+    rows = [line for line in narrow if line.strip().split(" ")[0].count(":") == 2]
+    assert len(rows) == 13 and all(len(line) <= 80 for line in narrow)
+    assert all("slot; vacancy" in row and "…" in row for row in rows)  # short rule names, nodes cut short
+    wide = CliRunner().invoke(cli, ["decisions", "--db", url, "--wide"], env=env).stdout
+    assert f"node00:2 node01:2 node02:2 node03:2  {rule}" in wide
+    assert wide.count(rule) == 13
+
+
 def test_an_empty_log_says_so(tmp_path: Path) -> None:
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     Store.open(empty).close()
