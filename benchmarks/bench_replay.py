@@ -32,9 +32,9 @@ from pathlib import Path
 
 from bench_engine import GPUS, Workload
 
-from compass_slurm.model import Job, Node
-from compass_slurm.policies.base import make_policy
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.model import Job, Node
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.scheduler import Scheduler
 
 TARGET_RATIO = 3.0
 COMPASS = Path(sys.executable).parent / "compass"

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "compass_slurm"
 ALLOWED = {
     "engine": {"engine"},
     "slurm": {"slurm", "engine", "atomic", "timeparse"},
-    "sim": {"sim", "engine", "slurm", "atomic", "timeparse"},
+    "sim": {"sim", "engine", "slurm", "atomic", "timeparse", "native_stdout"},
     "service": {"service", "engine", "slurm", "atomic", "config", "timeparse"},
     "submit": {"submit", "slurm", "service", "config", "atomic", "timeparse"},
 }

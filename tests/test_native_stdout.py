@@ -8,8 +8,8 @@ import sys
 
 import scipy.optimize
 
-from compass_slurm import fragmentation
-from compass_slurm.fragmentation import phi_star
+from compass_slurm.engine import fragmentation
+from compass_slurm.engine.fragmentation import phi_star
 from compass_slurm.native_stdout import native_stdout_silenced
 
 

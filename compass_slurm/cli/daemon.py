@@ -38,6 +38,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     from ..service.daemon import Daemon
     from ..engine.model import EngineError
     from ..engine.policies.base import policy_class
+    from ..native_stdout import native_stdout_silenced
     from ..slurm import DryRunBackend, SlurmError, open_backend
     from ..service.store import resolve_db_url
 
@@ -56,7 +57,8 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     simulated = dry_run or snapshot is not None
     daemon = Daemon(config, backend, resolve_db_url(config.db or None), dry_run=simulated, publish=not simulated)
     if once:
-        report = daemon.cycle()
+        with native_stdout_silenced():  # the Phi* solver's native output stays out of --dry-run's commands
+            report = daemon.cycle()
         daemon.close()
         sys.exit(1 if report.skipped else 0)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,7 +76,8 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     if config.hook_config and not simulated:
         _write_hook_config(config, log)
     try:
-        daemon.run(config.interval)
+        with native_stdout_silenced():
+            daemon.run(config.interval)
     finally:
         if server is not None:
             server.stop()

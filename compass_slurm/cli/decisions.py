@@ -86,7 +86,7 @@ def _widths(rows: list[tuple[str, ...]]) -> list[int]:
 
 def _short_rules() -> dict[str, str]:
     """COMPASS rule texts -> their short names (``filler in a slot vacancy`` -> ``vacancy``)."""
-    from ..policies.compass import Rule
+    from ..engine.policies.compass import Rule
 
     return {rule.value: rule.name.lower().replace("_", "-") for rule in Rule}
 

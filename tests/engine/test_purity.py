@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_properties import streams
 
-from compass_slurm.model import Job, Node
-from compass_slurm.policies.base import GreedyPolicy, Policy, make_policy, policy_names
-from compass_slurm.scheduler import Scheduler
+from compass_slurm.engine.model import Job, Node
+from compass_slurm.engine.policies.base import GreedyPolicy, Policy, make_policy, policy_names
+from compass_slurm.engine.scheduler import Scheduler
 
 BUILTIN = ("compass", "compass-literal", "compass-wc", "best-fit", "first-fit", "worst-fit", "slurm-default",
            "fgd", "buddy")
