@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 @db_option
 def command(since: datetime | None, job_id: str | None, limit: int, wide: bool, as_json: bool,
             db: str | None) -> None:
-    """List placement decisions, oldest first: where each job went, by which rule, and why."""
+    """List placement decisions, oldest first: where each job went, by which rule, and why.
+
+    Compact's moves are decisions too (action migrated, with the nodes the job left), so
+    the latest decision about a job names where it runs.
+    """
     records = read_log(db, lambda store: store.decisions(since=since, job=job_id, limit=limit or None))
 
     if as_json:
@@ -93,8 +97,10 @@ def _short_rules() -> dict[str, str]:
 
 def _row(r: DecisionRecord, clock: str, short: dict[str, str]) -> tuple[str, ...]:
     rule = "; ".join(short.get(part, part) for part in r.rule.split("; "))
-    # For a placement the reason is the rule that chose; otherwise say both.
-    why = rule if r.reason in ("", r.rule) else f"{r.reason} ({rule})" if rule else r.reason
+    if r.from_nodes:  # a migration: why, and where the job came from
+        why = f"{r.reason} from {' '.join(dict.fromkeys(r.from_nodes))}"
+    else:  # for a placement the reason is the rule that chose; otherwise say both
+        why = rule if r.reason in ("", r.rule) else f"{r.reason} ({rule})" if rule else r.reason
     return (
         r.time.strftime(clock),
         r.job_id,

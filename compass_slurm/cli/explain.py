@@ -22,7 +22,8 @@ CYCLE_SPAN = timedelta(minutes=10)
 @json_option
 @db_option
 def command(job_id: str, as_json: bool, db: str | None) -> None:
-    """Explain a placement: candidates, the rule that chose, SIF before and after, and migrations.
+    """Explain a job's whole history: each placement (candidates, the rule that chose, SIF before
+    and after) and each migration (from where to where, and why), oldest first.
 
     "Triggered" lists the other jobs' migrations logged in the same daemon cycle as a
     decision about JOBID (Compact runs after each placement); "suffered" lists the
@@ -68,10 +69,13 @@ def _render(doc: dict[str, Any]) -> None:
                   f"{d['time']} by policy {d['policy']}, daemon cycle {d['cycle']}", markup=False, style="bold")
         nodes = " ".join(f"{n}:{g}" for n, g in d["gpus_per_node"].items())
         out.print(f"  nodes       {nodes}", markup=False)
+        if d["from"]:
+            out.print(f"  from        {' '.join(dict.fromkeys(d['from']))}", markup=False)
         out.print(f"  rule        {d['rule']}", markup=False)
         if d["reason"] and d["reason"] != d["rule"]:
             out.print(f"  reason      {d['reason']}", markup=False)
-        out.print(f"  candidates  {', '.join(d['candidates']) or '(not logged)'}", markup=False)
+        if not d["from"]:  # a migration has no candidates: Compact chose the move
+            out.print(f"  candidates  {', '.join(d['candidates']) or '(not logged)'}", markup=False)
         out.print(f"  SIF         {_num(d['sif_before'])} -> {_num(d['sif_after'])}   "
                   f"partial nodes {_num(d['partial_before'])} -> {_num(d['partial_after'])}", markup=False)
         if d["triggered"]:
@@ -80,6 +84,10 @@ def _render(doc: dict[str, Any]) -> None:
             for m in d["triggered"]:
                 out.print(f"    {_move(m)}", markup=False)
         out.print()
+    if doc["decisions"]:
+        last = doc["decisions"][-1]
+        where = " ".join(f"{n}:{g}" for n, g in last["gpus_per_node"].items())
+        out.print(f"job {job}: latest decision {last['action']} at {last['time']}, on {where}", markup=False)
     if doc["suffered"]:
         out.print(f"job {job} was moved {len(doc['suffered'])} time(s):", markup=False)
         for m in doc["suffered"]:

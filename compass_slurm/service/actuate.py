@@ -3,7 +3,9 @@
 A placement pins the job with ``scontrol update JobId=.. ReqNodeList=.. NumNodes=..
 TresPerNode=gres:gpu:g StartTime=now``. A migration of a running job is a requeue onto
 its new nodes (``requeuehold``, update, ``release``); a decided job that has not started
-yet is simply re-pointed. Managed jobs still waiting keep their begin-time lease
+yet is simply re-pointed. Each migration Slurm accepted is also a decision (action
+``migrated``: the new nodes, the ``from`` nodes, the reason), so a job's latest decision
+always names where it runs. Managed jobs still waiting keep their begin-time lease
 (``StartTime=now+<lease>``), renewed every half lease, so Slurm starts them itself
 only if the daemon is gone. Every Slurm refusal is returned or recorded, never raised.
 """
@@ -19,7 +21,7 @@ from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.translate import Observation, Pending, id_order
 from .cycle import Books, CycleReport, Placed, fmt, log, per_node
-from .store import MigrationRecord
+from .store import DecisionRecord, MigrationRecord
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
@@ -46,7 +48,7 @@ class Actuator:
         return None
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
-                report: CycleReport, now: float) -> None:
+                report: CycleReport, now: float, dry_run: bool = False) -> None:
         """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed."""
         by_job: dict[str, list[Migration]] = {}
         for m in moves:
@@ -58,12 +60,13 @@ class Actuator:
             if running is not None and dict(running.alloc) == target:
                 continue  # moved and moved back within the cycle
             status, reason = "done", "compact"
+            repoint = job_id in books.placed
             try:
                 gpus = set(target.values())
                 if len(gpus) != 1:
                     raise SlurmError(f"per-node GPU counts {fmt(target)} differ; Slurm cannot express that")
                 gpu_type = obs.slurm_jobs[job_id].gpu_type
-                if job_id in books.placed:
+                if repoint:
                     self.backend.set_nodes(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type,
                                            start_now=True)
                 else:
@@ -71,7 +74,13 @@ class Actuator:
                 # Pending again until Slurm restarts it: keep its new place as a decision to verify.
                 job = policy.cluster.jobs[job_id]
                 nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
-                books.placed[job_id] = Placed(Decision(job_id, nodes, job.gpus, "compact"), job, now)
+                decision = Decision(job_id, nodes, job.gpus, "compact")
+                books.placed[job_id] = Placed(decision, job, now)
+                report.decisions.append(DecisionRecord.of(
+                    decision, job, policy.name, action="dry-run" if dry_run else "migrated",
+                    from_nodes=_left(nodes, job_moves),
+                    reason="compact: re-pointed before it started" if repoint else "compact: requeued",
+                ))
             except SlurmError as err:
                 status, reason = "failed", f"compact; Slurm refused: {err}"
                 report.error("migration", f"job {job_id}: {err}")
@@ -148,3 +157,11 @@ def _cause(text: str, job_id: str) -> str:
     """Slurm's words about one job in scontrol's complaint about a list of them."""
     match = re.search(rf"([^:\n]*?) for job {re.escape(job_id)}\b", text)
     return match.group(1).strip() if match else text
+
+
+def _left(nodes: tuple[str, ...], moves: list[Migration]) -> tuple[str, ...]:
+    """Where the job was before this cycle's moves: each moved instance's first source, in instance order."""
+    before = list(nodes)
+    for m in reversed(moves):  # an instance moved twice: its earlier move says where it came from
+        before[m.instance] = m.src
+    return tuple(before)

@@ -147,7 +147,7 @@ class Daemon:
         policy, moves = self._sync(obs, report, now)
         moves += self._decide(obs, translator, policy, report, now)
         self.actuator.release_left_held(obs, self.books)
-        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, now)
+        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, now, self.dry_run)
         self.actuator.renew_leases(obs, self.books, report, now)
         report.sample = sample(obs, policy, report, time.monotonic() - started)
         self._finish(report)

@@ -121,7 +121,8 @@ class MetricsFile:
 
     def export(self, report: CycleReport, now: float) -> None:
         failed = sum(1 for m in report.migrations if m.status == "failed")
-        self.totals = self.totals.plus(len(report.decisions), len(report.migrations), failed, len(report.errors))
+        placements = sum(1 for d in report.decisions if not d.from_nodes)  # migrations are counted apart
+        self.totals = self.totals.plus(placements, len(report.migrations), failed, len(report.errors))
         if not self.path:
             return
         try:

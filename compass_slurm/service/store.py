@@ -1,9 +1,11 @@
 """The decision log: the only module that writes SQL.
 
 What the daemon did and saw, in four tables: ``decisions`` (where each job went and
-why), ``migrations`` (requeues onto other nodes), ``samples`` (one cluster sample per
-daemon cycle) and ``errors`` (failures worth keeping, e.g. Slurm output that made a
-cycle skip). Rows written in one daemon cycle share a ``cycle`` id (table ``cycles``).
+why, including every move Compact made, so a job's latest decision names where it
+runs), ``migrations`` (each instance requeued onto another node), ``samples`` (one
+cluster sample per daemon cycle) and ``errors`` (failures worth keeping, e.g. Slurm
+output that made a cycle skip). Rows written in one daemon cycle share a ``cycle`` id
+(table ``cycles``).
 
 Any SQLAlchemy URL works; SQLite is the default. The URL comes from the caller, else
 ``COMPASS_DB``, else :func:`default_db_url`. SQLite runs in WAL mode so the CLI reads
@@ -53,16 +55,22 @@ from sqlalchemy.types import TypeDecorator
 from ..engine.model import Decision, Job, Migration
 
 #: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _add_from_nodes(conn: Connection) -> None:
+    """v1 -> v2: decisions.from_nodes, the nodes a migrated job left (NULL, read as none, on older rows)."""
+    conn.execute(text("ALTER TABLE decisions ADD COLUMN from_nodes TEXT"))
+
 
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes}
 
 SYSTEM_DB = Path("/var/lib/compass/compass.db")
 #: how long SQLite waits for another writer's lock before giving up.
 BUSY_TIMEOUT_MS = 5000
 
-MIGRATION_STATUSES = ("planned", "done", "failed")
+MIGRATION_STATUSES = ("done", "failed")
 
 
 class StoreError(Exception):
@@ -188,6 +196,7 @@ decisions_table = _log_table(
     Column("partial_after", Integer),
     Column("reason", Text, nullable=False),
     Column("action", String(32), nullable=False),
+    Column("from_nodes", NodeList),  # schema v2: the nodes a migrated job left, in instance order
 )
 
 migrations_table = _log_table(
@@ -271,10 +280,17 @@ class DecisionRecord(_Record):
     partial_before: int | None = None
     partial_after: int | None = None
     reason: str = ""
-    action: str = "placed"  # placed | replanned | dry-run | failed
+    #: placed | replanned | migrated (Compact moved the job to ``nodes`` from ``from_nodes``) | dry-run | failed
+    action: str = "placed"
+    from_nodes: tuple[str, ...] = ()  # JSON key "from"
     time: datetime | None = None
     cycle: int | None = None
     id: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        doc = _Record.as_json(self)
+        doc["from"] = doc.pop("from_nodes")
+        return doc
 
     @classmethod
     def of(cls, decision: Decision, job: Job, policy: str, **context: Any) -> DecisionRecord:
@@ -297,14 +313,9 @@ class DecisionRecord(_Record):
         )
 
 
-def _check_status(status: str) -> None:
-    if status not in MIGRATION_STATUSES:
-        raise ValueError(f"migration status must be one of {MIGRATION_STATUSES}, got {status!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class MigrationRecord(_Record):
-    """One instance requeued from ``src`` to ``dst``; ``status`` follows it: planned, done, failed."""
+    """One instance requeued from ``src`` to ``dst``; ``status`` says whether Slurm did it: done or failed."""
 
     table: ClassVar[Table] = migrations_table
 
@@ -313,13 +324,10 @@ class MigrationRecord(_Record):
     src: str
     dst: str
     reason: str = ""
-    status: str = "planned"
+    status: str = "done"
     time: datetime | None = None
     cycle: int | None = None
     id: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_status(self.status)
 
     @classmethod
     def of(cls, migration: Migration, **context: Any) -> MigrationRecord:
@@ -600,7 +608,9 @@ class Store:
         return self._record(record)
 
     def record_migration(self, record: MigrationRecord) -> int:
-        """Log a migration; returns its id (for :meth:`set_migration_status`)."""
+        """Log a migration; returns its id."""
+        if record.status not in MIGRATION_STATUSES:  # checked on writing only: old rows always read back
+            raise ValueError(f"migration status must be one of {MIGRATION_STATUSES}, got {record.status!r}")
         return self._record(record)
 
     def record_sample(self, record: SampleRecord) -> int:
@@ -608,12 +618,6 @@ class Store:
 
     def record_error(self, record: ErrorRecord) -> int:
         return self._record(record)
-
-    def set_migration_status(self, migration_id: int, status: str) -> None:
-        """Mark a logged migration done or failed."""
-        _check_status(status)
-        with self._transaction() as conn:
-            conn.execute(update(migrations_table).where(migrations_table.c.id == migration_id).values(status=status))
 
     # -- reading --------------------------------------------------------------------------
 

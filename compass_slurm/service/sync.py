@@ -78,7 +78,7 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
         if not p.slurm.required_nodes:
             continue
         record = last.get(p.job.id)
-        if (record is None or record.action not in ("placed", "replanned")
+        if (record is None or record.action not in ("placed", "replanned", "migrated")
                 or len(record.nodes) != p.job.instances
                 or set(record.nodes) != set(p.slurm.required_nodes)):
             continue

@@ -43,7 +43,7 @@ def test_doctor_passes_the_log_check_with_a_database(tmp_path: Path, monkeypatch
     Store.open(url).close()
     monkeypatch.setenv("COMPASS_DB", url)
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
-    assert checks["decision log"]["ok"] and "schema version 1" in checks["decision log"]["detail"]
+    assert checks["decision log"]["ok"] and "schema version 2" in checks["decision log"]["detail"]
 
 
 def test_doctor_missing_config_file(monkeypatch, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 CONTRACT_KEYS = {"time", "job_id", "user", "nodes", "gpus_per_node", "policy", "sif_before", "sif_after", "reason"}
 ALL_KEYS = CONTRACT_KEYS | {
     "schema_version", "id", "cycle", "rule", "action", "request", "request_raw", "candidates",
-    "partial_before", "partial_after",
+    "partial_before", "partial_after", "from",
 }
 
 

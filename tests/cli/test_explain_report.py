@@ -64,6 +64,30 @@ def test_explain_text(log: str) -> None:
     assert "job 42 was moved 1 time(s):" in result.stdout
 
 
+def test_explain_shows_the_whole_history_with_migrations(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'moved.db'}"
+    job = Job("50", 1, 4, user="bob")
+    with Store.open(url) as store:
+        with store.cycle():
+            store.record_decision(DecisionRecord.of(Decision("50", ("node08",), 4, "anchor slot on a newly opened node"),
+                                                    job, "compass", time=NOW - timedelta(minutes=5)))
+        with store.cycle():
+            store.record_decision(DecisionRecord.of(Decision("50", ("node03",), 4, "compact"), job, "compass",
+                                                    action="migrated", from_nodes=("node08",),
+                                                    reason="compact: requeued", time=NOW))
+            store.record_migration(MigrationRecord.of(Migration("50", 0, "node08", "node03"), reason="compact",
+                                                      time=NOW))
+    doc = json_of("explain", "50", "--db", url)
+    assert [(d["action"], d["nodes"], d["from"]) for d in doc["decisions"]] == [
+        ("placed", ["node08"], []), ("migrated", ["node03"], ["node08"])]
+    text = invoke("explain", "50", "--db", url, env={"COLUMNS": "120"}).stdout
+    assert "from        node08" in text and "reason      compact: requeued" in text
+    assert "latest decision migrated at" in text and text.index("placed at") < text.index("migrated at")
+    assert "on node03:4" in text
+    table = invoke("decisions", "--db", url, "--job", "50", env={"COLUMNS": "120", "NO_COLOR": "1"}).stdout
+    assert "migrated" in table and "compact: requeued from node08" in table
+
+
 def test_explain_unknown_job_exits_2_with_a_hint(log: str) -> None:
     result = invoke("explain", "999", "--db", log)
     assert result.exit_code == 2

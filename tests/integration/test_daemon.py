@@ -6,6 +6,7 @@ To keep off other people's clusters, run with COMPASS_DEV_DIR and COMPASS_DEV_PO
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -266,3 +267,30 @@ def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster
     assert [d.job_id for d in report.decisions] == [soon]
     assert soon in wait_running(backend, [soon])
     assert backend.read_state().job(later).eligible_time == begins[later]
+
+
+def test_a_migrated_job_s_latest_decision_names_where_slurm_runs_it(idle_cluster, tmp_path):
+    """Compact drains a partial pool node; `compass decisions --json --job J` ends with the move."""
+    slurm = idle_cluster
+    backend = CliBackend()
+    # Checkpoint-restartable 1-GPU jobs on two pool nodes: node01 holds 2, node02 holds 3.
+    movable = [submit(slurm, "--gpus=1", "--nodelist=node01", managed="compass:migratable") for _ in range(2)]
+    stay = [submit(slurm, "--gpus=1", "--nodelist=node02", managed="compass:migratable") for _ in range(3)]
+    subprocess.run(["scontrol", "update", f"JobId={','.join(movable + stay)}", "StartTime=now"], check=True)
+    assert all(j in wait_running(backend, movable + stay) for j in movable + stay)
+    daemon = make_daemon(tmp_path, migrations_per_hour=100)
+    report = daemon.cycle()  # adopts all five, then Compact moves node01's two into node02
+    assert sorted(report.adopted) == sorted(movable + stay)
+    assert sorted(m.job_id for m in report.migrations if m.status == "done") == sorted(movable)
+    deadline = time.monotonic() + 60
+    while not all(gpus_by_job(backend).get(j) == {"node02": 1} for j in movable):
+        assert time.monotonic() < deadline, gpus_by_job(backend)
+        time.sleep(0.5)
+    daemon.cycle()  # sees them running where it moved them
+    for job in movable:
+        done = subprocess.run([*COMPASS, "decisions", "--json", "--job", job, "--db", daemon.db],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        last = json.loads(done.stdout)[-1]
+        assert (last["action"], last["nodes"], last["from"]) == ("migrated", ["node02"], ["node01"])
+        assert last["gpus_per_node"] == gpus_by_job(backend)[job] == {"node02": 1}

@@ -341,6 +341,12 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
     with Store.open(daemon.db, create=False) as store:
         assert [(m.job_id, m.src, m.dst, m.status) for m in store.migrations()] == [
             ("7", "n1", "n2", "done"), ("8", "n1", "n2", "done")]
+        # Each migration is also the job's latest decision: where it runs now, and where it came from.
+        (moved,) = store.decisions(job="7")
+        assert (moved.action, moved.nodes, moved.from_nodes, moved.gpus_per_node) == (
+            "migrated", ("n2",), ("n1",), {"n2": 1})
+        assert moved.reason == "compact: requeued" and moved.rule == "compact"
+        assert [d.action for d in store.decisions(job="8")] == ["migrated"]
 
 
 def test_pinned_jobs_never_migrate(tmp_path):

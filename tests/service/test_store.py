@@ -114,16 +114,22 @@ def test_as_json_uses_iso_utc_and_lists(store: Store) -> None:
     assert list(doc)[:2] == ["id", "time"]
 
 
-def test_migration_status_follows_the_migration(store: Store) -> None:
-    first = store.record_migration(MigrationRecord.of(Migration("88", 0, "node03", "node05"), time=T0))
-    second = store.record_migration(MigrationRecord.of(Migration("88", 1, "node03", "node06"), time=T0))
-    store.set_migration_status(first, "done")
-    store.set_migration_status(second, "failed")
+def test_migration_status_says_whether_slurm_did_it(store: Store) -> None:
+    store.record_migration(MigrationRecord.of(Migration("88", 0, "node03", "node05"), time=T0))
+    store.record_migration(MigrationRecord.of(Migration("88", 1, "node03", "node06"), time=T0, status="failed"))
     assert [m.status for m in store.migrations(job="88")] == ["done", "failed"]
-    with pytest.raises(ValueError, match="'moved'"):
-        store.set_migration_status(first, "moved")
     with pytest.raises(ValueError, match="'lost'"):
-        MigrationRecord("88", 0, "a", "b", status="lost")
+        store.record_migration(MigrationRecord("88", 0, "a", "b", status="lost"))
+    assert len(store.migrations(job="88")) == 2
+
+
+def test_a_migrated_decision_names_both_places(store: Store) -> None:
+    moved = decision("7", action="migrated", from_nodes=("node02",), reason="compact")
+    store.record_decision(replace(moved, nodes=("node05",), gpus_per_node={"node05": 4}))
+    (logged,) = store.decisions(job="7")
+    assert (logged.action, logged.nodes, logged.from_nodes) == ("migrated", ("node05",), ("node02",))
+    doc = logged.as_json()
+    assert doc["from"] == ["node02"] and "from_nodes" not in doc
 
 
 # -- queries --------------------------------------------------------------------------------
@@ -249,18 +255,38 @@ def test_a_newer_schema_is_refused(store: Store, db: Path, create: bool) -> None
 
 def test_an_older_schema_is_migrated_by_the_writer_only(store: Store, db: Path, monkeypatch) -> None:
     store.record_decision(decision())
-    set_version(db, SCHEMA_VERSION - 1)
+    set_version(db, 0)
     with pytest.raises(StoreError, match="old schema version"):
         Store.open(url(db), create=False)
-    with pytest.raises(StoreError, match=f"no migration from schema version {SCHEMA_VERSION - 1}"):
+    with pytest.raises(StoreError, match="no migration from schema version 0"):
         Store.open(url(db))
 
     steps = []
-    monkeypatch.setitem(store_module.MIGRATIONS, SCHEMA_VERSION - 1, lambda conn: steps.append(conn))
+    monkeypatch.setitem(store_module.MIGRATIONS, 0, lambda conn: steps.append(conn))
+    monkeypatch.setitem(store_module.MIGRATIONS, 1, lambda conn: steps.append(conn))
     with Store.open(url(db)) as upgraded:
         assert upgraded.schema_version() == SCHEMA_VERSION
-    assert len(steps) == 1
+    assert len(steps) == SCHEMA_VERSION
     assert len(Store.open(url(db), create=False).decisions()) == 1
+
+
+def test_a_version_1_log_is_upgraded_and_keeps_every_row(store: Store, db: Path) -> None:
+    """Schema 1 had no decisions.from_nodes: the daemon adds it; old rows read back unchanged."""
+    store.record_decision(decision())
+    store.record_migration(MigrationRecord.of(Migration("101", 0, "node02", "node05"), time=T0))
+    store.record_sample(sample())
+    before = store.decisions()[0]
+    store.close()
+    with sqlite3.connect(db) as conn:  # make it the version 1 file an older compass wrote
+        conn.execute("ALTER TABLE decisions DROP COLUMN from_nodes")
+    set_version(db, 1)
+    with Store.open(url(db)) as upgraded:
+        assert upgraded.schema_version() == SCHEMA_VERSION
+        assert upgraded.decisions() == [before]
+        assert len(upgraded.migrations()) == 1 and len(upgraded.samples()) == 1
+        upgraded.record_decision(decision("102", action="migrated", from_nodes=("node01",)))
+        assert upgraded.decisions(job="102")[0].from_nodes == ("node01",)
+        assert upgraded.integrity_check() == []
 
 
 def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store, db: Path) -> None:
