@@ -18,7 +18,7 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..slurm.state import SlurmNode, SlurmState
-from ..slurm.translate import Request, Translator, array_tasks, priority_order, request
+from ..slurm.translate import Request, Translator, adoption_order, array_tasks, priority_order, request
 
 #: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)
 KINDS = ("empty", "pool", "slotted", "partial", "full", "unavailable")
@@ -177,8 +177,7 @@ def adopt(translator: Translator, policy: str) -> Policy:
         unexplained = min(node.gpus_used, node.gpus) - explained[node.name]
         if unexplained > 0:
             running.append((Job(f"?{node.name}", 1, unexplained, migratable=False), (node.name,)))
-    # Anchors before 1-GPU instances, so the ones land as fillers where slots leave room.
-    for job, nodes in sorted(running, key=lambda r: (-r[0].gpus, r[0].id)):
+    for job, nodes in adoption_order(running):
         engine.adopt(job, nodes)
     return engine
 
@@ -226,10 +225,9 @@ def blocked_jobs(translator: Translator) -> Iterable[PendingJob]:
     """Every pending GPU job of the translator's partitions, in Slurm's order, with what its request lacks."""
     nodes = translator.slurm_nodes
     for job in priority_order(translator.state.jobs):
-        parts = set(job.partition.split(",")) & set(translator.partitions)
-        if not job.pending or job.gpus_requested <= 0 or not parts:
+        if not job.pending or job.gpus_requested <= 0 or not translator.partitions_of(job):
             continue
-        capacity = max((nodes[n].gpus for p in parts for n in translator.partitions[p] if n in nodes), default=0)
+        capacity = translator.capacity_of(job)
         req = request(job, capacity) if capacity else None
         shape = f"{req.instances}x{req.gpus}" if req else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s)"
         tasks = len(array_tasks(job))

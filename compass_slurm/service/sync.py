@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ..engine.model import Decision, EngineError, Migration, Node
 from ..engine.policies.base import Policy
-from ..slurm.translate import Observation
+from ..slurm.translate import Observation, adoption_order
 from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import DecisionRecord
 
@@ -39,8 +39,7 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
         report.departed.append(job_id)
     changed = [r.engine() for job_id, r in obs.running.items()
                if job_id in placed or seen.get(job_id) != r.alloc]
-    # Larger instances first, so adopted anchors get slots before 1-GPU instances fill nodes.
-    for job, nodes in sorted(changed, key=lambda jn: -jn[0].gpus):
+    for job, nodes in adoption_order(changed):
         job_id = job.id
         seen[job_id] = obs.running[job_id].alloc
         if job_id in policy.cluster.jobs:

@@ -30,6 +30,9 @@ from datetime import datetime
 from pathlib import Path
 
 from ..engine.model import Job
+from ..engine.shape import Shape
+from ..engine.shape import instance_shape as shape_of
+from ..slurm import gres
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus")
 SACCT_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "NNodes", "AllocTRES")
@@ -226,7 +229,7 @@ def load_sacct(text: str, *, name: str = "<sacct>", skip_bad: bool = False) -> T
             job_id = fields[col[id_field]].strip()
             if "." in job_id:
                 continue  # a step of a job: the allocation line already covers it
-            gpus = _tres_gpus(fields[col["AllocTRES"]])
+            gpus = gres.tres_gpus(fields[col["AllocTRES"]])
             start, end = fields[col["Start"]], fields[col["End"]]
             if gpus == 0 or start in _NOT_A_TIME or end in _NOT_A_TIME:
                 continue
@@ -257,29 +260,8 @@ def _timestamp(value: str, field: str) -> datetime:
         raise ValueError(f"{field} {value!r} is not a date-time") from None
 
 
-def _tres_gpus(tres: str) -> int:
-    """GPUs in an AllocTRES string: ``gres/gpu=N``, else the sum of typed ``gres/gpu:TYPE=N``."""
-    plain = 0
-    typed = 0
-    for item in filter(None, tres.split(",")):
-        key, _, value = item.partition("=")
-        if key == "gres/gpu":
-            plain = _count(value, "gres/gpu")
-        elif key.startswith("gres/gpu:"):
-            typed += _count(value, key)
-    return plain or typed
-
-
 def _per_node(gpus: int, nodes: int) -> int | None:
     return gpus // nodes if gpus % nodes == 0 else None
-
-
-def write_csv(records: Iterable[TraceRecord], out: io.TextIOBase) -> None:
-    """Write records in this module's CSV format (what ``sacct`` conversions are saved as)."""
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow((*REQUIRED, "num_nodes", "max_gpus_per_node"))
-    for r in records:
-        writer.writerow((r.id, f"{r.submit:g}", f"{r.duration:g}", r.gpus, r.nodes or "", r.gpus_per_node or ""))
 
 
 # -- selection and mapping -------------------------------------------------------------------
@@ -326,31 +308,16 @@ def select(records: Sequence[TraceRecord], window: tuple[float, float] | None, l
     return out[:limit] if limit is not None else out
 
 
-#: How a record's GPU count became instances (the counts are reported with every run).
-SINGLE, WHOLE_NODES, RECORDED, DIVISOR = "single", "whole_nodes", "recorded_shape", "divisor"
+def instance_shape(record: TraceRecord, node_gpus: int) -> Shape:
+    """The gang a record runs as on nodes of ``node_gpus`` GPUs: the daemon's rule (engine/shape.py).
 
-
-def instance_shape(record: TraceRecord, node_gpus: int) -> tuple[int, int, str]:
-    """(instances, GPUs per instance, rule) for a record on nodes of ``node_gpus`` GPUs.
-
-    - at most G GPUs: one instance of that size;
-    - a multiple of G: k instances of G;
-    - anything else (e.g. 12 on G = 8): the shape the trace recorded (``num_nodes``
-      x ``max_gpus_per_node``) when it multiplies out and fits a node; otherwise
-      the largest divisor d <= G of the count, as n/d instances of d (12 -> 2 x 6).
-      Both keep the job's GPU count exact and its instances identical, as the
-      engine's gang model requires; rounding up to whole nodes would inflate load.
+    A trace says where a job ran, not what it asked for: its node count stands for a
+    request only where the GPUs are not whole nodes' worth (more than a node, not a
+    multiple of one), so 12 GPUs recorded on 12 nodes run as 12 x 1 on distinct nodes,
+    12 GPUs with no recorded shape as 2 x 6 on distinct nodes, 16 as 2 x 8, 4 as 1 x 4.
     """
-    n, g = record.gpus, node_gpus
-    if n <= g:
-        return 1, n, SINGLE
-    if n % g == 0:
-        return n // g, g, WHOLE_NODES
-    per = record.gpus_per_node
-    if record.nodes and per and per <= g and record.nodes * per == n:
-        return record.nodes, per, RECORDED
-    d = next(d for d in range(g, 0, -1) if n % d == 0)
-    return n // d, d, DIVISOR
+    n = record.gpus
+    return shape_of(n, node_gpus, record.nodes if n > node_gpus and n % node_gpus else None)
 
 
 def to_jobs(
@@ -380,9 +347,10 @@ def to_jobs(
         if r.id in seen:
             raise TraceError(f"job id {r.id} appears twice in the trace")
         seen.add(r.id)
-        instances, gpus, rule = instance_shape(r, node_gpus)
-        rules[rule] += 1
+        shape = instance_shape(r, node_gpus)
+        rules[shape.rule] += 1
         moves = draw_migratable.random() < migratable if migratable is not None else r.migratable is not False
         wrapped = draw_managed.random() < managed
-        jobs.append(SimJob(r.submit, r.duration, Job(r.id, instances, gpus, migratable=moves), managed=wrapped))
+        jobs.append(SimJob(r.submit, r.duration, Job(r.id, shape.instances, shape.gpus, migratable=moves,
+                                                     distinct_nodes=shape.distinct_nodes), managed=wrapped))
     return jobs, rules

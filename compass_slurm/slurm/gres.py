@@ -6,15 +6,20 @@ Accepted shapes (comma lists may mix them and other resources):
 - allocated GRES: ``gpu:a100:2(IDX:0-1)``, ``gpu:0``
 - job requests: ``gres:gpu:2``, ``gres:gpu:a100:2``, ``gres/gpu:4``
 - TRES: ``gres/gpu=4``, ``gres/gpu:a100=4``, ``cpu=1,mem=8000M,gres/gpu=2``
+- sbatch's ``--gres`` and ``--gpus``: ``gpu:a100:2,nvme:1``, ``a100:2`` (``typed_count``)
 - nothing: ``""``, ``(null)``, ``N/A``
 
 A count is read as Slurm reads it (strtol): ``gpu:+1`` and ``gpu: 1`` are one GPU;
 sbatch passes such requests through and slurmctld accepts them, so one of them
 must not make the daemon skip its cycles.
+
+Every reader of Slurm syntax goes through this module: the JSON and text parsers, the
+sbatch wrapper's argument reader and the simulator's ``sacct`` loader.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -63,10 +68,18 @@ def _split(text: str) -> list[str]:
 
 def parse(text: str | None) -> list[GresItem]:
     """Every resource named in a GRES or TRES string."""
-    if text is None or text.strip().lower() in _EMPTY:
+    if text is None:
         return []
+    return list(_parse(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(text: str) -> tuple[GresItem, ...]:
+    # Cached: a cluster's jobs and nodes repeat a handful of strings ("gres:gpu:1", "gpu:8") thousands of times.
+    if text.strip().lower() in _EMPTY:
+        return ()
     items = []
-    for part in _split(text.strip()):
+    for part in _split(text.strip()) if "(" in text or ")" in text else text.strip().split(","):
         part = part.strip()
         match = _ITEM.fullmatch(part)
         if not match:
@@ -80,7 +93,7 @@ def parse(text: str | None) -> list[GresItem]:
                 detail=match.group("detail"),
             )
         )
-    return items
+    return tuple(items)
 
 
 def gpu_count(text: str | None) -> int:
@@ -91,3 +104,29 @@ def gpu_count(text: str | None) -> int:
 def gpu_type(text: str | None) -> str | None:
     """The GPU type named in a GRES string, None when untyped (first one if several)."""
     return next((item.type for item in parse(text) if item.name == "gpu" and item.type), None)
+
+
+def tres_gpus(text: str | None) -> int:
+    """GPUs in a TRES list such as sacct's AllocTRES: ``cpu=4,mem=1G,gres/gpu=2,gres/gpu:a100=2`` -> 2.
+
+    TRES names the total (``gres/gpu=N``) beside each type (``gres/gpu:TYPE=N``): the total
+    when given, else the sum of the types. Only the GPU items are read.
+    """
+    gpus = [part.strip() for part in (text or "").split(",") if part.strip().startswith("gres/gpu")]
+    items = [item for item in parse(",".join(gpus)) if item.name == "gpu"] if gpus else []
+    total = [item.count for item in items if item.type is None]
+    return total[-1] if total else sum(item.count for item in items)
+
+
+def typed_count(text: str) -> tuple[int, str | None]:
+    """``[type:]count[,...]`` (sbatch's --gpus, --gpus-per-node, --gpus-per-task): the count, and the type
+    when exactly one is named."""
+    total, types = 0, set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part.rpartition(":")[2].isdigit():
+            raise GresError(f"{text!r} is not [type:]count")
+        (item,) = parse(f"gpu:{part}")
+        total += item.count
+        types.add(item.type)
+    return total, types.pop() if len(types) == 1 else None

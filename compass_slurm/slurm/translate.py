@@ -4,10 +4,11 @@ Request mapping (spec section 1). G is the largest GPU node of the job's
 partitions, k the job's GPUs in all, w Slurm's node count for it:
 
 - ``--gpus-per-node=g`` on w nodes: w instances of g, on distinct nodes when w > 1 and g < G;
-- k in all (``--gpus``, or ``--gpus-per-task`` times tasks): on w > 1 nodes with k divisible
-  by w, w instances of k/w (distinct when k/w < G); else k <= G: one instance of k; else k a
-  multiple of G: k/G instances of G. Any other request cannot be split into equal instances
-  and is left to Slurm.
+- k in all (``--gpus``, or ``--gpus-per-task`` times tasks): the engine's one rule for GPU
+  counts (``engine/shape.py``, which the simulator uses too): w instances of k/w when w > 1
+  divides k and k/w fits a node, else one instance of k <= G, else k/G whole nodes, else the
+  largest divisor d <= G of k as k/d instances on distinct nodes (12 GPUs: 2 x 6, told to
+  Slurm as ``NumNodes=2 TresPerNode=gres:gpu:6``).
 - ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
   job is that many instances of G, on nodes where nothing else runs.
 
@@ -39,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..engine.model import Job, Node
+from ..engine.shape import instance_shape
 from .errors import SlurmParseError
 from .hostlist import expand_ranges
 from .state import SlurmJob, SlurmNode, SlurmState
@@ -80,16 +82,10 @@ def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
     if job.gpus_per_node and not job.gpus_per_job:
         w, g = job.num_nodes, job.gpus_per_node
         return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
-    k, w = job.gpus_requested, job.num_nodes
-    if k <= 0:
+    if job.gpus_requested <= 0 or capacity <= 0:
         return None
-    if w > 1 and k % w == 0 and k // w <= capacity:
-        return Request(w, k // w, k // w < capacity)
-    if k <= capacity:
-        return Request(1, k, False)
-    if k % capacity == 0:
-        return Request(k // capacity, capacity, False)
-    return None
+    shape = instance_shape(job.gpus_requested, capacity, job.num_nodes)
+    return Request(shape.instances, shape.gpus, shape.distinct_nodes)
 
 
 def engine_job(job: SlurmJob, req: Request, migratable: str = "marker") -> Job:
@@ -115,6 +111,15 @@ def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int,
 
 def node_available(node: SlurmNode, reserved: frozenset[str]) -> bool:
     return node.available and not node.reserved and node.name not in reserved
+
+
+def adoption_order(allocations: Iterable[tuple[Job, tuple[str, ...]]]) -> list[tuple[Job, tuple[str, ...]]]:
+    """The order running allocations are adopted in: larger instances first, then by job id.
+
+    Anchors get their slots before 1-GPU instances fill the nodes (which would make them
+    outside ABS); the daemon's sync and ``compass status`` adopt in this one order.
+    """
+    return sorted(allocations, key=lambda jn: (-jn[0].gpus, id_order(jn[0].id)))
 
 
 def priority_order(jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
@@ -212,7 +217,7 @@ class Translator:
             if job.gpus_requested <= 0 and not job.gpus_alloc:
                 continue  # not a GPU job: Slurm's alone
             if job.pending:
-                if self._partitions_of(job):
+                if self.partitions_of(job):
                     tasks = array_tasks(job)
                     out.queue_len += len(tasks)
                     out.pending_gpus += job.gpus_requested * len(tasks)
@@ -237,14 +242,14 @@ class Translator:
             if why is not None:
                 out.skipped[job.id] = why
                 continue
-            req = request(job, self._capacity(job))
+            req = request(job, self.capacity_of(job))
             if req is None:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
                 continue
             out.pending.append(Pending(job, engine_job(job, req, self.migratable), self.eligible(job, req)))
         return out
 
-    def _partitions_of(self, job: SlurmJob) -> list[str]:
+    def partitions_of(self, job: SlurmJob) -> list[str]:
         """The job's partitions that the daemon manages (cached per partition list)."""
         found = self._managed_partitions.get(job.partition)
         if found is None:
@@ -252,10 +257,10 @@ class Translator:
             self._managed_partitions[job.partition] = found
         return found
 
-    def _capacity(self, job: SlurmJob) -> int:
+    def capacity_of(self, job: SlurmJob) -> int:
         """G for the job: the largest GPU node of its partitions (cached per partition list)."""
         if job.partition not in self._capacities:
-            caps = [self.slurm_nodes[n].gpus for p in self._partitions_of(job) for n in self.partitions[p]
+            caps = [self.slurm_nodes[n].gpus for p in self.partitions_of(job) for n in self.partitions[p]
                     if n in self.slurm_nodes]
             self._capacities[job.partition] = max(caps, default=0)
         return self._capacities[job.partition]
@@ -271,7 +276,7 @@ class Translator:
         reason = job.reason.split(",")[0].strip()
         if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
             return f"Slurm holds it back: {job.reason}"
-        if self._capacity(job) == 0:
+        if self.capacity_of(job) == 0:
             return f"no GPU nodes in partition {job.partition}"
         return None
 
@@ -292,7 +297,7 @@ class Translator:
             nodes = frozenset(job.required_nodes)
             if job.held or len(nodes) != job.num_nodes or not nodes <= self.slurm_nodes.keys():
                 continue
-            req = request(job, self._capacity(job))
+            req = request(job, self.capacity_of(job))
             if req is None:
                 continue
             cpus, memory = _instance_needs(job, req)
@@ -306,7 +311,7 @@ class Translator:
         excluded, required = set(job.excluded_nodes), set(job.required_nodes)
         own_nodes, own_cpus, own_memory = self._claims.get(job.id, (frozenset(), 0, 0))
         names = set()
-        for p in self._partitions_of(job):
+        for p in self.partitions_of(job):
             for name in self.partitions[p]:
                 node = self.slurm_nodes.get(name)
                 if node is None or name not in self.available or name in excluded:

@@ -9,16 +9,18 @@ binary). What sbatch honours, lowest precedence first: ``#SBATCH`` lines of the
 script (read until the first line that is neither blank nor a comment), the
 SBATCH_* input environment variables, the command line.
 
-Only standard library imports: the wrapper must start fast.
+Only the standard library and compass_slurm.slurm.gres (the one GRES reader), so the
+wrapper starts fast.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
+
+from ..slurm import gres
 
 #: the wrapper's own flag, stripped before sbatch sees the arguments
 MIGRATABLE = "--migratable"
@@ -61,8 +63,6 @@ GPU_ENVIRONMENT = {
     "SBATCH_GRES": "gres",
 }
 
-# "[type:]count", the value of --gpus, --gpus-per-node and --gpus-per-task
-_TYPED_COUNT = re.compile(r"(?:([A-Za-z0-9_.-]+):)?(\d+)")
 _HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})
 
 # sbatch --begin forms we resolve as sbatch does (others leave the job to plain sbatch)
@@ -329,36 +329,21 @@ def _typed_count(value: str | None, option: str) -> tuple[int | None, str | None
     """``[type:]N`` or a comma list of them: the total count and the type if there is exactly one."""
     if value is None:
         return None, None
-    total, types = 0, set()
-    for part in value.split(","):
-        match = _TYPED_COUNT.fullmatch(part.strip())
-        if not match:
-            raise SbatchArgsError(f"--{option}={value!r} is not [type:]count")
-        types.add(match.group(1))
-        total += int(match.group(2))
-    return total, types.pop() if len(types) == 1 else None
+    try:
+        return gres.typed_count(value)
+    except gres.GresError:
+        raise SbatchArgsError(f"--{option}={value!r} is not [type:]count") from None
 
 
 def _gres_gpus(value: str | None) -> tuple[int | None, str | None]:
     """GPUs per node in a --gres list such as ``gpu:a100:2,nvme:1`` (a bare ``gpu`` is one GPU)."""
-    if value is None or value.strip().lower() == "none":
+    if value is None:
         return None, None
-    total, gpu_type, found = 0, None, False
-    for entry in value.split(","):
-        parts = entry.strip().removeprefix("gres/").split(":")
-        if parts[0] != "gpu":
-            continue
-        found = True
-        if len(parts) == 1:
-            count = "1"
-        elif len(parts) == 2:
-            count = parts[1] if parts[1].isdigit() else "1"
-            gpu_type = None if parts[1].isdigit() else parts[1]
-        elif len(parts) == 3:
-            gpu_type, count = parts[1], parts[2]
-        else:
-            raise SbatchArgsError(f"--gres={value!r}: cannot read {entry!r}")
-        if not count.isdigit():
-            raise SbatchArgsError(f"--gres={value!r}: {count!r} is not a GPU count")
-        total += int(count)
-    return (total, gpu_type) if found else (None, None)
+    try:
+        items = [item for item in gres.parse(value) if item.name == "gpu"]
+    except gres.GresError as err:
+        raise SbatchArgsError(f"--gres={value!r}: {err}") from None
+    if not items:
+        return None, None
+    types = {item.type for item in items if item.type}
+    return sum(item.count for item in items), types.pop() if len(types) == 1 else None

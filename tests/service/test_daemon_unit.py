@@ -440,7 +440,7 @@ def cycles_by(daemon: Daemon, count: int, deadline: float) -> None:
 
 
 def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
-    state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=12)])
+    state = cluster(nodes(2), [pending("90", gpus=2), pending("91", per_node=9)])
     daemon, backend, _ = daemon_for(state, tmp_path, metrics_textfile=str(tmp_path / "compass.prom"))
     path = tmp_path / "run" / "compass.sock"
     with ControlServer(path, daemon.handlers()):
@@ -543,7 +543,7 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     ({"gpus_per_job": 24}, Request(3, 8, False)),  # a multiple of G without a node count
     ({"gpus_per_job": 4, "num_nodes": 2}, Request(2, 2, True)),  # --nodes=2 --gpus=4
     ({"gpus_per_task": 1, "tasks": 2}, Request(1, 2, False)),  # --ntasks=2 --gpus-per-task=1
-    ({"gpus_per_job": 12}, None),  # not w equal instances: left to Slurm
+    ({"gpus_per_job": 12}, Request(2, 6, True)),  # 12 GPUs on 8-GPU nodes: 2 x 6, as the simulator runs it
     ({"gpus_per_node": 9}, None),  # larger than any node
     ({}, None),  # no GPUs
 ])
@@ -589,3 +589,11 @@ def test_the_watch_wakes_the_loop_long_before_the_interval(tmp_path):
     finally:
         daemon.shutdown()
         loop.join(10)
+
+
+def test_a_12_gpu_job_is_told_to_slurm_as_two_nodes_of_six(tmp_path):
+    daemon, backend, _ = daemon_for(cluster(nodes(3), [pending("80", gpus=12)]), tmp_path)
+    (decision,) = daemon.cycle().decisions
+    assert decision.request == "2x6" and sorted(decision.gpus_per_node.values()) == [6, 6]
+    (command,) = backend.commands
+    assert "NumNodes=2" in command and "TresPerNode=gres:gpu:6" in command

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compass_slurm.sim.synthetic import MIXES, generate
+from compass_slurm.engine.shape import Shape
 from compass_slurm.sim.workloads import (
     TraceError,
     TraceRecord,
@@ -108,13 +109,16 @@ def test_sacct_bad_rows_name_their_line():
 @pytest.mark.parametrize(
     "gpus, nodes, per_node, shape",
     [
-        (1, None, None, (1, 1, "single")),
-        (8, None, None, (1, 8, "single")),
-        (24, None, None, (3, 8, "whole_nodes")),
-        (12, 12, 1, (12, 1, "recorded_shape")),
-        (12, None, None, (2, 6, "divisor")),
-        (20, 2, 10, (4, 5, "divisor")),  # the recorded 10 per node does not fit an 8-GPU node
-        (11, None, None, (11, 1, "divisor")),
+        (1, None, None, Shape(1, 1, False, "single")),
+        (4, 2, 2, Shape(1, 4, False, "single")),  # where it ran, not what it asked for
+        (8, None, None, Shape(1, 8, False, "single")),
+        (24, None, None, Shape(3, 8, False, "whole_nodes")),
+        (16, 4, 4, Shape(2, 8, False, "whole_nodes")),
+        (12, 12, 1, Shape(12, 1, True, "per_node")),
+        (12, 1, 12, Shape(2, 6, True, "divisor")),  # a 12-GPU 1-node row: what the daemon asks Slurm for
+        (12, None, None, Shape(2, 6, True, "divisor")),
+        (20, 2, 10, Shape(4, 5, True, "divisor")),  # the recorded 10 per node does not fit an 8-GPU node
+        (11, None, None, Shape(11, 1, True, "divisor")),
     ],
 )
 def test_instance_shape(gpus, nodes, per_node, shape):
@@ -160,4 +164,4 @@ def test_real_philly_trace_maps_as_documented(philly):
     assert len(trace.records) == 111_549 and not trace.skipped
     _, rules = to_jobs(trace.records, 8)
     # 59 odd sizes in all; the ones above 8 GPUs use the recorded shape (e.g. 12 x 1)
-    assert rules == {"single": 110_390, "whole_nodes": 1_145, "recorded_shape": 14}
+    assert rules == {"single": 110_390, "whole_nodes": 1_145, "per_node": 14}

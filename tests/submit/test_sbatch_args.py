@@ -135,7 +135,7 @@ def test_bad_command_lines(args: list[str], message: str) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--gpus=lots"], "not \\[type:\\]count"),
-    (["--gres=gpu:a100:two"], "not a GPU count"),
+    (["--gres=gpu:a100:two"], "cannot read .gpu:a100:two."),
     (["--gres=gpu:a:b:1"], "cannot read"),
     (["-n", "four"], "not a number"),
 ])
