@@ -60,6 +60,8 @@ class CliBackend(Backend):
         self.runner = runner
         self._json = json
         self._version: str | None = None
+        # Jobs and nodes unchanged since the last read are not parsed again.
+        self._memo = {"nodes": parse_json.Memo(), "jobs": parse_json.Memo()}
 
     def _run(self, argv: list[str]) -> str:
         code, out, err = self.runner(argv, self.timeout)
@@ -82,8 +84,8 @@ class CliBackend(Backend):
         read_at = time.time()
         version = self.version()
         if self.uses_json:
-            nodes = parse_json.nodes(parse_json.load(self._run(NODES_JSON), "sinfo --json"))
-            jobs = parse_json.jobs(parse_json.load(self._run(JOBS_JSON), "squeue --json"))
+            nodes = parse_json.nodes(parse_json.load(self._run(NODES_JSON), "sinfo --json"), self._memo["nodes"])
+            jobs = parse_json.jobs(parse_json.load(self._run(JOBS_JSON), "squeue --json"), self._memo["jobs"])
         else:
             nodes = parse_text.nodes(self._run(NODES_TEXT))
             jobs = parse_text.jobs(self._run(JOBS_TEXT))

@@ -7,10 +7,11 @@ lists. Anything else unexpected raises SlurmParseError naming the field.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from . import gres
 from .errors import SlurmParseError
@@ -19,14 +20,40 @@ from .state import SlurmJob, SlurmNode
 from .values import held, node_state
 
 
+#: Per command: the list it prints and every field of its entries that the parsers below read.
+#: The fast loader keeps only these (anything else is skipped without being built); a parser
+#: that reads a new field must name it here (tests/slurm/test_parse_json_fields.py checks it).
+FIELDS: dict[str, tuple[str, frozenset[str]]] = {
+    "sinfo --json": ("nodes", frozenset({
+        "name", "state", "state_flags", "gres", "gres_used", "partitions", "cpus", "alloc_cpus", "real_memory",
+        "alloc_memory", "reason",
+    })),
+    "squeue --json": ("jobs", frozenset({
+        "job_id", "array_job_id", "array_task_id", "array_task_string", "user_name", "user_id", "job_state",
+        "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
+        "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
+        "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
+        "shared",
+    })),
+}
+
+
 def load(text: str, command: str) -> Mapping[str, Any]:
-    """The JSON document a command printed; Slurm's own ``errors`` list becomes an exception."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SlurmParseError(f"{command}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
-    except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep
-        raise SlurmParseError(f"{command}: unreadable JSON ({err})") from None
+    """The JSON document a command printed; Slurm's own ``errors`` list becomes an exception.
+
+    A large cluster's ``squeue --json`` is hundreds of megabytes, nearly all of it fields
+    placement never reads: msgspec decodes only the fields in ``FIELDS``. Anything it
+    does not accept (malformed JSON, NaN, other shapes) is read again by ``json``, so
+    every document reads as before and every error keeps its message.
+    """
+    doc = _fast_load(text, command)
+    if doc is None:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SlurmParseError(f"{command}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep
+            raise SlurmParseError(f"{command}: unreadable JSON ({err})") from None
     if not isinstance(doc, Mapping):
         raise SlurmParseError(f"{command}: expected a JSON object, got {type(doc).__name__}")
     errors = doc.get("errors") or []
@@ -36,6 +63,28 @@ def load(text: str, command: str) -> Mapping[str, Any]:
     if errors:
         raise SlurmParseError(f"{command}: Slurm reported errors: {errors}")
     return doc
+
+
+def _fast_load(text: str, command: str) -> dict[str, Any] | None:
+    """The document with only the fields the parsers read, or None where msgspec declines it."""
+    if command not in FIELDS:
+        return None
+    import msgspec
+
+    try:
+        return _decoder(command).decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+@functools.cache
+def _decoder(command: str) -> Any:
+    import msgspec
+
+    key, fields = FIELDS[command]
+    entry = TypedDict(f"{key}_entry", {name: Any for name in sorted(fields)}, total=False)  # type: ignore[misc]
+    doc = TypedDict(f"{key}_document", {"meta": Any, "errors": Any, key: list[entry]}, total=False)  # type: ignore
+    return msgspec.json.Decoder(doc)
 
 
 def version(doc: Mapping[str, Any]) -> str | None:
@@ -105,9 +154,67 @@ def _entries(doc: Mapping[str, Any], key: str, command: str) -> list[Any]:
     return entries
 
 
-def nodes(doc: Mapping[str, Any]) -> list[SlurmNode]:
+class Memo:
+    """The entries a parser built in earlier reads, by their fields.
+
+    From one cycle to the next most jobs and nodes do not change: an entry whose fields
+    equal those of an entry parsed before is the same value object, not parsed again.
+    Entries no longer printed are dropped once they outnumber the live ones.
+    """
+
+    def __init__(self) -> None:
+        self._built: dict[Any, list[Any]] = {}  # key -> [value, the read that last saw it]
+        self._read = 0
+        self._seen = 0
+
+    def begin(self) -> None:
+        if len(self._built) > 2 * self._seen + 1024:
+            self._built = {k: v for k, v in self._built.items() if v[1] == self._read}
+        self._read += 1
+        self._seen = 0
+
+    def find(self, raw: Any) -> tuple[Any, Any]:
+        """(the key of ``raw``, the value built from equal fields before, or None)."""
+        key = _frozen(raw)
+        self._seen += 1
+        entry = self._built.get(key)
+        if entry is None:
+            return key, None
+        entry[1] = self._read
+        return key, entry[0]
+
+    def keep(self, key: Any, value: Any) -> None:
+        self._built[key] = [value, self._read]
+
+
+def _frozen(raw: Any) -> Any:
+    """A hashable stand-in for a decoded entry: equal exactly when the JSON values are equal."""
+    if not isinstance(raw, dict):
+        return (type(raw), _value(raw))
+    return tuple(raw), tuple(map(_value, raw.values()))
+
+
+def _value(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or value is None:
+        return value
+    if kind is list:
+        return (list, *map(_value, value))
+    if kind is dict:
+        return (dict, tuple(value), *map(_value, value.values()))
+    return (kind, value)  # True == 1 == 1.0 in Python, not in JSON
+
+
+def nodes(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmNode]:
     out = []
+    if memo is not None:
+        memo.begin()
     for i, raw in enumerate(_entries(doc, "nodes", "sinfo --json")):
+        if memo is not None:
+            key, found = memo.find(raw)
+            if found is not None:
+                out.append(found)
+                continue
         f = _Fields(raw, f"sinfo --json node #{i}")
         name = f.str("name", required=True)
         f.what = f"sinfo --json node {name}"
@@ -132,6 +239,8 @@ def nodes(doc: Mapping[str, Any]) -> list[SlurmNode]:
                 reason=f.str("reason"),
             )
         )
+        if memo is not None:
+            memo.keep(key, out[-1])
     return out
 
 
@@ -181,9 +290,16 @@ def _memory_per_gpu(f: _Fields) -> int | None:
         raise SlurmParseError(f"{f.what}: memory_per_tres: {err}") from None
 
 
-def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
+def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
     out = []
+    if memo is not None:
+        memo.begin()
     for i, raw in enumerate(_entries(doc, "jobs", "squeue --json")):
+        if memo is not None:
+            key, found = memo.find(raw)
+            if found is not None:
+                out.append(found)
+                continue
         f = _Fields(raw, f"squeue --json job #{i}")
         job_id = _job_id(f)
         f.what = f"squeue --json job {job_id}"
@@ -231,4 +347,6 @@ def jobs(doc: Mapping[str, Any]) -> list[SlurmJob]:
                 array_throttle=throttle,
             )
         )
+        if memo is not None:
+            memo.keep(key, out[-1])
     return out

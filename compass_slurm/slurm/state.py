@@ -14,6 +14,7 @@ wrapper passes on.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -41,8 +42,9 @@ def marker_comment(migratable: bool, comment: str = "", requeue: bool = False) -
     return " ".join(t for t in (token, REQUEUE_MARKER if requeue else "", comment) if t).strip()
 
 
-def _markers(comment: str) -> set[str]:
-    return set(_TOKENS.split(comment)) & {MARKER, MIGRATABLE_MARKER, REQUEUE_MARKER}
+@functools.lru_cache(maxsize=4096)  # asked for every job every cycle; comments repeat
+def _markers(comment: str) -> frozenset[str]:
+    return frozenset(_TOKENS.split(comment)) & {MARKER, MIGRATABLE_MARKER, REQUEUE_MARKER}
 
 
 def marked(comment: str) -> bool:

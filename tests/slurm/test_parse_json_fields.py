@@ -1,0 +1,80 @@
+"""The fast JSON path reads exactly what the parsers read, and reads it as ``json`` does."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from compass_slurm.slurm import parse_json
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+DOCS = sorted(DATA.glob("*/*.json"))
+COMMAND = {"sinfo.json": "sinfo --json", "squeue.json": "squeue --json"}
+
+
+def fields_read() -> set[str]:
+    """Every field name the parsers ask a _Fields for (f.str("x"), _gpu_request(f, "x"), ...)."""
+    tree = ast.parse(Path(parse_json.__file__).read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("str", "int", "list", "get", "require") and isinstance(func, ast.Attribute) \
+                    and getattr(func.value, "id", "") == "f":
+                arg = node.args[0]
+            elif name == "_gpu_request":
+                arg = node.args[1]
+            else:
+                continue
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found.add(arg.value)
+    return found
+
+
+def test_every_field_a_parser_reads_is_kept_by_the_fast_loader():
+    kept = set().union(*(fields for _, fields in parse_json.FIELDS.values()))
+    assert fields_read() - kept == set()
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if p.name in COMMAND], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_fast_loader_reads_recorded_documents_as_json_does(path):
+    command = COMMAND[path.name]
+    text = path.read_text()
+    fast = parse_json._fast_load(text, command)
+    assert fast is not None
+    key, fields = parse_json.FIELDS[command]
+    plain = json.loads(text)
+    assert fast[key] == [{k: v for k, v in entry.items() if k in fields} for entry in plain[key]]
+    parse = parse_json.nodes if key == "nodes" else parse_json.jobs
+    assert parse(parse_json.load(text, command)) == parse(plain)
+
+
+@pytest.mark.parametrize("text", ['{"jobs": [1, 2]}', '{"jobs": [{"job_id": NaN}]}', '{"jobs": {}}'])
+def test_what_msgspec_declines_is_read_by_json(text):
+    assert parse_json._fast_load(text, "squeue --json") is None
+    assert parse_json.load(text, "squeue --json") == json.loads(text)
+
+
+@pytest.mark.parametrize("text, message", [("[]", "expected a JSON object"), ('{"jobs": [', "not JSON")])
+def test_errors_keep_the_json_module_s_message(text, message):
+    with pytest.raises(parse_json.SlurmParseError, match=message):
+        parse_json.load(text, "squeue --json")
+
+
+def test_a_memo_returns_what_a_fresh_parse_builds():
+    doc = json.loads((DATA / "mixed-16x8" / "squeue.json").read_text())
+    memo = parse_json.Memo()
+    first = parse_json.jobs(doc, memo)
+    doc["jobs"][0]["comment"] = "compass:migratable"  # one job changed since the last read
+    doc["jobs"][1]["priority"] = True  # not a number: parsed afresh, and refused, although True == 1
+    with pytest.raises(Exception, match="is not a number"):
+        parse_json.jobs(doc, memo)
+    doc["jobs"][1]["priority"] = json.loads((DATA / "mixed-16x8" / "squeue.json").read_text())["jobs"][1]["priority"]
+    again = parse_json.jobs(doc, memo)
+    assert again == parse_json.jobs(doc)
+    assert again[0].migratable and not first[0].migratable
+    assert all(a is b for a, b in zip(again[1:], first[1:]))  # unchanged jobs: the same objects
