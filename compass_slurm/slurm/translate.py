@@ -224,13 +224,19 @@ class Translator:
                     if job.managed:
                         pending += tasks
                 continue
-            if job.array_job and job.state in HOLDING_STATES:
+            if job.state not in HOLDING_STATES:
+                continue
+            if job.array_job:
                 running_tasks[job.array_job] += 1
-            alloc = {n: c for n, c in job.gpus_alloc.items() if n in self.slurm_nodes}
-            if alloc and job.state in HOLDING_STATES:
-                out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc),
-                                             self.migratable)
-                out.slurm_jobs[job.id] = job
+            alloc = job.gpus_alloc
+            if not alloc:
+                continue
+            if not alloc.keys() <= self.slurm_nodes.keys():  # partly outside the managed partitions
+                alloc = {n: c for n, c in alloc.items() if n in self.slurm_nodes}
+                if not alloc:
+                    continue
+            out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable)
+            out.slurm_jobs[job.id] = job
         throttled = _beyond_throttle(pending, running_tasks)
         self._claim_pins(job for job in pending if job.id not in throttled)
         for job in priority_order(pending):
