@@ -46,12 +46,14 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     daemon's log when it can be read; without one that part is left out.
     """
     from ..engine.model import EngineError
+    from ..native_stdout import native_stdout_silenced
     from ..service.status import StatusError, build_status
 
     config = settings(db=db)
     state = read_slurm(snapshot)
     try:
-        status = build_status(state, partition, config.policy, config.migratable)
+        with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
+            status = build_status(state, partition, config.policy, config.migratable)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
