@@ -25,12 +25,12 @@ import csv
 import io
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from ..engine.model import Job
-from ..engine.shape import Shape
+from ..engine.shape import PER_NODE, Shape
 from ..engine.shape import instance_shape as shape_of
 from ..slurm import gres
 
@@ -311,13 +311,15 @@ def select(records: Sequence[TraceRecord], window: tuple[float, float] | None, l
 def instance_shape(record: TraceRecord, node_gpus: int) -> Shape:
     """The gang a record runs as on nodes of ``node_gpus`` GPUs: the daemon's rule (engine/shape.py).
 
-    A trace says where a job ran, not what it asked for: its node count stands for a
-    request only where the GPUs are not whole nodes' worth (more than a node, not a
-    multiple of one), so 12 GPUs recorded on 12 nodes run as 12 x 1 on distinct nodes,
-    12 GPUs with no recorded shape as 2 x 6 on distinct nodes, 16 as 2 x 8, 4 as 1 x 4.
+    A trace says where a job ran, not what it asked for. Its node count shapes the gang
+    only where the GPUs are not whole nodes' worth (more than a node, not a multiple of
+    one), and even then is no demand for distinct nodes: 12 GPUs recorded on 12 nodes run
+    as 12 x 1 wherever they fit. Otherwise the rule is the daemon's: 12 GPUs with no usable
+    recorded shape run as 2 x 6 on distinct nodes, 16 as 2 x 8, 4 as 1 x 4.
     """
     n = record.gpus
-    return shape_of(n, node_gpus, record.nodes if n > node_gpus and n % node_gpus else None)
+    shape = shape_of(n, node_gpus, record.nodes if n > node_gpus and n % node_gpus else None)
+    return replace(shape, distinct_nodes=False) if shape.rule == PER_NODE else shape
 
 
 def to_jobs(

@@ -114,7 +114,7 @@ def test_sacct_bad_rows_name_their_line():
         (8, None, None, Shape(1, 8, False, "single")),
         (24, None, None, Shape(3, 8, False, "whole_nodes")),
         (16, 4, 4, Shape(2, 8, False, "whole_nodes")),
-        (12, 12, 1, Shape(12, 1, True, "per_node")),
+        (12, 12, 1, Shape(12, 1, False, "per_node")),  # recorded on 12 nodes: no demand for 12 distinct
         (12, 1, 12, Shape(2, 6, True, "divisor")),  # a 12-GPU 1-node row: what the daemon asks Slurm for
         (12, None, None, Shape(2, 6, True, "divisor")),
         (20, 2, 10, Shape(4, 5, True, "divisor")),  # the recorded 10 per node does not fit an 8-GPU node
