@@ -182,8 +182,11 @@ class Scheduler:
         self.policy.adopt(job, nodes)
         self._expect(job.id, start, limit)
 
-    def finish(self, job_id: str, budget: int | None = None) -> Step:
-        """A running job ended: free its GPUs and compact. Starts nothing (call ``drain``)."""
+    def finish(self, job_id: str, budget: int | None = None) -> list[Migration]:
+        """A running job ended: free its GPUs and compact within ``budget``. Starts nothing (call ``drain``)."""
+        return self._finish(job_id, budget).migrations
+
+    def _finish(self, job_id: str, budget: int | None) -> Step:
         if job_id not in self.running:
             raise EngineError(f"departure of unknown job {job_id}")
         self._forget(job_id)
@@ -217,7 +220,7 @@ class Scheduler:
         if job_id in self.queue:
             self.withdraw(job_id)
             return self.drain(now, budget)
-        step = self.finish(job_id, budget)
+        step = self._finish(job_id, budget)
         step.extend(self.drain(now, _less(budget, step.spent)))
         return step
 

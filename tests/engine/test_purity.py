@@ -12,12 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_properties import streams
 
+from compass_slurm.engine.fragmentation import measure
 from compass_slurm.engine.model import Job, Node
 from compass_slurm.engine.policies.base import GreedyPolicy, Policy, make_policy, policy_names
 from compass_slurm.engine.scheduler import Scheduler
 
 BUILTIN = ("compass", "compass-literal", "compass-wc", "best-fit", "first-fit", "worst-fit", "slurm-default",
            "fgd", "buddy")
+#: every registered policy (the built-in ones are all registered by then; tests register theirs later)
+POLICIES = tuple(policy_names())
 
 #: (instances, GPUs per instance, distinct nodes, eligible node indexes or None)
 probes = st.lists(
@@ -41,6 +44,7 @@ def ask_everything(policy: Policy, asked: list[tuple[int, int, bool, set[int] | 
         policy.candidates(job, None if eligible is None else [names[i % len(names)] for i in eligible])
     policy.abs_violations()
     policy.orphans()
+    measure(c)
     policy.check()
     for i in range(len(c)):
         policy.role(i)
@@ -51,7 +55,7 @@ def test_every_builtin_policy_is_registered():
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(pinned=True, distinct=True), st.integers(2, 8), st.sampled_from(BUILTIN), probes,
+@given(streams(pinned=True, distinct=True), st.integers(2, 8), st.sampled_from(POLICIES), probes,
        st.sampled_from([None, 0, 2]))
 def test_queries_change_nothing(events, n, name, asked, budget):
     nodes = [Node(f"n{i}", 8) for i in range(n)]
@@ -75,7 +79,7 @@ def test_queries_change_nothing(events, n, name, asked, budget):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([p for p in BUILTIN if p != "fgd"]), st.lists(st.sampled_from([1, 2, 3, 4, 8]), max_size=12))
+@given(st.sampled_from([p for p in POLICIES if p != "fgd"]), st.lists(st.sampled_from([1, 2, 3, 4, 8]), max_size=12))
 def test_anchor_names_where_the_next_single_instance_goes(name, sizes):
     # Not fgd: an arrival joins its target mix before it is placed, so the anchor is one arrival behind.
     policy = make_policy(name, [Node(f"n{i}", 8) for i in range(4)])

@@ -11,10 +11,10 @@ The contract (checked for every registered policy by tests/engine/test_purity.py
 - Queries never do: ``view()``, ``anchor(g)``, ``candidates(job)``, ``role(i)``,
   ``abs_violations()``, ``orphans()``, ``check()`` and a GreedyPolicy's ``choose``
   leave the state (and so every later decision) exactly as they found it.
-- The migration budget is an argument, never an attribute: ``compact(budget)``
-  returns a :class:`Compaction` (the netted moves and the budget spent), and
-  ``place(job, eligible, budget)`` spends one unit per migration in
-  ``Decision.migrations`` (fillers pulled into a new slot). ``None`` is unlimited.
+- The migration budget is an argument, never an attribute: ``compact(budget)`` and
+  ``blocked(job, eligible, budget)`` return a :class:`Compaction` (the netted moves and
+  the budget spent), and ``place(job, eligible, budget)`` spends one unit per migration
+  in ``Decision.migrations`` (fillers pulled into a new slot). ``None`` is unlimited.
 """
 
 from __future__ import annotations
