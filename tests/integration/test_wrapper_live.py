@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from compass_slurm.service.control import ControlServer, Peer
+from compass_slurm.slurm.backend import update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.slurm
@@ -154,7 +155,7 @@ def test_a_migrated_job_keeps_the_output_of_its_first_run(wrapper_env: dict[str,
     submit(wrapper_env, slurm, "--migratable", *chosen, "--gres=gpu:1", f"--output={out}", str(script))
     job = slurm.submitted[-1]
     backend = CliBackend()
-    backend.start_now(job)  # as a placement does
+    backend.scontrol(update_argv(job, start_now=True))  # StartTime=now, as a placement does
     first = slurm.wait(job, "RUNNING")
 
     def runs() -> list[str]:
