@@ -18,8 +18,10 @@ array throttle (``%N``) lets the first N tasks minus the running ones be placed;
 others stay leased, waiting their turn.
 
 A managed job whose start time (``--begin`` plus the lease, as the wrapper submits it)
-is still more than the lease (plus BEGIN_SLACK) away waits for its begin time: it is
-neither placed nor leased before then, and placed at most BEGIN_SLACK seconds early.
+is still more than the lease away, counted from the later of the read and the job's
+submission, waits for its begin time: it is neither placed nor leased before then. A
+plain lease (begin = submission) never waits, even for a job submitted while the read
+ran; a user's begin is kept to BEGIN_SLACK (Slurm's times are whole seconds).
 
 A node takes new work only when Slurm would start a job there: not down, drained,
 draining, failing, in maintenance or in a reservation. Jobs that asked for a
@@ -49,9 +51,9 @@ from .state import SlurmJob, SlurmNode, SlurmState
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
 #: the pending reason of array tasks beyond the array's throttle
 THROTTLED = "JobArrayTaskLimit"
-#: seconds a job's begin time may lie past the read and still count as come: squeue lists jobs submitted
-#: while the read ran (after read_at), whose lease then starts a little after it
-BEGIN_SLACK = 5.0
+#: seconds a job's begin time may lie past the read (or its submission) and still count as come:
+#: Slurm's times are whole seconds
+BEGIN_SLACK = 1.0
 
 #: job states in which a job holds its GPUs (squeue also lists jobs that ended, for MinJobAge)
 HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING",
@@ -277,7 +279,8 @@ class Translator:
         if job.reservation:
             return f"runs in reservation {job.reservation}"
         begin = job.eligible_time - (self.lease or 0)
-        if self.lease is not None and job.reason == "BeginTime" and begin > self.state.read_at + BEGIN_SLACK:
+        come = max(self.state.read_at, job.submit_time) + BEGIN_SLACK
+        if self.lease is not None and job.reason == "BeginTime" and begin > come:
             return f"waits for its begin time ({begin:.0f}, Unix seconds)"
         reason = job.reason.split(",")[0].strip()
         if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots

@@ -93,7 +93,11 @@ def test_a_begin_later_than_the_lease_waits_for_it_unleased():
     assert obs.skipped["1"].startswith("waits for its begin time") and obs.waiting == {}
     assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE - 1)]).pending] == ["1"]
     # submitted while the read ran: its lease starts just after read_at, and it is due all the same
-    assert [p.job.id for p in observe([job("1", eligible_time=int(NOW) + LEASE + 3)]).pending] == ["1"]
+    during = job("1", eligible_time=int(NOW) + LEASE + 3, submit_time=int(NOW) + 3)
+    assert [p.job.id for p in observe([during]).pending] == ["1"]
+    # a user's begin 3 s away is kept, not rounded down to "now"
+    soon = job("1", eligible_time=int(NOW) + LEASE + 3, submit_time=int(NOW) - 10)
+    assert observe([soon]).skipped["1"].startswith("waits for its begin time")
 
 
 
