@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the d
 from harness import COMPASS, DaemonProcess, cancel, jobs_named, log_disagreements, until  # noqa: E402
 
 from compass_slurm.service.store import Store  # noqa: E402
+from compass_slurm.slurm.translate import BEGIN_SLACK  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -144,9 +145,11 @@ def test_a_job_array_is_placed_by_the_daemon(daemon, name):
 
 def test_a_later_begin_is_placed_by_the_daemon_from_its_begin_time(daemon, name):
     began = time.time()
-    sbatch(f"{name}later", "--gpus=1", "--begin=now+6")
-    (job,) = running(name, 1, timeout=40)
-    assert 5 <= time.time() - began < 30  # not before the user's time, and not at its end (+ the 60 s lease)
+    sbatch(f"{name}later", "--gpus=1", "--begin=now+12")
+    (job,) = running(name, 1, timeout=50)
+    # not before the user's time (the daemon counts a begin within BEGIN_SLACK of its read as come),
+    # and not at its end either (+ the 60 s lease)
+    assert 12 - BEGIN_SLACK - 1 <= time.time() - began < 40
     assert sorted(placed(daemon, [job])) == [job.id]
 
 
