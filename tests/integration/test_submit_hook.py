@@ -233,5 +233,5 @@ def test_an_unreadable_gpu_request_is_left_to_slurm_with_one_log_line(daemon, cl
 
 def test_requeue_is_recorded_for_the_migratable_mode(daemon, name):
     sbatch(f"{name}rq", "--gpus=1", "--requeue", "--comment=nightly")
-    (job,) = running(name, 1)
+    (job,) = jobs_named(name)  # set at submission: pending or already placed
     assert job.comment == "compass compass:requeue nightly"
