@@ -28,7 +28,8 @@ from compass_slurm.slurm.translate import BEGIN_SLACK  # noqa: E402
 pytestmark = pytest.mark.slurm
 
 INTERVAL = 1.0
-STALENESS = 3 * INTERVAL
+#: longer than three intervals: a cycle slowed by a loaded machine must not make the hook fail open mid-test
+STALENESS = 10
 _NAMES = itertools.count()
 
 
@@ -81,7 +82,8 @@ def daemon(tmp_path: Path, cluster: Cluster) -> Iterator[DaemonProcess]:
                                      capture_output=True, text=True).stdout.strip(), 60,
           "the jobs of earlier tests are gone")  # else the daemon would adopt (and migrate) them
     process = DaemonProcess(tmp_path / "daemon", interval=INTERVAL, extra_env={
-        "COMPASS_HOOK_CONFIG": str(cluster.hook_config), "COMPASS_INTERACTIVE_LEASE": "20"})
+        "COMPASS_HOOK_CONFIG": str(cluster.hook_config), "COMPASS_INTERACTIVE_LEASE": "20",
+        "COMPASS_HOOK_STALENESS": str(STALENESS)})
     try:
         process.start()
         until(lambda: cluster.hook_config.exists() and (process.workdir / "anchors").exists(), 30,
