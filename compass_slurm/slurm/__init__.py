@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .errors import SlurmCommandError, SlurmError, SlurmNameError, SlurmParseError
@@ -22,6 +23,10 @@ __all__ = [
     "SlurmParseError", "SlurmPartition", "SlurmReservation", "SlurmState", "open_backend",
 ]
 
+log = logging.getLogger("compass.slurm")
+#: what --backend accepts
+BACKENDS = ("auto", "cli", "pyslurm")
+
 
 def __getattr__(name: str) -> Any:
     """The backends load on first use: the sbatch wrapper needs only the state and the names."""
@@ -33,20 +38,44 @@ def __getattr__(name: str) -> Any:
 
 
 def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float = 30.0) -> Backend:
-    """The backend a command should use: a snapshot file if given, else pyslurm when usable, else the CLI."""
+    """The backend a command should use: a snapshot file if given, else ``kind`` (cli, pyslurm or auto).
+
+    ``auto`` takes pyslurm only when it is built for the running Slurm and a first read through it
+    works; otherwise the CLI backend, with the reason logged and kept in ``chosen_because``.
+    ``pyslurm`` raises PyslurmUnavailable (naming both versions when they differ) instead of falling back.
+    """
     if snapshot is not None:
         from .snapshot import SnapshotBackend
 
-        return SnapshotBackend.from_file(snapshot)
+        backend: Backend = SnapshotBackend.from_file(snapshot)
+        backend.chosen_because = f"--snapshot {snapshot}"
+        return backend
     from .cli_backend import CliBackend
 
+    if kind not in BACKENDS:
+        raise SlurmError(f"unknown backend {kind!r}: choose one of {', '.join(BACKENDS)}")
     if kind == "cli":
-        return CliBackend(timeout)
+        backend = CliBackend(timeout)
+        backend.chosen_because = "asked for"
+        return backend
     from .pyslurm_backend import PyslurmBackend, PyslurmUnavailable
 
     try:
-        return PyslurmBackend(timeout)
-    except PyslurmUnavailable:
+        backend = PyslurmBackend(timeout)
+        if kind == "auto":
+            backend.read_state()
+    except PyslurmUnavailable as err:
         if kind == "pyslurm":
             raise
-        return CliBackend(timeout)
+        reason = str(err)
+    except SlurmError as err:
+        if kind == "pyslurm":
+            raise
+        reason = f"a first read through pyslurm failed: {err}"
+    else:
+        backend.chosen_because = "asked for" if kind == "pyslurm" else f"pyslurm {backend.pyslurm_version} matches Slurm"
+        return backend
+    log.info("backend: the CLI, since %s", reason)
+    backend = CliBackend(timeout)
+    backend.chosen_because = reason
+    return backend

@@ -50,17 +50,6 @@ def wait_running(backend: CliBackend, jobs: list[str], timeout: float = 30.0) ->
         time.sleep(0.3)
 
 
-@pytest.fixture
-def idle_cluster(slurm):
-    """No GPU job left from earlier tests (they cancel theirs; Slurm takes a moment to free the nodes)."""
-    backend = CliBackend()
-    deadline = time.monotonic() + 30
-    while any(n.gpus_used for n in backend.read_state().nodes):
-        assert time.monotonic() < deadline, "the dev cluster still runs GPU jobs of someone else"
-        time.sleep(0.5)
-    return slurm
-
-
 def make_daemon(tmp_path: Path, **config) -> Daemon:
     cfg = Config(anchors=str(tmp_path / "anchors"), lease=LEASE, interval=1, **config)
     return Daemon(cfg, CliBackend(), f"sqlite:///{tmp_path / 'log.db'}")
