@@ -59,7 +59,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     except SlurmError as err:
         raise UserError(str(err), hint="record one with `compass snapshot save FILE`" if snapshot else
                         "check that sinfo, squeue and scontrol work here (`compass doctor`)") from None
-    backend_why = reader.chosen_because
+    logging.getLogger("compass.daemon").info("backend %s (%s)", reader.name, reader.chosen_because)
     if dry_run and snapshot is None:
         reader = DryRunBackend(reader)
     simulated = dry_run or snapshot is not None

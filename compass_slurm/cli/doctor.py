@@ -173,7 +173,7 @@ class Doctor:
         try:
             if backend is not self.backend:
                 backend.read_state()  # a first read finds the documents it cannot read
-            commands = {kind: " ".join(argv) for kind, argv in backend.commands().items()}
+            commands = {kind: " ".join(argv) for kind, argv in backend.read_commands().items()}
         except (SlurmError, ValueError) as err:
             raise Failed(f"cannot tell: {err}", SLURM_HINT) from None
         since = ".".join(f"{part:02d}" if k else str(part) for k, part in enumerate(JSON_SINCE))

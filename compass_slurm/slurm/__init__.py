@@ -17,6 +17,7 @@ from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmS
 
 if TYPE_CHECKING:
     from .backend import Backend, DryRunBackend
+    from .cli_backend import Runner
 
 __all__ = [
     "Backend", "DryRunBackend", "SlurmCommandError", "SlurmError", "SlurmJob", "SlurmNameError", "SlurmNode",
@@ -37,12 +38,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float = 30.0) -> Backend:
+def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float = 30.0,
+                 runner: Runner | None = None) -> Backend:
     """The backend a command should use: a snapshot file if given, else ``kind`` (cli, pyslurm or auto).
 
     ``auto`` takes pyslurm only when it is built for the running Slurm and a first read through it
     works; otherwise the CLI backend, with the reason logged and kept in ``chosen_because``.
     ``pyslurm`` raises PyslurmUnavailable (naming both versions when they differ) instead of falling back.
+    ``runner`` runs the Slurm commands (tests replay recorded output).
     """
     if snapshot is not None:
         from .snapshot import SnapshotBackend
@@ -50,18 +53,19 @@ def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float
         backend: Backend = SnapshotBackend.from_file(snapshot)
         backend.chosen_because = f"--snapshot {snapshot}"
         return backend
-    from .cli_backend import CliBackend
+    from .cli_backend import CliBackend, run_process
 
+    runner = runner or run_process
     if kind not in BACKENDS:
         raise SlurmError(f"unknown backend {kind!r}: choose one of {', '.join(BACKENDS)}")
     if kind == "cli":
-        backend = CliBackend(timeout)
+        backend = CliBackend(timeout, runner=runner)
         backend.chosen_because = "asked for"
         return backend
     from .pyslurm_backend import PyslurmBackend, PyslurmUnavailable
 
     try:
-        backend = PyslurmBackend(timeout)
+        backend = PyslurmBackend(timeout, runner=runner)
         if kind == "auto":
             backend.read_state()
     except PyslurmUnavailable as err:
@@ -76,6 +80,6 @@ def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float
         backend.chosen_because = "asked for" if kind == "pyslurm" else f"pyslurm {backend.pyslurm_version} matches Slurm"
         return backend
     log.info("backend: the CLI, since %s", reason)
-    backend = CliBackend(timeout)
+    backend = CliBackend(timeout, runner=runner)
     backend.chosen_because = reason
     return backend

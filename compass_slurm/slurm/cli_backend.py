@@ -95,13 +95,13 @@ class CliBackend(Backend):
     def nodes_json(self) -> list[str]:
         return NODES_JSON_PER_NODE if _version_tuple(self.version()) >= GROUPED_SINCE else NODES_JSON
 
-    def commands(self) -> dict[str, list[str]]:
+    def read_commands(self) -> dict[str, list[str]]:
         """What each kind is read with now: "nodes" and "jobs" (JSON or text), as argv."""
         use = {kind: self.uses_json and kind not in self.text_reasons for kind in ("nodes", "jobs")}
         return {"nodes": self.nodes_json if use["nodes"] else NODES_TEXT, "jobs": JOBS_JSON if use["jobs"] else JOBS_TEXT}
 
     def _read(self, kind: str, parse_doc: Callable[[dict], list], parse_text_output: Callable[[str], list]) -> list:
-        argv = self.commands()[kind]
+        argv = self.read_commands()[kind]
         if argv in (NODES_TEXT, JOBS_TEXT):
             return parse_text_output(self._run(argv))
         command = " ".join(argv)
@@ -110,7 +110,7 @@ class CliBackend(Backend):
         except SlurmParseError as err:
             self.text_reasons[kind] = f"{command}: {err}".replace(f"{command}: {command}", command)
             log.warning("cannot read %s (%s); reading %s as text from now on", command, err, kind)
-        return parse_text_output(self._run(self.commands()[kind]))
+        return parse_text_output(self._run(self.read_commands()[kind]))
 
     def read_nodes(self) -> list[SlurmNode]:
         return self._read("nodes", lambda doc: parse_json.nodes(doc, self._memo["nodes"]), parse_text.nodes)

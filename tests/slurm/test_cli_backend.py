@@ -151,7 +151,7 @@ def test_job_state_polls_squeue(mixed):
 def test_a_json_document_it_cannot_read_falls_back_to_text_for_that_command(mixed, caplog, kind, output, message):
     expected = CliBackend(runner=mixed).read_state()
     backend = CliBackend(runner=mixed)
-    argv = backend.commands()[kind]
+    argv = backend.read_commands()[kind]
     mixed.override[" ".join(argv)] = (0, output, "")
     with caplog.at_level(logging.WARNING, logger="compass.slurm"):
         state = backend.read_state()
@@ -161,7 +161,7 @@ def test_a_json_document_it_cannot_read_falls_back_to_text_for_that_command(mixe
             "jobs": ["scontrol", "show", "job", "--details", "--oneliner"]}[kind]
     assert text in mixed.calls and argv not in mixed.calls  # the second read asks text only
     other = "jobs" if kind == "nodes" else "nodes"
-    assert backend.commands()[other] == CliBackend(runner=mixed).commands()[other]  # the other kind keeps JSON
+    assert backend.read_commands()[other] == CliBackend(runner=mixed).read_commands()[other]  # the other kind keeps JSON
     assert state.nodes == expected.nodes and state.jobs == expected.jobs
     assert list(backend.text_reasons) == [kind] and message in backend.text_reasons[kind]
     (warning,) = [r.getMessage() for r in caplog.records]
@@ -192,7 +192,7 @@ def test_truncated_text_names_the_line(mixed):
 
 def test_failing_command_raises_a_command_error(mixed):
     backend = CliBackend(runner=mixed)
-    command = " ".join(backend.commands()["nodes"])
+    command = " ".join(backend.read_commands()["nodes"])
     mixed.override[command] = (1, "", "slurm_load_node error: Unable to contact slurm controller")
     with pytest.raises(SlurmCommandError, match=rf"{command}: exit 1: slurm_load_node error"):
         backend.read_state()
