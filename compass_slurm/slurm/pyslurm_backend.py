@@ -34,6 +34,9 @@ TRES_PER_JOB = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-p
 _RESERVATION_FLAGS = {"MAINTENANCE": "MAINT", "IGNORE_RUNNING_JOBS": "IGNORE_JOBS", "STATIC_NODES": "STATIC",
                       "PARTITION_NODES_ONLY": "PART_NODES", "USER_DELETION": "USER_DELETE", "PURGE": "PURGE_COMP",
                       "SPECIFIC_NODES": "SPEC_NODES", "NO_JOB_HOLD_AFTER_END": "NO_HOLD_JOBS_AFTER_END"}
+#: ended jobs, which pyslurm lists until MinJobAge passes and squeue leaves out (a COMPLETING one is listed)
+_ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                    "OUT_OF_MEMORY"})
 #: job states whose resources are still held on their nodes
 _HOLDING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT"})
 
@@ -72,7 +75,7 @@ class PyslurmBackend(CliBackend):
         read_at = time.time()
         try:
             nodes = list(self.pyslurm.Nodes.load().values())
-            jobs = list(self.pyslurm.Jobs.load().values())
+            jobs = [job for job in self.pyslurm.Jobs.load().values() if job.state not in _ENDED]
             partitions = list(self.pyslurm.Partitions.load().values())
             reservations = list(self.pyslurm.Reservations.load().values())
             layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}
