@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from devcluster import dev
 
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = pytest.mark.slurm
 
 READ_BOTH = """
 import json
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.pyslurm_backend import PyslurmBackend
 pyslurm, cli = PyslurmBackend().read_state().to_dict(), CliBackend().read_state().to_dict()
 print(json.dumps([pyslurm, cli]))

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from compass_slurm.slurm import open_backend
-from compass_slurm.slurm.cli import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
 from compass_slurm.slurm.pyslurm_backend import PyslurmUnavailable, load_pyslurm, tres_per_job
 
