@@ -3,7 +3,7 @@
 - ``state``: SlurmNode, SlurmJob, SlurmPartition, SlurmReservation, SlurmState
   (and the job-comment marker that says a job is compass-managed / migratable)
 - ``backend``: the Backend interface, the exact scontrol command lines, DryRunBackend
-- ``cli``: sinfo / squeue / scontrol; ``snapshot``: a saved state; ``pyslurm_backend``: optional
+- ``cli_backend``: sinfo / squeue / scontrol; ``snapshot``: a saved state; ``pyslurm_backend``: optional
 - ``hostlist``, ``gres``, ``names``: Slurm syntax in and out
 """
 
