@@ -35,6 +35,19 @@ class DevCluster:
     gpus_per_node: int = GPUS
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.releases("24.11", ...)``: run that test on those releases only (deselected on the others)."""
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("releases")
+        params = getattr(item, "callspec", None) and item.callspec.params
+        release = params.get("dev_cluster") if params else None
+        (dropped if marker and release is not None and release not in marker.args else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(scope="session", params=releases_under_test())
 def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     """A running dev cluster of one release; its environment (SLURM_CONF, PATH, ...) is set in os.environ meanwhile."""

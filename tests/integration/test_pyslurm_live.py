@@ -2,7 +2,7 @@
 
 pyslurm is built from ../shared/vendor/pyslurm-24.11.x-*.tar.gz by `scripts/dev-cluster pyslurm` inside the
 24.11 chroot (it links that chroot's libslurm and C library), so these tests run their Python there, with
-this checkout on PYTHONPATH. On the other releases they are skipped: pyslurm is built for 24.11 only.
+this checkout on PYTHONPATH. They run on 24.11 only: pyslurm is built for 24.11 only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from devcluster import dev
 
 from compass_slurm.slurm.cli_backend import CliBackend
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11")]
 
 READ_BOTH = """
 import json
@@ -30,8 +30,6 @@ print(json.dumps([pyslurm, cli]))
 
 @pytest.fixture(scope="module")
 def pyslurm_python(dev_cluster) -> str:
-    if dev_cluster.release != "24.11":
-        pytest.skip("pyslurm is built for the 24.11 cluster only")
     done = dev("pyslurm")
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
