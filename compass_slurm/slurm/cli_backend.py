@@ -108,7 +108,7 @@ class CliBackend(Backend):
         try:
             return parse_doc(parse_json.load(self._run(argv), command))
         except SlurmParseError as err:
-            self.text_reasons[kind] = f"{command}: {err}".replace(f"{command}: {command}", command)
+            self.text_reasons[kind] = str(err) if str(err).startswith(command) else f"{command}: {err}"
             log.warning("cannot read %s (%s); reading %s as text from now on", command, err, kind)
         return parse_text_output(self._run(self.read_commands()[kind]))
 

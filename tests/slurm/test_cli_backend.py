@@ -222,3 +222,20 @@ def test_pending_managed_is_one_small_squeue(mixed):
 def test_pending_managed_failing_is_a_command_error(mixed):
     with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING"):
         CliBackend(runner=mixed).pending_managed()
+
+
+def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
+    from compass_slurm.cli.doctor import Doctor
+
+    doctor = Doctor(None)
+    doctor.backend = CliBackend(runner=mixed)
+    doctor.backend.read_state()
+    nodes = " ".join(doctor.backend.read_commands()["nodes"])
+    version = doctor.backend.version()
+    assert doctor.json_support() == f"JSON: nodes by {nodes}, jobs by squeue --json (Slurm {version})"
+    mixed.override["squeue --json"] = (0, '{"jobs": 7}', "")
+    doctor.backend = CliBackend(runner=mixed)
+    doctor.backend.read_state()
+    assert doctor.json_support() == (
+        f"JSON where readable: nodes by {nodes}, jobs by scontrol show job --details --oneliner (Slurm {version}; "
+        "text because jobs: squeue --json: no 'jobs' list in the document)")
