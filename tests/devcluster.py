@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,34 @@ def releases_under_test() -> list[str]:
 def dev(*args: str) -> subprocess.CompletedProcess[str]:
     """scripts/dev-cluster; it honours COMPASS_DEV_DIR and COMPASS_DEV_PORT from our environment."""
     return subprocess.run([str(DEV_CLUSTER), *args], capture_output=True, text=True, timeout=600)
+
+
+class Preparing:
+    """`scripts/dev-cluster prepare` in the background at low priority: first-time chroot and pyslurm builds
+    proceed while the tests of other releases run; a session of one of these releases waits for it."""
+
+    process: subprocess.Popen[bytes] | None = None
+    releases: frozenset[str] = frozenset()
+    log: Path | None = None
+
+    @classmethod
+    def start(cls, releases: set[str], pyslurm: bool) -> None:
+        if cls.process is not None or not (releases or pyslurm):
+            return
+        cls.releases = frozenset(releases | ({"24.11"} if pyslurm else set()))
+        cls.log = Path(tempfile.mkstemp(prefix="compass-dev-cluster-prepare-", suffix=".log")[1])
+        with open(cls.log, "wb") as out:
+            cls.process = subprocess.Popen([str(DEV_CLUSTER), "prepare", *sorted(releases), *(["--pyslurm"] * pyslurm)],
+                                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           preexec_fn=lambda: os.nice(19))
+
+    @classmethod
+    def wait(cls, release: str) -> None:
+        if cls.process is None or release not in cls.releases:
+            return
+        if cls.process.wait() != 0:
+            raise RuntimeError(f"scripts/dev-cluster prepare failed: {cls.log.read_text()[-2000:]}")
+        cls.log.unlink(missing_ok=True)
 
 
 def ensure_cluster(nodes: int, gpus: int, release: str = "22.05",
@@ -70,6 +99,7 @@ def session_cluster(nodes: int, gpus: int, release: str = "22.05",
         pytest.skip("the dev cluster needs Linux")
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
+    Preparing.wait(release)
     env, started = ensure_cluster(nodes, gpus, release, job_submit_lua)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
-from devcluster import session_cluster, releases_under_test  # noqa: E402
+from devcluster import Preparing, releases_under_test, session_cluster  # noqa: E402
 
 NODES, GPUS = 8, 8
 
@@ -46,6 +46,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    # first-time builds for the other releases run while the 22.05 tests (and the fault tests) do
+    used = {item.callspec.params["dev_cluster"] for item in kept
+            if getattr(item, "callspec", None) and "dev_cluster" in item.callspec.params}
+    Preparing.start(used - {"22.05"}, pyslurm=any("pyslurm_python" in item.fixturenames for item in kept))
 
 
 @pytest.fixture(scope="session", params=releases_under_test())
