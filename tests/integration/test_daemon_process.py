@@ -36,8 +36,11 @@ def compass(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[st
 
 
 def wrapper(daemon: DaemonProcess, slurm, *args: str) -> str:
+    # this is about where the daemon puts wrapper jobs: a loaded machine must not push them to the fallback
+    # (tests/faults covers that path), so the wrapper gets more than its 1 s to reach the daemon
+    env = {**daemon.env, "COMPASS_WRAPPER_TIMEOUT": "20"}
     done = subprocess.run([sys.executable, str(WRAPPER), "--parsable", "--output=/dev/null", *args,
-                           "--wrap", "sleep 300"], capture_output=True, text=True, env=daemon.env, timeout=60)
+                           "--wrap", "sleep 300"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     slurm.submitted.append(done.stdout.strip().split(";")[0])
     return slurm.submitted[-1]
