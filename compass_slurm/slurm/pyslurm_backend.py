@@ -8,7 +8,8 @@ Slurm's): a mismatched build reads memory layouts wrongly, so it is refused rath
 Two things pyslurm 24.11 does not say, and how the state gets them anyway:
 - a node's GPUs in use (``allocated_gres`` comes from the node's TRES, which leave GPUs out unless the
   site accounts them): the sum of the GPUs that jobs hold on the node (each job's resource layout);
-- a job's per-job GPU request (``--gpus=N``, TresPerJob): one ``squeue --Format`` call per read.
+- a job's per-job GPU request (``--gpus=N``, TresPerJob) and its ``--mem-per-gpu`` (pyslurm's
+  ``memory_per_gpu`` is None whenever a default memory per CPU applies): one ``squeue --Format`` per read.
 Every change goes through scontrol, as in the CLI backend.
 """
 
@@ -28,8 +29,8 @@ from .hostlist import expand
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from .values import held, node_state
 
-#: per-job GPU requests, which pyslurm 24.11's Job lacks; "|" ends every field
-TRES_PER_JOB = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|"]
+#: what pyslurm 24.11's Job lacks: per-job GPU requests and memory per GPU; "|" ends every field
+JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|"]
 #: pyslurm's ReservationFlags names -> scontrol's spelling, where they differ
 _RESERVATION_FLAGS = {"MAINTENANCE": "MAINT", "IGNORE_RUNNING_JOBS": "IGNORE_JOBS", "STATIC_NODES": "STATIC",
                       "PARTITION_NODES_ONLY": "PART_NODES", "USER_DELETION": "USER_DELETE", "PURGE": "PURGE_COMP",
@@ -81,22 +82,22 @@ class PyslurmBackend(CliBackend):
             layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}
         except Exception as err:  # pyslurm raises its own RPCError and ValueError kinds
             raise SlurmError(f"pyslurm: {type(err).__name__}: {err}") from None
-        return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, tres_per_job(self._run(TRES_PER_JOB)),
+        return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, job_tres(self._run(JOB_TRES)),
                                   self.version(), read_at)
 
 
-def tres_per_job(output: str) -> dict[int, str]:
-    """job id -> TresPerJob from ``squeue --Format=JobID:|,tres-per-job:|`` (empty ones left out)."""
+def job_tres(output: str) -> dict[int, tuple[str, str]]:
+    """job id -> (TresPerJob, MemPerTres) from ``squeue --Format=JobID:|,tres-per-job:|,mem-per-tres:|``."""
     found = {}
     for lineno, line in enumerate(output.splitlines(), 1):
         if not line.strip():
             continue
-        job_id, sep, rest = line.strip().partition("|")
-        if not sep or not job_id.isdecimal():
-            raise SlurmParseError(f"{' '.join(TRES_PER_JOB)}: line {lineno}: cannot read {line[:80]!r}")
-        value = rest.rstrip("|").strip()
-        if value and value != "N/A":
-            found[int(job_id)] = value
+        fields = [part.strip() for part in line.strip().split("|")]
+        if len(fields) != 4 or not fields[0].isdecimal():
+            raise SlurmParseError(f"{' '.join(JOB_TRES)}: line {lineno}: cannot read {line[:80]!r}")
+        per_job, per_gpu = ("" if v == "N/A" else v for v in fields[1:3])
+        if per_job or per_gpu:
+            found[int(fields[0])] = (per_job, per_gpu)
     return found
 
 
@@ -137,13 +138,14 @@ def _local_time(seconds: int | None) -> str:
 def _job_id(job: Any) -> str:
     if job.array_id and job.array_task_id is not None:
         return f"{job.array_id}_{job.array_task_id}"
-    if job.array_id and job.array_tasks_waiting:
-        return f"{job.array_id}_[{job.array_tasks_waiting}]"
+    if job.array_id and job.array_tasks_waiting:  # squeue's spelling keeps the throttle: 3_[1-5%2]
+        throttle = f"%{job.array_tasks_parallel}" if job.array_tasks_parallel else ""
+        return f"{job.array_id}_[{job.array_tasks_waiting}{throttle}]"
     return str(job.id)
 
 
 def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mapping[int, Mapping[str, Any]],
-                       partitions: Iterable[Any], reservations: Iterable[Any], per_job: Mapping[int, str],
+                       partitions: Iterable[Any], reservations: Iterable[Any], tres: Mapping[int, tuple[str, str]],
                        version: str, read_at: float) -> SlurmState:
     """The SlurmState the CLI backend would read, from pyslurm's objects (the same fields, the same spelling)."""
     out_jobs = []
@@ -155,7 +157,8 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             used[node] = used.get(node, 0) + count
         per_node, type_n = _gpus(job.gres_per_node, f"{what} gres_per_node")
         per_task, type_t = _gpus(job.tres_per_task, f"{what} tres_per_task")
-        per_job_gpus, type_j = _gpus(per_job.get(job.id), f"{what} TresPerJob")
+        per_job, per_gpu = tres.get(job.id, ("", ""))
+        per_job_gpus, type_j = _gpus(per_job, f"{what} TresPerJob")
         reason = "" if job.state_reason in (None, "None") else job.state_reason
         out_jobs.append(SlurmJob(
             id=_job_id(job),
@@ -173,6 +176,8 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             cpus=job.cpus or 1,
             memory_per_node_mb=job.memory_per_node or None,
             memory_per_cpu_mb=job.memory_per_cpu or None,
+            memory_per_gpu_mb=_gpus(per_gpu, f"{what} MemPerTres")[0],  # gres/gpu:1000: MB per GPU
+            exclusive=str(job.resource_sharing).upper() == "NO",
             required_nodes=_nodes(job.required_nodes, what),
             excluded_nodes=_nodes(job.excluded_nodes, what),
             held=held(reason),
@@ -181,7 +186,11 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             reservation=job.reservation or "",
             priority=job.priority or 0,
             submit_time=job.submit_time or 0,
+            eligible_time=job.eligible_time or 0,
             restarts=job.requeue_count or 0,
+            array_job=str(job.array_id) if job.array_id else "",
+            array_pending=(job.array_tasks_waiting or "") if job.array_id and job.array_task_id is None else "",
+            array_throttle=(job.array_tasks_parallel or 0) if job.array_id else 0,
         ))
     out_nodes = []
     for node in nodes:

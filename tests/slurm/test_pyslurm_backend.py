@@ -10,7 +10,7 @@ import pytest
 from compass_slurm.slurm import open_backend
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
-from compass_slurm.slurm.pyslurm_backend import PyslurmUnavailable, load_pyslurm, tres_per_job
+from compass_slurm.slurm.pyslurm_backend import PyslurmUnavailable, job_tres, load_pyslurm
 
 
 class _Failing:
@@ -84,7 +84,8 @@ def test_asking_for_cli_or_for_an_unknown_backend(mixed):
         open_backend("slurmrestd", runner=mixed)
 
 
-def test_per_job_gpu_requests_from_squeue():
-    assert tres_per_job("1|gres/gpu:2|\n2||\n3|N/A|\n9|gres/gpu:a100:4|\n") == {1: "gres/gpu:2", 9: "gres/gpu:a100:4"}
+def test_per_job_gpu_requests_and_memory_per_gpu_from_squeue():
+    output = "1|gres/gpu:2||\n2|||\n3|N/A|N/A|\n9|gres/gpu:a100:4|gres/gpu:1000|\n10||gres/gpu:500|\n"
+    assert job_tres(output) == {1: ("gres/gpu:2", ""), 9: ("gres/gpu:a100:4", "gres/gpu:1000"), 10: ("", "gres/gpu:500")}
     with pytest.raises(SlurmParseError, match="line 1: cannot read 'JOBID'"):
-        tres_per_job("JOBID\n")
+        job_tres("JOBID\n")
