@@ -17,6 +17,7 @@ import logging
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from . import names, parse_json, parse_text
 from .backend import Backend
@@ -32,6 +33,9 @@ GROUPED_SINCE = (23, 2)
 
 NODES_JSON = ["sinfo", "--json"]
 NODES_JSON_PER_NODE = ["sinfo", "--Node", "--json"]
+#: 26.05's squeue --json no longer says which jobs are --exclusive (``shared`` is empty for all); this does
+EXCLUSIVE = ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
+EXCLUSIVE_GONE_SINCE = (26, 5)
 JOBS_JSON = ["squeue", "--json"]
 NODES_TEXT = ["scontrol", "show", "node", "--details", "--oneliner"]
 JOBS_TEXT = ["scontrol", "show", "job", "--details", "--oneliner"]
@@ -116,7 +120,11 @@ class CliBackend(Backend):
         return self._read("nodes", lambda doc: parse_json.nodes(doc, self._memo["nodes"]), parse_text.nodes)
 
     def read_jobs(self) -> list[SlurmJob]:
-        return self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)
+        jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)
+        if self.read_commands()["jobs"] == JOBS_JSON and _version_tuple(self.version()) >= EXCLUSIVE_GONE_SINCE:
+            exclusive = parse_text.exclusive_jobs(self._run(EXCLUSIVE))
+            jobs = [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
+        return jobs
 
     def read_state(self) -> SlurmState:
         read_at = time.time()

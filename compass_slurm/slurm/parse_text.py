@@ -151,6 +151,21 @@ def _memory(r: Record, key: str) -> int | None:
     return memory_mb(text, f"{r.what}: field {key}")
 
 
+def exclusive_jobs(output: str) -> frozenset[str]:
+    """Jobs (as squeue names them: ``7``, ``6_1``, ``11_[1-3]``) that ``squeue --Format=JobArrayID:|,Exclusive:|``
+    shows as owning their nodes (NODE; USER, MCS, TOPO and NO share)."""
+    found = set()
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = [part.strip() for part in line.strip().split("|")]
+        if len(fields) != 3 or not fields[0]:
+            raise SlurmParseError(f"squeue --Format=JobArrayID:|,Exclusive:|: line {lineno}: cannot read {line[:80]!r}")
+        if fields[1] == "NODE":
+            found.add(fields[0])
+    return frozenset(found)
+
+
 def _exclusive(r: Record) -> bool:
     """--exclusive: 26.05 says ``Exclusive=NODE`` (and OverSubscribe=NO for every job that does not oversubscribe);
     earlier releases say OverSubscribe=NO. USER, MCS, YES and OK share."""

@@ -9,11 +9,13 @@ from compass_slurm.slurm.errors import SlurmCommandError, SlurmParseError
 
 
 def json_read(release: str) -> list[list[str]]:
-    """One read's commands: 23.02 and later need --Node for one sinfo record per node."""
+    """One read's commands: 23.02 and later need --Node for one sinfo record per node, 26.05 asks squeue which
+    jobs are --exclusive (its squeue --json no longer says)."""
     return [
         ["scontrol", "--version"],
         ["sinfo", "--json"] if release == "22.05" else ["sinfo", "--Node", "--json"],
         ["squeue", "--json"],
+        *([["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]] if release >= "26.05" else []),
         ["scontrol", "show", "partition", "--oneliner"],
         ["scontrol", "show", "reservation", "--oneliner"],
     ]
@@ -239,3 +241,14 @@ def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
     assert doctor.json_support() == (
         f"JSON where readable: nodes by {nodes}, jobs by scontrol show job --details --oneliner (Slurm {version}; "
         "text because jobs: squeue --json: no 'jobs' list in the document)")
+
+
+@pytest.mark.parametrize("mixed", ["26.05"], indirect=True)
+def test_on_26_05_the_exclusive_jobs_come_from_squeue(mixed):
+    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (
+        0, "1|NO|\n2|NODE|\n11_[1-3]|NODE|\n6_1|USER|\n", "")
+    jobs = {j.id: j for j in CliBackend(runner=mixed).read_state().jobs}
+    assert {j for j, job in jobs.items() if job.exclusive} == {"2", "11_[1-3]"}
+    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (0, "junk\n", "")
+    with pytest.raises(SlurmParseError, match="line 1: cannot read 'junk'"):
+        CliBackend(runner=mixed).read_state()

@@ -65,6 +65,10 @@ def wait_running(job_ids: list[str]) -> None:
     sys.exit(f"jobs {job_ids} did not all start")
 
 
+#: what the CLI backend asks only of later releases
+SINCE = {"26.05": {"exclusive.txt": ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]}}
+
+
 def scenario_dir(name: str, release: str) -> Path:
     return HERE / (name if release == "22.05" else f"{name}-{release}")
 
@@ -73,7 +77,8 @@ def record(name: str, release: str, extra: dict[str, list[str]] | None = None) -
     out = scenario_dir(name, release)
     out.mkdir(exist_ok=True)
     manifest = {}
-    for filename, argv in {**COMMANDS, **(extra or {})}.items():
+    later = {k: v for since, commands in SINCE.items() if release >= since for k, v in commands.items()}
+    for filename, argv in {**COMMANDS, **later, **(extra or {})}.items():
         (out / filename).write_text(sh(*argv) + "\n")
         manifest[" ".join(argv)] = filename
     (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
