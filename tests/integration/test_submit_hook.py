@@ -216,7 +216,6 @@ def test_unreadable_or_malformed_anchors_leave_submissions_working(daemon, clust
     assert not found["ok"] and str(bad) in found["detail"]
 
 
-@pytest.mark.releases("22.05")  # sbatch of 24.11 and later refuses gpu:+1 itself, before any hook
 def test_an_unreadable_gpu_request_is_left_to_slurm_with_one_log_line(daemon, cluster, name):
     since = cluster.mark()
     # slurmctld takes this as one GPU (22.05 at once; 24.11 and 26.05 while the job is held), the hook cannot
