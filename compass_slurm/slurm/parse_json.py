@@ -38,7 +38,7 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
         "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
         "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
-        "shared", "job_resources",
+        "shared",
     })),
 }
 
@@ -357,11 +357,9 @@ def _memory_per_gpu(f: _Fields) -> int | None:
 
 
 def _exclusive(f: _Fields) -> bool:
-    """--exclusive: ``shared`` "none" (up to 24.11; "user", "mcs", "oversubscribe" share), or a running job's
-    whole-node allocation (26.05 leaves ``shared`` empty for exclusive jobs too)."""
-    resources = f.get("job_resources")
-    nodes = resources.get("nodes") if isinstance(resources, Mapping) else None
-    return f.str("shared") == "none" or (isinstance(nodes, Mapping) and nodes.get("whole") is True)
+    """--exclusive: ``shared`` "none" up to 24.11 ("user", "mcs", "oversubscribe" share); 26.05 leaves ``shared``
+    empty for every job, and the CLI backend asks squeue instead."""
+    return f.str("shared") == "none"
 
 
 def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:

@@ -187,7 +187,6 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             priority=job.priority or 0,
             submit_time=job.submit_time or 0,
             eligible_time=job.eligible_time or 0,
-            restarts=job.requeue_count or 0,
             array_job=str(job.array_id) if job.array_id else "",
             array_pending=(job.array_tasks_waiting or "") if job.array_id and job.array_task_id is None else "",
             array_throttle=(job.array_tasks_parallel or 0) if job.array_id else 0,
