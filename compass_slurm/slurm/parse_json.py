@@ -41,6 +41,8 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "shared",
     })),
 }
+#: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
+GROUPED_FIELDS = frozenset({"node", "memory"})
 
 
 def load(text: str, command: str) -> Mapping[str, Any]:
@@ -77,9 +79,11 @@ def _fast_load(text: str, command: str) -> dict[str, Any] | None:
     import msgspec
 
     try:
-        return _decoder(command).decode(text)
+        doc = _decoder(command).decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+    # Another shape (23.02+ groups sinfo's nodes under "sinfo"): the decoder dropped it, so read it all.
+    return doc if FIELDS[command][0] in doc else None
 
 
 @functools.cache
