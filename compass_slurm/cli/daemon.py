@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..slurm import BACKENDS
 from .common import CONTEXT_SETTINGS, UserError
 
 if TYPE_CHECKING:
@@ -25,9 +26,11 @@ LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 @click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the system log.")
 @click.option("--policy", metavar="NAME", help="Placement policy (see `compass policies`).")
 @click.option("--snapshot", metavar="FILE", help="Read a saved Slurm state instead of Slurm (implies a dry run).")
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="How to read Slurm: pyslurm when it matches Slurm and reads (auto), or always cli or pyslurm.")
 @click.option("-v", "--verbose", is_flag=True, help="Also log why managed jobs are left to Slurm.")
 def command(config_file: str | None, interval: float | None, once: bool, dry_run: bool, db: str | None,
-            policy: str | None, snapshot: str | None, verbose: bool) -> None:
+            policy: str | None, snapshot: str | None, backend: str, verbose: bool) -> None:
     """Place pending GPU jobs with COMPASS-ABS: observe Slurm, adopt, decide, pin, migrate, log.
 
     Runs in the foreground (systemd Type=simple); SIGTERM or SIGINT stop it between cycles.
@@ -40,6 +43,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     from ..engine.policies.base import policy_class
     from ..native_stdout import native_stdout_silenced
     from ..slurm import DryRunBackend, SlurmError, open_backend
+    from ..slurm.pyslurm_backend import PyslurmUnavailable
     from ..service.store import resolve_db_url
 
     try:
@@ -47,15 +51,19 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
         policy_class(config.policy)
     except (ConfigError, EngineError) as err:
         raise UserError(str(err)) from None
-    try:
-        backend = open_backend(snapshot=snapshot)
-    except SlurmError as err:
-        raise UserError(str(err), hint="record one with `compass snapshot save FILE`") from None
-    if dry_run and snapshot is None:
-        backend = DryRunBackend(backend)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
+    try:
+        reader = open_backend(backend, snapshot=snapshot)
+    except PyslurmUnavailable as err:
+        raise UserError(str(err), hint="use --backend cli, or install pyslurm built for this Slurm") from None
+    except SlurmError as err:
+        raise UserError(str(err), hint="record one with `compass snapshot save FILE`" if snapshot else
+                        "check that sinfo, squeue and scontrol work here (`compass doctor`)") from None
+    logging.getLogger("compass.daemon").info("backend %s (%s)", reader.name, reader.chosen_because)
+    if dry_run and snapshot is None:
+        reader = DryRunBackend(reader)
     simulated = dry_run or snapshot is not None
-    daemon = Daemon(config, backend, resolve_db_url(config.db or None), dry_run=simulated, publish=not simulated)
+    daemon = Daemon(config, reader, resolve_db_url(config.db or None), dry_run=simulated, publish=not simulated)
     if once:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --dry-run's commands
             report = daemon.cycle()
@@ -72,7 +80,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
         except ControlError as err:
             raise UserError(str(err), hint="set `socket` in the config or COMPASS_SOCKET") from None
     log.info("started: policy %s, every %g s, backend %s, log %s, socket %s", config.policy, config.interval,
-             backend.name, daemon.db, config.socket if server else "none")
+             reader.name, daemon.db, config.socket if server else "none")
     if config.hook_config and not simulated:
         _write_hook_config(config, log)
     try:

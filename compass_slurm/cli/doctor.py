@@ -161,22 +161,30 @@ class Doctor:
         except SlurmError as err:
             raise Failed(str(err), SLURM_HINT) from None
         gpu_nodes = sum(1 for n in self.state.nodes if n.gpus > 0)
-        return (f"{self.backend.name}: read {len(self.state.nodes)} nodes ({gpu_nodes} with GPUs), "
-                f"{len(self.state.jobs)} jobs, {len(self.state.partitions)} partitions")
+        return (f"{self.backend.name} ({self.backend.chosen_because}): read {len(self.state.nodes)} nodes "
+                f"({gpu_nodes} with GPUs), {len(self.state.jobs)} jobs, {len(self.state.partitions)} partitions")
 
     def json_support(self) -> str:
+        """Which commands the CLI backend reads nodes and jobs with, and why text where it reads text."""
         from ..slurm import SlurmError
         from ..slurm.cli_backend import JSON_SINCE, CliBackend
 
-        backend = self.backend if isinstance(self.backend, CliBackend) else CliBackend(timeout=10)
+        backend = self.backend if type(self.backend) is CliBackend else CliBackend(timeout=10)
         try:
-            uses_json = backend.uses_json
+            if backend is not self.backend:
+                backend.read_state()  # a first read finds the documents it cannot read
+            commands = {kind: " ".join(argv) for kind, argv in backend.read_commands().items()}
         except (SlurmError, ValueError) as err:
             raise Failed(f"cannot tell: {err}", SLURM_HINT) from None
         since = ".".join(f"{part:02d}" if k else str(part) for k, part in enumerate(JSON_SINCE))
-        if uses_json:
-            return f"sinfo --json and squeue --json (Slurm >= {since})"
-        return f"Slurm older than {since}: reading scontrol show node|job --oneliner text instead"
+        if not backend.uses_json:
+            return (f"text: nodes by {commands['nodes']}, jobs by {commands['jobs']} "
+                    f"(Slurm {backend.version()} is older than {since}, which has no --json)")
+        if not backend.text_reasons:
+            return f"JSON: nodes by {commands['nodes']}, jobs by {commands['jobs']} (Slurm {backend.version()})"
+        why = "; ".join(f"{kind}: {reason}" for kind, reason in backend.text_reasons.items())
+        return (f"JSON where readable: nodes by {commands['nodes']}, jobs by {commands['jobs']} "
+                f"(Slurm {backend.version()}; text because {why})")
 
     def gpu_source(self) -> str:
         if self.state is None:

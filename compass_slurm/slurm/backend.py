@@ -75,6 +75,8 @@ class Backend(ABC):
 
     #: short name for logs and --json output
     name: str = "backend"
+    #: why open_backend chose this one (shown by compass doctor)
+    chosen_because: str = ""
 
     @abstractmethod
     def read_state(self) -> SlurmState:

@@ -1,8 +1,11 @@
 """Parsers for ``sinfo --json`` and ``squeue --json``.
 
-Written against Slurm 22.05 (openapi v0.0.38) and tolerant of the later shapes
-(v0.0.39+): numbers wrapped as ``{"set": .., "number": ..}`` and states given as
-lists. Anything else unexpected raises SlurmParseError naming the field.
+Read from real output of Slurm 22.05 (openapi v0.0.38), 24.11 (data_parser v0.0.42)
+and 26.05 (v0.0.45): numbers wrapped as ``{"set": .., "number": ..}``, states given
+as lists, the meta block's ``Slurm`` spelt ``slurm``, and from 23.02 on ``sinfo
+--json`` printing a ``sinfo`` list of records that each group several nodes
+(``nodes.nodes``) with shared ``node.state`` and ``gres.total``/``gres.used``.
+Anything else unexpected raises SlurmParseError naming the field.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TypedDict
 
 from . import gres
 from .errors import SlurmParseError
-from .hostlist import expand
+from .hostlist import compress, expand
 from .state import SlurmJob, SlurmNode
 from .values import held, node_state
 
@@ -36,6 +41,8 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "shared",
     })),
 }
+#: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
+GROUPED_FIELDS = frozenset({"node", "memory"})
 
 
 def load(text: str, command: str) -> Mapping[str, Any]:
@@ -72,9 +79,11 @@ def _fast_load(text: str, command: str) -> dict[str, Any] | None:
     import msgspec
 
     try:
-        return _decoder(command).decode(text)
+        doc = _decoder(command).decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+    # Another shape (23.02+ groups sinfo's nodes under "sinfo"): the decoder dropped it, so read it all.
+    return doc if FIELDS[command][0] in doc else None
 
 
 @functools.cache
@@ -88,11 +97,12 @@ def _decoder(command: str) -> Any:
 
 
 def version(doc: Mapping[str, Any]) -> str | None:
-    """``22.05.8`` from a document's meta block, None if absent."""
-    try:
-        release = doc["meta"]["Slurm"]["release"]
-    except (KeyError, TypeError):
+    """``22.05.8`` from a document's meta block (``Slurm`` up to 22.05, ``slurm`` since), None if absent."""
+    meta = doc.get("meta")
+    if not isinstance(meta, Mapping):
         return None
+    block = meta.get("slurm", meta.get("Slurm"))
+    release = block.get("release") if isinstance(block, Mapping) else None
     return str(release) if release else None
 
 
@@ -206,6 +216,9 @@ def _value(value: Any) -> Any:
 
 
 def nodes(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmNode]:
+    """Flat ``nodes`` records (sinfo 22.05, scontrol show nodes --json) or 23.02+'s grouped ``sinfo`` records."""
+    if "nodes" not in doc and isinstance(doc.get("sinfo"), list):
+        return _grouped_nodes(doc["sinfo"])
     out = []
     if memo is not None:
         memo.begin()
@@ -242,6 +255,63 @@ def nodes(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmNode]:
         if memo is not None:
             memo.keep(key, out[-1])
     return out
+
+
+def _natural(name: str) -> list[Any]:
+    """node2 before node10, as Slurm's own node order has them."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _grouped_nodes(records: list[Any]) -> list[SlurmNode]:
+    """One SlurmNode per node of 23.02+'s ``sinfo`` records; a node in several partitions has one record in each.
+
+    A record's ``cpus.allocated`` and ``memory.allocated`` are totals over its nodes, so only a record of one
+    node (``sinfo --Node --json``), or of nodes with nothing allocated, says what each node has allocated.
+    """
+    found: dict[str, SlurmNode] = {}
+    for i, raw in enumerate(records):
+        f = _Fields(raw, f"sinfo --json record #{i}")
+        names = [str(n) for n in _Fields(f.require("nodes"), f"{f.what} nodes").list("nodes")]
+        f.what = f"sinfo --json record {compress(names) if names else f'#{i}'}"
+        node = _Fields(f.require("node"), f"{f.what} node")
+        cpus = _Fields(f.require("cpus"), f"{f.what} cpus")
+        memory = _Fields(f.get("memory") or {}, f"{f.what} memory")
+        gpus = _Fields(f.get("gres") or {}, f"{f.what} gres")
+        reason = f.get("reason")
+        reason = _Fields(reason, f"{f.what} reason").str("description") if isinstance(reason, Mapping) else f.str("reason")
+        partition = f.get("partition")
+        partition = _Fields(partition, f"{f.what} partition").str("name") if isinstance(partition, Mapping) else ""
+        alloc_cpus, alloc_memory = cpus.int("allocated"), memory.int("allocated")
+        if len(names) > 1 and (alloc_cpus or alloc_memory or cpus.int("minimum") != cpus.int("maximum")):
+            raise SlurmParseError(f"{f.what}: one record for {len(names)} nodes with allocations, which it sums "
+                                  "(sinfo --Node --json has one record per node)")
+        state, flags = node_state([str(s) for s in node.list("state")] or [""], compress(names))
+        try:
+            total, used, kind = (gres.gpu_count(gpus.str("total")), gres.gpu_count(gpus.str("used")),
+                                 gres.gpu_type(gpus.str("total")))
+        except SlurmParseError as err:
+            raise SlurmParseError(f"{f.what}: {err}") from None
+        for name in names:
+            if name in found:
+                seen = found[name]
+                if partition and partition not in seen.partitions:
+                    found[name] = replace(seen, partitions=(*seen.partitions, partition))
+                continue
+            found[name] = SlurmNode(
+                name=name,
+                state=state,
+                flags=flags,
+                partitions=(partition,) if partition else (),
+                gpus=total,
+                gpus_used=used,
+                gpu_type=kind,
+                cpus=cpus.int("maximum", required=True),
+                cpus_alloc=alloc_cpus,
+                memory_mb=memory.int("maximum"),
+                memory_alloc_mb=alloc_memory,
+                reason=reason,
+            )
+    return [found[name] for name in sorted(found, key=_natural)]
 
 
 def _job_id(f: _Fields) -> str:
@@ -290,6 +360,12 @@ def _memory_per_gpu(f: _Fields) -> int | None:
         raise SlurmParseError(f"{f.what}: memory_per_tres: {err}") from None
 
 
+def _exclusive(f: _Fields) -> bool:
+    """--exclusive: ``shared`` "none" up to 24.11 ("user", "mcs", "oversubscribe" share); 26.05 leaves ``shared``
+    empty for every job, and the CLI backend asks squeue instead."""
+    return f.str("shared") == "none"
+
+
 def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
     out = []
     if memo is not None:
@@ -332,7 +408,7 @@ def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
                 memory_per_node_mb=f.int("memory_per_node", default=None),
                 memory_per_cpu_mb=f.int("memory_per_cpu", default=None),
                 memory_per_gpu_mb=_memory_per_gpu(f),
-                exclusive=f.str("shared") == "none",  # --exclusive; "user", "mcs", "oversubscribe" share
+                exclusive=_exclusive(f),
                 required_nodes=tuple(required),
                 excluded_nodes=tuple(excluded),
                 held=held(reason),

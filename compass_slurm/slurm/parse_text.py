@@ -151,6 +151,29 @@ def _memory(r: Record, key: str) -> int | None:
     return memory_mb(text, f"{r.what}: field {key}")
 
 
+def exclusive_jobs(output: str) -> frozenset[str]:
+    """Jobs (as squeue names them: ``7``, ``6_1``, ``11_[1-3]``) that ``squeue --Format=JobArrayID:|,Exclusive:|``
+    shows as owning their nodes (NODE; USER, MCS, TOPO and NO share)."""
+    found = set()
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = [part.strip() for part in line.strip().split("|")]
+        if len(fields) != 3 or not fields[0]:
+            raise SlurmParseError(f"squeue --Format=JobArrayID:|,Exclusive:|: line {lineno}: cannot read {line[:80]!r}")
+        if fields[1] == "NODE":
+            found.add(fields[0])
+    return frozenset(found)
+
+
+def _exclusive(r: Record) -> bool:
+    """--exclusive: 26.05 says ``Exclusive=NODE`` (and OverSubscribe=NO for every job that does not oversubscribe);
+    earlier releases say OverSubscribe=NO. USER, MCS, YES and OK share."""
+    if "Exclusive" in r.first:
+        return r.str("Exclusive") == "NODE"
+    return r.str("OverSubscribe") == "NO"
+
+
 def jobs(output: str) -> list[SlurmJob]:
     """``scontrol show job --details --oneliner``."""
     out = []
@@ -183,7 +206,7 @@ def jobs(output: str) -> list[SlurmJob]:
                 memory_per_node_mb=_memory(r, "MinMemoryNode"),
                 memory_per_cpu_mb=_memory(r, "MinMemoryCPU"),
                 memory_per_gpu_mb=_gpus(r, "MemPerTres")[0],
-                exclusive=r.str("OverSubscribe") == "NO",  # --exclusive; USER, MCS, YES, OK share
+                exclusive=_exclusive(r),
                 required_nodes=r.nodes("ReqNodeList"),
                 excluded_nodes=r.nodes("ExcNodeList"),
                 held=held(reason),

@@ -1,22 +1,45 @@
 """The optional pyslurm backend: reads through pyslurm's Slurm API, changes jobs like the CLI backend.
 
-Used only when ``import pyslurm`` works and pyslurm was built for the running
-Slurm (pyslurm's major.minor, e.g. 22.5, must match Slurm's 22.05): a mismatched
-build reads memory layouts wrongly, so it is refused rather than tried. pyslurm's
-own dictionaries have the shape of the JSON the CLI prints, so the JSON parsers
-read them too.
+Uses the current pyslurm API (23.2 and later): ``pyslurm.Nodes.load()``, ``pyslurm.Jobs.load()``,
+``pyslurm.Partitions.load()`` and ``pyslurm.Reservations.load()``. Used only when ``import pyslurm``
+works and pyslurm was built for the running Slurm (pyslurm's major.minor, e.g. 24.11, must match
+Slurm's): a mismatched build reads memory layouts wrongly, so it is refused rather than tried.
+
+Two things pyslurm 24.11 does not say, and how the state gets them anyway:
+- a node's GPUs in use (``allocated_gres`` comes from the node's TRES, which leave GPUs out unless the
+  site accounts them): the sum of the GPUs that jobs hold on the node (each job's resource layout);
+- a job's per-job GPU request (``--gpus=N``, TresPerJob) and its ``--mem-per-gpu`` (pyslurm's
+  ``memory_per_gpu`` is None whenever a default memory per CPU applies): one ``squeue --Format`` per read.
+Every change goes through scontrol, as in the CLI backend.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from importlib import import_module
 from types import ModuleType
+from typing import Any
 
-from . import parse_json, parse_text
-from .cli_backend import PARTITIONS, RESERVATIONS, CliBackend
-from .errors import SlurmError
-from .state import SlurmState
+from . import gres
+from .cli_backend import CliBackend, Runner, run_process
+from .errors import SlurmError, SlurmParseError
+from .hostlist import expand
+from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+from .values import held, node_state
+
+#: what pyslurm 24.11's Job lacks: per-job GPU requests and memory per GPU; "|" ends every field
+JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|"]
+#: pyslurm's ReservationFlags names -> scontrol's spelling, where they differ
+_RESERVATION_FLAGS = {"MAINTENANCE": "MAINT", "IGNORE_RUNNING_JOBS": "IGNORE_JOBS", "STATIC_NODES": "STATIC",
+                      "PARTITION_NODES_ONLY": "PART_NODES", "USER_DELETION": "USER_DELETE", "PURGE": "PURGE_COMP",
+                      "SPECIFIC_NODES": "SPEC_NODES", "NO_JOB_HOLD_AFTER_END": "NO_HOLD_JOBS_AFTER_END"}
+#: ended jobs, which pyslurm lists until MinJobAge passes and squeue leaves out (a COMPLETING one is listed)
+_ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                    "OUT_OF_MEMORY"})
+#: job states whose resources are still held on their nodes
+_HOLDING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STAGE_OUT"})
 
 
 class PyslurmUnavailable(SlurmError):
@@ -30,34 +53,172 @@ def load_pyslurm(slurm_version: str) -> ModuleType:
         raise PyslurmUnavailable(f"pyslurm is not installed ({err})") from None
     built_for = str(getattr(pyslurm, "__version__", "0.0")).split(".")[:2]
     major, minor = slurm_version.split(".")[:2]
-    if built_for != [major, str(int(minor))]:
+    if built_for != [major, str(int(minor))] and built_for != [major, minor]:
         raise PyslurmUnavailable(
             f"pyslurm {getattr(pyslurm, '__version__', '?')} does not match Slurm {slurm_version}"
         )
+    if not all(hasattr(pyslurm, kind) for kind in ("Nodes", "Jobs", "Partitions", "Reservations")):
+        raise PyslurmUnavailable(f"pyslurm {pyslurm.__version__} has only the legacy API (pyslurm 23.2 or later needed)")
     return pyslurm
 
 
 class PyslurmBackend(CliBackend):
-    """Nodes and jobs from pyslurm; partitions, reservations and every change through the CLI."""
+    """Nodes, jobs, partitions and reservations from pyslurm; the version and every change through the CLI."""
 
     name = "pyslurm"
 
-    def __init__(self, timeout: float = 30.0) -> None:
-        super().__init__(timeout)
+    def __init__(self, timeout: float = 30.0, runner: Runner = run_process) -> None:
+        super().__init__(timeout, runner=runner)
         self.pyslurm = load_pyslurm(self.version())
+        self.pyslurm_version = str(self.pyslurm.__version__)
 
     def read_state(self) -> SlurmState:
         read_at = time.time()
         try:
-            node_doc = {"nodes": [dict(v, name=k) for k, v in self.pyslurm.node().get().items()]}
-            job_doc = {"jobs": list(self.pyslurm.job().get().values())}
-        except Exception as err:  # pyslurm raises its own ValueError/RuntimeError kinds
+            nodes = list(self.pyslurm.Nodes.load().values())
+            jobs = [job for job in self.pyslurm.Jobs.load().values() if job.state not in _ENDED]
+            partitions = list(self.pyslurm.Partitions.load().values())
+            reservations = list(self.pyslurm.Reservations.load().values())
+            layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}
+        except Exception as err:  # pyslurm raises its own RPCError and ValueError kinds
             raise SlurmError(f"pyslurm: {type(err).__name__}: {err}") from None
-        return SlurmState(
-            nodes=tuple(parse_json.nodes(node_doc)),
-            jobs=tuple(parse_json.jobs(job_doc)),
-            partitions=tuple(parse_text.partitions(self._run(PARTITIONS))),
-            reservations=tuple(parse_text.reservations(self._run(RESERVATIONS))),
-            version=self.version(),
-            read_at=read_at,
-        )
+        return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, job_tres(self._run(JOB_TRES)),
+                                  self.version(), read_at)
+
+
+def job_tres(output: str) -> dict[int, tuple[str, str]]:
+    """job id -> (TresPerJob, MemPerTres) from ``squeue --Format=JobID:|,tres-per-job:|,mem-per-tres:|``."""
+    found = {}
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = [part.strip() for part in line.strip().split("|")]
+        if len(fields) != 4 or not fields[0].isdecimal():
+            raise SlurmParseError(f"{' '.join(JOB_TRES)}: line {lineno}: cannot read {line[:80]!r}")
+        per_job, per_gpu = ("" if v == "N/A" else v for v in fields[1:3])
+        if per_job or per_gpu:
+            found[int(fields[0])] = (per_job, per_gpu)
+    return found
+
+
+def _gpus(request: Mapping[str, Any] | str | None, what: str) -> tuple[int | None, str | None]:
+    """(count, type) from pyslurm's GRES dict (``{"gpu:a100": 2}``) or a TRES string (``gres/gpu:2``)."""
+    if not request:
+        return None, None
+    text = request if isinstance(request, str) else ",".join(f"{k}:{v}" for k, v in request.items())
+    try:
+        return gres.gpu_count(text) or None, gres.gpu_type(text)
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{what}: {err}") from None
+
+
+def _nodes(text: str | None, what: str) -> tuple[str, ...]:
+    try:
+        return tuple(expand(text or ""))
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{what}: {err}") from None
+
+
+def _layout_gpus(layout: Mapping[str, Any]) -> dict[str, int]:
+    """node -> GPUs of one job's ``get_resource_layout_per_node()`` (``{"gres": {"gpu:a100": {"count": 2}}}``)."""
+    alloc = {}
+    for node, resources in layout.items():
+        count = sum(int(v.get("count", 0)) for k, v in (resources.get("gres") or {}).items()
+                    if k.split(":")[0] == "gpu")
+        if count:
+            alloc[node] = count
+    return alloc
+
+
+def _local_time(seconds: int | None) -> str:
+    """Unix seconds as scontrol prints a time: local ISO without a zone."""
+    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%dT%H:%M:%S") if seconds else ""
+
+
+def _job_id(job: Any) -> str:
+    if job.array_id and job.array_task_id is not None:
+        return f"{job.array_id}_{job.array_task_id}"
+    if job.array_id and job.array_tasks_waiting:  # squeue's spelling keeps the throttle: 3_[1-5%2]
+        throttle = f"%{job.array_tasks_parallel}" if job.array_tasks_parallel else ""
+        return f"{job.array_id}_[{job.array_tasks_waiting}{throttle}]"
+    return str(job.id)
+
+
+def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mapping[int, Mapping[str, Any]],
+                       partitions: Iterable[Any], reservations: Iterable[Any], tres: Mapping[int, tuple[str, str]],
+                       version: str, read_at: float) -> SlurmState:
+    """The SlurmState the CLI backend would read, from pyslurm's objects (the same fields, the same spelling)."""
+    out_jobs = []
+    used: dict[str, int] = {}
+    for job in jobs:
+        what = f"pyslurm job {job.id}"
+        alloc = _layout_gpus(layouts.get(job.id, {}))
+        for node, count in alloc.items():
+            used[node] = used.get(node, 0) + count
+        per_node, type_n = _gpus(job.gres_per_node, f"{what} gres_per_node")
+        per_task, type_t = _gpus(job.tres_per_task, f"{what} tres_per_task")
+        per_job, per_gpu = tres.get(job.id, ("", ""))
+        per_job_gpus, type_j = _gpus(per_job, f"{what} TresPerJob")
+        reason = "" if job.state_reason in (None, "None") else job.state_reason
+        out_jobs.append(SlurmJob(
+            id=_job_id(job),
+            user=job.user_name or str(job.user_id),
+            state=str(job.state),
+            partition=job.partition or "",
+            nodes=_nodes(job.allocated_nodes, what),
+            gpus_alloc=alloc,
+            num_nodes=job.num_nodes or 1,
+            gpus_per_node=per_node,
+            gpus_per_job=per_job_gpus,
+            gpus_per_task=per_task,
+            tasks=job.ntasks or 1,
+            gpu_type=type_n or type_j or type_t,
+            cpus=job.cpus or 1,
+            memory_per_node_mb=job.memory_per_node or None,
+            memory_per_cpu_mb=job.memory_per_cpu or None,
+            memory_per_gpu_mb=_gpus(per_gpu, f"{what} MemPerTres")[0],  # gres/gpu:1000: MB per GPU
+            exclusive=str(job.resource_sharing).upper() == "NO",
+            required_nodes=_nodes(job.required_nodes, what),
+            excluded_nodes=_nodes(job.excluded_nodes, what),
+            held=held(reason),
+            reason=reason,
+            comment=job.comment or "",
+            reservation=job.reservation or "",
+            priority=job.priority or 0,
+            submit_time=job.submit_time or 0,
+            eligible_time=job.eligible_time or 0,
+            array_job=str(job.array_id) if job.array_id else "",
+            array_pending=(job.array_tasks_waiting or "") if job.array_id and job.array_task_id is None else "",
+            array_throttle=(job.array_tasks_parallel or 0) if job.array_id else 0,
+        ))
+    out_nodes = []
+    for node in nodes:
+        state, flags = node_state([str(node.state)], node.name)
+        total, kind = _gpus(node.configured_gres, f"pyslurm node {node.name} configured_gres")
+        out_nodes.append(SlurmNode(
+            name=node.name,
+            state=state,
+            flags=flags,
+            partitions=tuple(node.partitions or ()),
+            gpus=total or 0,
+            gpus_used=used.get(node.name, 0),
+            gpu_type=kind,
+            cpus=node.total_cpus or 0,
+            cpus_alloc=node.allocated_cpus or 0,
+            memory_mb=node.real_memory or 0,
+            memory_alloc_mb=node.allocated_memory or 0,
+            reason=node.reason or "",
+        ))
+    return SlurmState(
+        nodes=tuple(out_nodes),
+        jobs=tuple(out_jobs),
+        partitions=tuple(SlurmPartition(name=p.name, nodes=_nodes(p.nodes, f"pyslurm partition {p.name}"),
+                                        state=str(p.state), default=bool(p.is_default)) for p in partitions),
+        reservations=tuple(SlurmReservation(
+            name=r.name, nodes=_nodes(r.nodes, f"pyslurm reservation {r.name}"), start=_local_time(r.start_time),
+            end=_local_time(r.end_time), active=bool(r.is_active),
+            flags=frozenset(_RESERVATION_FLAGS.get(f.name, f.name) for f in (r.flags or ())),
+            users=tuple(r.users or ())) for r in reservations),
+        version=version,
+        read_at=read_at,
+    )

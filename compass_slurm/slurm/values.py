@@ -22,10 +22,10 @@ _MB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 
 def node_state(words: list[str], node: str) -> tuple[str, frozenset[str]]:
-    """(base state, flags) from Slurm's words, e.g. ["MIXED", "DRAIN"] or ["idle*"]."""
+    """(base state, flags) from Slurm's words, e.g. ["MIXED", "DRAIN"], ["MIXED+DRAIN"] or ["idle*"]."""
     base: str | None = None
     flags: set[str] = set()
-    for word in words:
+    for word in "+".join(words).split("+"):  # 23.02+ JSON joins a state list into one word: "MIXED+DRAIN"
         word = word.strip()
         while word and word[-1] in _SUFFIX_FLAGS:
             flags.add(_SUFFIX_FLAGS[word[-1]])

@@ -26,7 +26,8 @@ EXAMPLES = int(os.environ.get("COMPASS_FUZZ_EXAMPLES", "60"))
 CASES: Counter[str] = Counter()
 
 SLURM_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-SCENARIOS = ("mixed-16x8", "typed-4x4")
+#: every release's recordings (tests/data/slurm/record.py)
+SCENARIOS = tuple(f"{name}{suffix}" for name in ("mixed-16x8", "typed-4x4") for suffix in ("", "-24.11", "-26.05"))
 
 
 def target(parser: str, *strategies: st.SearchStrategy, **named: st.SearchStrategy) -> Callable:

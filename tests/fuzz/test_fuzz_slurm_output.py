@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -87,7 +88,7 @@ def _json_sweep(command: str) -> None:
     def test() -> None:
         for text in recorded(filename):
             doc = json.loads(text)
-            entries = next(key for key in ("nodes", "jobs") if key in doc)
+            entries = next(key for key in ("nodes", "jobs", "sinfo") if key in doc)  # sinfo: 23.02+ records
             first = doc[entries][0]
             for key in first:
                 for value in JSON_NASTY:
@@ -171,14 +172,15 @@ def _respell(obj: Any, respelled: set[str], extra: dict[str, Any]) -> Any:
     if not isinstance(obj, dict):
         return obj
     out: dict[str, Any] = {}
-    for key, value in obj.items():
+    for key, value in obj.items():  # a value re-spelt here is not re-spelt again ("number" may be respelled)
         if key in respelled and key in _STATE_FIELDS and isinstance(value, str):
-            value = value.upper().split("+")
+            out[key] = value.upper().split("+")
         elif key in respelled and isinstance(value, int) and not isinstance(value, bool):
-            value = {"set": True, "infinite": False, "number": value}
+            out[key] = {"set": True, "infinite": False, "number": value}
         elif key in respelled and value is None:
-            value = {"set": False, "infinite": False, "number": 0}
-        out[key] = _respell(value, respelled, extra)
+            out[key] = {"set": False, "infinite": False, "number": 0}
+        else:
+            out[key] = _respell(value, respelled, extra)
     return {**out, **{k: v for k, v in extra.items() if k not in out}}
 
 
@@ -189,13 +191,24 @@ def _meta(choose: st.DrawFn) -> dict[str, Any]:
             "Slurm": {"version": {"major": major, "minor": minor, "micro": 1}, "release": f"{major}.{minor:02d}.1"}}
 
 
+def _readable(parse: Callable[[Any], Any], text: str, command: str) -> bool:
+    try:
+        parse(parse_json.load(text, command))
+    except SlurmParseError:  # 24.11's plain sinfo --json: grouped nodes with summed allocations
+        return False
+    return True
+
+
 def _other_version_target(command: str) -> None:
     filename, parse = JSON_PARSERS[command]
+    readable = [text for text in recorded(filename) if _readable(parse, text, command)]
 
-    @target("--json of other Slurm versions", st.sampled_from(recorded(filename)), st.data())
+    @target("--json of other Slurm versions", st.sampled_from(readable), st.data())
     def test(text: str, data: st.DataObject) -> None:
         doc = json.loads(text)
-        respelled = data.draw(st.sets(st.sampled_from(sorted(_keys(doc)))), label="respelled fields")
+        # the parts of an already wrapped number ({"set", "infinite", "number"}) are never wrapped again
+        keys = sorted(_keys(doc) - {"set", "infinite", "number"})
+        respelled = data.draw(st.sets(st.sampled_from(keys)), label="respelled fields")
         extra = data.draw(st.dictionaries(st.from_regex(r"new_[a-z_]{1,12}", fullmatch=True), json_values,
                                           max_size=3), label="new fields")
         newer = _respell(doc, respelled, extra)

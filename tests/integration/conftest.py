@@ -1,12 +1,13 @@
-"""A real Slurm for the tests marked ``slurm``: scripts/dev-cluster, 8 nodes x 8 GPUs, one per session.
+"""A real Slurm for the tests marked ``slurm``: scripts/dev-cluster, 8 nodes x 8 GPUs, on each Slurm release.
 
 The project's job_submit/lua hook is installed (``--job-submit-lua``); it changes no job
 until a test's daemon writes the hook's config (COMPASS_HOOK_CONFIG), so the other
 tests see plain Slurm.
 
-A cluster already running with that layout is reused (and left running);
-one this fixture started is stopped at the end of the session. Skipped only
-where Slurm cannot run here: not Linux, or not root.
+Every test that uses the cluster runs once per release (22.05, 24.11, 26.05, or those in
+$COMPASS_TEST_SLURM), one release's cluster after the other. A cluster already running
+with that layout is reused (and left running); one this fixture started is stopped when
+its release is done. Skipped only where Slurm cannot run here: not Linux, or not root.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
-from devcluster import session_cluster  # noqa: E402
+from devcluster import Preparing, releases_under_test, session_cluster  # noqa: E402
 
 NODES, GPUS = 8, 8
 
@@ -29,15 +30,33 @@ NODES, GPUS = 8, 8
 @dataclass(frozen=True)
 class DevCluster:
     env: dict[str, str]
+    release: str
     nodes: int = NODES
     gpus_per_node: int = GPUS
 
 
-@pytest.fixture(scope="session")
-def dev_cluster() -> Iterator[DevCluster]:
-    """A running dev cluster; its environment (SLURM_CONF, ...) is set in os.environ meanwhile."""
-    with session_cluster(NODES, GPUS, job_submit_lua=True) as env:
-        yield DevCluster(env)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.releases("24.11", ...)``: run that test on those releases only (deselected on the others)."""
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("releases")
+        params = getattr(item, "callspec", None) and item.callspec.params
+        release = params.get("dev_cluster") if params else None
+        (dropped if marker and release is not None and release not in marker.args else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    # first-time builds for the other releases run while the 22.05 tests (and the fault tests) do
+    used = {item.callspec.params["dev_cluster"] for item in kept
+            if getattr(item, "callspec", None) and "dev_cluster" in item.callspec.params}
+    Preparing.start(used - {"22.05"}, pyslurm=any("pyslurm_python" in item.fixturenames for item in kept))
+
+
+@pytest.fixture(scope="session", params=releases_under_test())
+def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    """A running dev cluster of one release; its environment (SLURM_CONF, PATH, ...) is set in os.environ meanwhile."""
+    with session_cluster(NODES, GPUS, request.param, job_submit_lua=True) as env:
+        yield DevCluster(env, request.param)
 
 
 @pytest.fixture
@@ -47,6 +66,19 @@ def slurm(dev_cluster: DevCluster) -> Iterator[Slurm]:
     yield helper
     if helper.submitted:
         subprocess.run(["scancel", *helper.submitted], check=False)
+
+
+@pytest.fixture
+def idle_cluster(slurm: Slurm) -> Slurm:
+    """No GPU job left from earlier tests (they cancel theirs; Slurm takes a moment to free the nodes)."""
+    from compass_slurm.slurm.cli_backend import CliBackend
+
+    backend = CliBackend()
+    deadline = time.monotonic() + 30
+    while any(n.gpus_used for n in backend.read_state().nodes):
+        assert time.monotonic() < deadline, "the dev cluster still runs GPU jobs of someone else"
+        time.sleep(0.5)
+    return slurm
 
 
 class Slurm:

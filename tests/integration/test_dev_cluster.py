@@ -71,3 +71,12 @@ def test_requeue_migration_moves_a_running_job(slurm):
     assert seen.gpus_alloc == {"node08": 3} and seen.migratable
     assert "Restarts=1 " in slurm.show(job)
     assert re.search(r"Nodes=node08 .*GRES=gpu:3\(IDX:", slurm.show(job))
+
+
+def test_an_unknown_release_exits_2_naming_the_known_ones():
+    from devcluster import dev
+
+    done = dev("start", "--slurm", "23.02")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == ("dev-cluster: error: unknown Slurm release '23.02': "
+                                            "known are 22.05, 24.11, 26.05")

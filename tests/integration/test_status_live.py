@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,4 +35,12 @@ def test_status_json_matches_slurm(slurm, dev_cluster, tmp_path: Path) -> None:
     assert doc["sif"] == (doc["partial"] - doc["phi_star"]) / doc["nodes"]
     cells = {c["name"]: c for c in doc["node_map"]}
     assert cells[node]["gpus_used"] >= 3 and cells[node]["kind"] in ("slotted", "partial", "full")
+    # and Slurm's own words for it: GresUsed of scontrol show node -d, read here without our parsers
+    shown = subprocess.run(["scontrol", "show", "node", "-d", "-o"], capture_output=True, text=True, check=True).stdout
+    gres_used = {re.search(r"NodeName=(\S+)", line)[1]: sum(map(int, re.findall(r"gpu(?::[^:(,\s]+)?:(\d+)",
+                                                                              re.search(r"GresUsed=(\S*)", line)[1])))
+                 for line in shown.splitlines() if line.strip()}
+    assert {name: c["gpus_used"] for name, c in cells.items()} == gres_used
+    assert doc["gpus_used"] == sum(gres_used.values())
+    assert doc["partial"] == sum(1 for name, used in gres_used.items() if 0 < used < dev_cluster.gpus_per_node)
     assert doc["decisions"] is None  # no log: left out, not an error

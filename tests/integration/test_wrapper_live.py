@@ -17,6 +17,7 @@ import pytest
 from compass_slurm.service.control import ControlServer, Peer
 from compass_slurm.slurm.backend import update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.gres import gpu_count
 
 pytestmark = pytest.mark.slurm
 
@@ -95,7 +96,7 @@ def test_gpu_job_on_stdin_with_the_daemon_down(wrapper_env: dict[str, str], slur
     assert "daemon unavailable" in done.stderr and "submitted with plain sbatch" in done.stderr
     slurm.wait(job, "RUNNING")
     assert comment(job) == "(null)"
-    assert fields(slurm, job)["TresPerNode"] == "gres:gpu:1"
+    assert gpu_count(fields(slurm, job)["TresPerNode"]) == 1  # gres:gpu:1 up to 22.05, gres/gpu:1 since
 
 
 def test_non_gpu_job_passes_through(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any) -> None:

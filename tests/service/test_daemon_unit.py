@@ -362,14 +362,16 @@ def test_pinned_jobs_never_migrate(tmp_path):
 
 
 def test_unparseable_slurm_output_skips_the_cycle_and_is_recorded(tmp_path):
-    backend = recorded(**{"squeue --json": '{"jobs": [{"job_id": "x"}]}'})
+    # an unreadable JSON document falls back to text (tests/slurm); here the text is unreadable too
+    backend = recorded(**{"squeue --json": '{"jobs": [{"job_id": "x"}]}',
+                          "scontrol show job --details --oneliner": "garbage\n"})
     daemon = Daemon(Config(anchors=str(tmp_path / "anchors")), backend, f"sqlite:///{tmp_path / 'log.db'}")
     report = daemon.cycle()
-    assert report.skipped is not None and "squeue --json" in report.skipped
+    assert report.skipped is not None and "scontrol show job" in report.skipped
     assert daemon.policy is None and not (tmp_path / "anchors").exists()
     with Store.open(daemon.db, create=False) as store:
         errors = store.errors()
-        assert [e.kind for e in errors] == ["slurm"] and "squeue --json" in errors[0].message
+        assert [e.kind for e in errors] == ["slurm"] and "scontrol show job" in errors[0].message
         assert store.samples() == []
 
 

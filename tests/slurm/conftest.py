@@ -1,4 +1,7 @@
-"""Replays Slurm output recorded on the dev cluster (tests/data/slurm/record.py) in place of the commands."""
+"""Replays Slurm output recorded on the dev cluster (tests/data/slurm/record.py) in place of the commands.
+
+The ``mixed`` and ``typed`` fixtures run each test once per Slurm release recorded (RELEASES).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,15 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+RELEASES = ("22.05", "24.11", "26.05")
 
 
 class RecordedSlurm:
     """A CliBackend runner answering from a recorded scenario; remembers every argv it was given."""
 
-    def __init__(self, scenario: str) -> None:
-        self.dir = DATA / scenario
+    def __init__(self, scenario: str, release: str = "22.05") -> None:
+        self.release = release
+        self.dir = DATA / (scenario if release == "22.05" else f"{scenario}-{release}")
         self.answers = json.loads((self.dir / "commands.json").read_text())
         self.calls: list[list[str]] = []
         self.override: dict[str, tuple[int, str, str]] = {}
@@ -32,11 +37,11 @@ class RecordedSlurm:
         return 1, "", f"not recorded: {key}"
 
 
-@pytest.fixture
-def mixed() -> RecordedSlurm:
-    return RecordedSlurm("mixed-16x8")
+@pytest.fixture(params=RELEASES)
+def mixed(request: pytest.FixtureRequest) -> RecordedSlurm:
+    return RecordedSlurm("mixed-16x8", request.param)
 
 
-@pytest.fixture
-def typed() -> RecordedSlurm:
-    return RecordedSlurm("typed-4x4")
+@pytest.fixture(params=RELEASES)
+def typed(request: pytest.FixtureRequest) -> RecordedSlurm:
+    return RecordedSlurm("typed-4x4", request.param)

@@ -1,17 +1,26 @@
-"""The CLI backend on output recorded from the dev cluster (tests/data/slurm/record.py)."""
+"""The CLI backend on output recorded from the dev cluster (tests/data/slurm/record.py), on every release recorded."""
+
+import logging
 
 import pytest
 
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmParseError
 
-JSON_READ = [
-    ["scontrol", "--version"],
-    ["sinfo", "--json"],
-    ["squeue", "--json"],
-    ["scontrol", "show", "partition", "--oneliner"],
-    ["scontrol", "show", "reservation", "--oneliner"],
-]
+
+def json_read(release: str) -> list[list[str]]:
+    """One read's commands: 23.02 and later need --Node for one sinfo record per node, 26.05 asks squeue which
+    jobs are --exclusive (its squeue --json no longer says)."""
+    return [
+        ["scontrol", "--version"],
+        ["sinfo", "--json"] if release == "22.05" else ["sinfo", "--Node", "--json"],
+        ["squeue", "--json"],
+        *([["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]] if release >= "26.05" else []),
+        ["scontrol", "show", "partition", "--oneliner"],
+        ["scontrol", "show", "reservation", "--oneliner"],
+    ]
+
+
 TEXT_READ = [
     ["scontrol", "show", "node", "--details", "--oneliner"],
     ["scontrol", "show", "job", "--details", "--oneliner"],
@@ -20,13 +29,14 @@ TEXT_READ = [
 ]
 
 
-def test_one_call_per_kind_with_json_on_22_05(mixed):
+def test_one_call_per_kind_with_json(mixed):
     backend = CliBackend(runner=mixed)
     backend.read_state()
-    assert mixed.calls == JSON_READ
+    assert mixed.calls == json_read(mixed.release)
+    assert backend.text_reasons == {}
     mixed.calls.clear()
     backend.read_state()
-    assert mixed.calls == JSON_READ[1:]  # the version is asked once
+    assert mixed.calls == json_read(mixed.release)[1:]  # the version is asked once
 
 
 def test_text_fallback_reads_the_same_state(mixed):
@@ -51,7 +61,7 @@ def test_versions_without_json_use_text(mixed):
 @pytest.mark.parametrize("use_json", [True, False])
 def test_nodes(mixed, use_json):
     state = CliBackend(runner=mixed, json=use_json).read_state()
-    assert state.version == "22.05.8"
+    assert state.version == {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}[mixed.release]
     assert [n.name for n in state.nodes] == [f"node{i:02d}" for i in range(1, 17)]
     assert all(n.gpus == 8 and n.cpus == 32 and n.memory_mb == 256000 for n in state.nodes)
     assert all(n.partitions == ("gpu",) for n in state.nodes)
@@ -122,24 +132,52 @@ def test_job_state_polls_squeue(mixed):
 
 
 @pytest.mark.parametrize(
+    "kind, output, message",
+    [
+        ("jobs", '{"jobs": [{"job_id": 1', "squeue --json: not JSON"),
+        ("jobs", '{"meta": {}}', "no 'jobs' list"),
+        ("jobs", '{"jobs": [{"job_id": "x"}]}', "field 'job_id' is not a number"),
+        ("jobs", '{"jobs": [{"job_id": 5, "nodes": "n[1-"}]}', "job 5: hostlist 'n[1-'"),
+        ("jobs", '{"jobs": [{"job_id": 5, "job_state": "RUNNING", "nodes": "n[1-2]",'
+         ' "gres_detail": ["gpu:1"]}]}', "job 5: 1 gres_detail entries for 2 nodes"),
+        ("jobs", '{"errors": [{"error": "boom"}], "jobs": []}', "Slurm reported errors"),
+        ("nodes", '{"nodes": [{"name": "n1", "state": "sleepy", "cpus": 1}]}', "node n1: no base state in 'sleepy'"),
+        ("nodes", '{"nodes": [{"name": "n1", "state": "idle", "cpus": 1, "gres": "gpu:x:y:z"}]}',
+         "node n1: GRES 'gpu:x:y:z'"),
+        ("nodes", '[1, 2]', "expected a JSON object"),
+        ("nodes", '{"sinfo": [{"nodes": {"nodes": ["n1", "n2"]}, "node": {"state": ["MIXED"]},'
+         ' "cpus": {"allocated": 3, "minimum": 8, "maximum": 8}}]}', "one record for 2 nodes with allocations"),
+        ("nodes", '{"sideways": []}', "no 'nodes' list"),
+    ],
+)
+def test_a_json_document_it_cannot_read_falls_back_to_text_for_that_command(mixed, caplog, kind, output, message):
+    expected = CliBackend(runner=mixed).read_state()
+    backend = CliBackend(runner=mixed)
+    argv = backend.read_commands()[kind]
+    mixed.override[" ".join(argv)] = (0, output, "")
+    with caplog.at_level(logging.WARNING, logger="compass.slurm"):
+        state = backend.read_state()
+        mixed.calls.clear()
+        backend.read_state()
+    text = {"nodes": ["scontrol", "show", "node", "--details", "--oneliner"],
+            "jobs": ["scontrol", "show", "job", "--details", "--oneliner"]}[kind]
+    assert text in mixed.calls and argv not in mixed.calls  # the second read asks text only
+    other = "jobs" if kind == "nodes" else "nodes"
+    assert backend.read_commands()[other] == CliBackend(runner=mixed).read_commands()[other]  # the other kind keeps JSON
+    assert state.nodes == expected.nodes and state.jobs == expected.jobs
+    assert list(backend.text_reasons) == [kind] and message in backend.text_reasons[kind]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"cannot read {' '.join(argv)} (") and message in warning
+
+
+@pytest.mark.parametrize(
     "command, output, message",
     [
-        ("squeue --json", '{"jobs": [{"job_id": 1', "squeue --json: not JSON"),
-        ("squeue --json", '{"meta": {}}', "no 'jobs' list"),
-        ("squeue --json", '{"jobs": [{"job_id": "x"}]}', "field 'job_id' is not a number"),
-        ("squeue --json", '{"jobs": [{"job_id": 5, "nodes": "n[1-"}]}', "job 5: hostlist 'n[1-'"),
-        ("squeue --json", '{"jobs": [{"job_id": 5, "job_state": "RUNNING", "nodes": "n[1-2]",'
-         ' "gres_detail": ["gpu:1"]}]}', "job 5: 1 gres_detail entries for 2 nodes"),
-        ("squeue --json", '{"errors": [{"error": "boom"}], "jobs": []}', "Slurm reported errors"),
-        ("sinfo --json", '{"nodes": [{"name": "n1", "state": "sleepy", "cpus": 1}]}', "node n1: no base state in 'sleepy'"),
-        ("sinfo --json", '{"nodes": [{"name": "n1", "state": "idle", "cpus": 1, "gres": "gpu:x:y:z"}]}',
-         "node n1: GRES 'gpu:x:y:z'"),
-        ("sinfo --json", '[1, 2]', "expected a JSON object"),
         ("scontrol show partition --oneliner", "garbage here\n", "line 1 does not start with PartitionName="),
         ("scontrol --version", "slurm\n", "scontrol --version: cannot read"),
     ],
 )
-def test_output_it_cannot_read_raises_a_parse_error(mixed, command, output, message):
+def test_text_it_cannot_read_raises_a_parse_error(mixed, command, output, message):
     mixed.override[command] = (0, output, "")
     with pytest.raises(SlurmParseError) as err:
         CliBackend(runner=mixed).read_state()
@@ -155,9 +193,12 @@ def test_truncated_text_names_the_line(mixed):
 
 
 def test_failing_command_raises_a_command_error(mixed):
-    mixed.override["sinfo --json"] = (1, "", "slurm_load_node error: Unable to contact slurm controller")
-    with pytest.raises(SlurmCommandError, match=r"sinfo --json: exit 1: slurm_load_node error"):
-        CliBackend(runner=mixed).read_state()
+    backend = CliBackend(runner=mixed)
+    command = " ".join(backend.read_commands()["nodes"])
+    mixed.override[command] = (1, "", "slurm_load_node error: Unable to contact slurm controller")
+    with pytest.raises(SlurmCommandError, match=rf"{command}: exit 1: slurm_load_node error"):
+        backend.read_state()
+    assert backend.text_reasons == {}  # a failing command is no reason to leave JSON
 
 
 def test_missing_binary_and_timeout_are_command_errors():
@@ -183,3 +224,31 @@ def test_pending_managed_is_one_small_squeue(mixed):
 def test_pending_managed_failing_is_a_command_error(mixed):
     with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING"):
         CliBackend(runner=mixed).pending_managed()
+
+
+def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
+    from compass_slurm.cli.doctor import Doctor
+
+    doctor = Doctor(None)
+    doctor.backend = CliBackend(runner=mixed)
+    doctor.backend.read_state()
+    nodes = " ".join(doctor.backend.read_commands()["nodes"])
+    version = doctor.backend.version()
+    assert doctor.json_support() == f"JSON: nodes by {nodes}, jobs by squeue --json (Slurm {version})"
+    mixed.override["squeue --json"] = (0, '{"jobs": 7}', "")
+    doctor.backend = CliBackend(runner=mixed)
+    doctor.backend.read_state()
+    assert doctor.json_support() == (
+        f"JSON where readable: nodes by {nodes}, jobs by scontrol show job --details --oneliner (Slurm {version}; "
+        "text because jobs: squeue --json: no 'jobs' list in the document)")
+
+
+@pytest.mark.parametrize("mixed", ["26.05"], indirect=True)
+def test_on_26_05_the_exclusive_jobs_come_from_squeue(mixed):
+    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (
+        0, "1|NO|\n2|NODE|\n11_[1-3]|NODE|\n6_1|USER|\n", "")
+    jobs = {j.id: j for j in CliBackend(runner=mixed).read_state().jobs}
+    assert {j for j, job in jobs.items() if job.exclusive} == {"2", "11_[1-3]"}
+    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (0, "junk\n", "")
+    with pytest.raises(SlurmParseError, match="line 1: cannot read 'junk'"):
+        CliBackend(runner=mixed).read_state()

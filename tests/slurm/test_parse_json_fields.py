@@ -36,7 +36,7 @@ def fields_read() -> set[str]:
 
 
 def test_every_field_a_parser_reads_is_kept_by_the_fast_loader():
-    kept = set().union(*(fields for _, fields in parse_json.FIELDS.values()))
+    kept = set().union(*(fields for _, fields in parse_json.FIELDS.values()), parse_json.GROUPED_FIELDS)
     assert fields_read() - kept == set()
 
 
@@ -45,9 +45,11 @@ def test_the_fast_loader_reads_recorded_documents_as_json_does(path):
     command = COMMAND[path.name]
     text = path.read_text()
     fast = parse_json._fast_load(text, command)
-    assert fast is not None
     key, fields = parse_json.FIELDS[command]
     plain = json.loads(text)
+    if key not in plain:  # the grouped shape of newer releases: left to json
+        assert fast is None and "sinfo" in plain
+        return
     assert fast[key] == [{k: v for k, v in entry.items() if k in fields} for entry in plain[key]]
     parse = parse_json.nodes if key == "nodes" else parse_json.jobs
     assert parse(parse_json.load(text, command)) == parse(plain)

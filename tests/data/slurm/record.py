@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Re-record the Slurm outputs the unit tests replay (needs root; restarts the dev cluster).
 
-    python3 tests/data/slurm/record.py
+    python3 tests/data/slurm/record.py [--slurm 22.05|24.11|26.05]
 
 Each scenario directory holds one file per command plus commands.json, which
-maps the exact argv (joined by spaces) to its file. The cluster is left running.
+maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
+``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases.
+The cluster is left running.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -22,6 +26,7 @@ DEV = REPO / "scripts" / "dev-cluster"
 
 COMMANDS = {
     "sinfo.json": ["sinfo", "--json"],
+    "sinfo-node.json": ["sinfo", "--Node", "--json"],
     "squeue.json": ["squeue", "--json"],
     "nodes.txt": ["scontrol", "show", "node", "--details", "--oneliner"],
     "jobs.txt": ["scontrol", "show", "job", "--details", "--oneliner"],
@@ -42,12 +47,12 @@ def sbatch(*args: str) -> str:
     return sh("sbatch", "--parsable", "--output=/dev/null", *args)
 
 
-def restart(*layout: str) -> None:
+def restart(release: str, *layout: str) -> None:
     subprocess.run([str(DEV), "stop"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([str(DEV), "start", *layout], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(DEV), "start", "--slurm", release, *layout], check=True, stdout=subprocess.DEVNULL)
     for line in sh(str(DEV), "env").splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
-        os.environ[key] = value
+        os.environ[key] = shlex.split(value)[0]
 
 
 def wait_running(job_ids: list[str]) -> None:
@@ -60,19 +65,28 @@ def wait_running(job_ids: list[str]) -> None:
     sys.exit(f"jobs {job_ids} did not all start")
 
 
-def record(name: str, extra: dict[str, list[str]] | None = None) -> None:
-    out = HERE / name
+#: what the CLI backend asks only of later releases
+SINCE = {"26.05": {"exclusive.txt": ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]}}
+
+
+def scenario_dir(name: str, release: str) -> Path:
+    return HERE / (name if release == "22.05" else f"{name}-{release}")
+
+
+def record(name: str, release: str, extra: dict[str, list[str]] | None = None) -> None:
+    out = scenario_dir(name, release)
     out.mkdir(exist_ok=True)
     manifest = {}
-    for filename, argv in {**COMMANDS, **(extra or {})}.items():
+    later = {k: v for since, commands in SINCE.items() if release >= since for k, v in commands.items()}
+    for filename, argv in {**COMMANDS, **later, **(extra or {})}.items():
         (out / filename).write_text(sh(*argv) + "\n")
         manifest[" ".join(argv)] = filename
     (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
-def mixed_cluster() -> None:
+def mixed_cluster(release: str) -> None:
     """16 x 8 GPUs: running, held, pending, array, CPU-only and compass-marked jobs; drained, down, reserved nodes."""
-    restart("--nodes", "16", "--gpus-per-node", "8")
+    restart(release, "--nodes", "16", "--gpus-per-node", "8")
     running = [
         sbatch("--gpus=2", "--wrap", "sleep 600"),
         sbatch("--nodes=2", "--gpus-per-node=3", "--wrap", "sleep 600"),
@@ -98,18 +112,21 @@ def mixed_cluster() -> None:
     while "MAINTENANCE" not in sh("scontrol", "show", "node", "node12") and time.monotonic() < deadline:
         time.sleep(1)
     time.sleep(3)  # one more scheduler pass, so the pending reasons are final
-    record("mixed-16x8", {"squeue-state.txt": ["squeue", "--noheader", "--jobs=1", "--format=%T"]})
+    record("mixed-16x8", release, {"squeue-state.txt": ["squeue", "--noheader", "--jobs=1", "--format=%T"]})
 
 
-def typed_cluster() -> None:
+def typed_cluster(release: str) -> None:
     """4 x 4 typed GPUs (a100): typed GRES strings in every output."""
-    restart("--nodes", "4", "--gpus-per-node", "4", "--gpu-type", "a100")
+    restart(release, "--nodes", "4", "--gpus-per-node", "4", "--gpu-type", "a100")
     job = sbatch("--gpus=a100:3", "--wrap", "sleep 600")
     multi = sbatch("--nodes=2", "--gres=gpu:a100:2", "--wrap", "sleep 600")
     wait_running([job, multi])
-    record("typed-4x4")
+    record("typed-4x4", release)
 
 
 if __name__ == "__main__":
-    typed_cluster()
-    mixed_cluster()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
+    release = parser.parse_args().slurm
+    typed_cluster(release)
+    mixed_cluster(release)

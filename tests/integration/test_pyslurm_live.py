@@ -1,0 +1,95 @@
+"""The pyslurm backend on the 24.11 dev cluster: the same SlurmState as the CLI backend, and a daemon placement.
+
+pyslurm is built from ../shared/vendor/pyslurm-24.11.x-*.tar.gz by `scripts/dev-cluster pyslurm` inside the
+24.11 chroot (it links that chroot's libslurm and C library), so these tests run their Python there, with
+this checkout on PYTHONPATH. They run on 24.11 only: pyslurm is built for 24.11 only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from devcluster import dev
+
+from compass_slurm.slurm.cli_backend import CliBackend
+
+pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11")]
+
+READ_BOTH = """
+import json
+from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.pyslurm_backend import PyslurmBackend
+pyslurm, cli = PyslurmBackend().read_state().to_dict(), CliBackend().read_state().to_dict()
+print(json.dumps([pyslurm, cli]))
+"""
+
+
+@pytest.fixture(scope="module")
+def pyslurm_python(dev_cluster) -> str:
+    done = dev("pyslurm")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def scenario(idle_cluster):
+    """Running per-job, per-node and per-task GPU jobs, a held job, a pending array, a drained node, a reservation."""
+    slurm = idle_cluster
+    running = [slurm.sbatch("--gpus=2"), slurm.sbatch("--nodes=2", "--gpus-per-node=3", "--comment=compass:migratable"),
+               slurm.sbatch("--ntasks=2", "--gpus-per-task=1", "--mem=2000")]
+    for job in running:
+        slurm.wait(job, "RUNNING")
+    slurm.sbatch("--hold", "--gpus=8", "--comment=compass")
+    slurm.sbatch("--hold", "--array=1-3", "--gpus-per-task=1", "--ntasks=2")
+    scontrol = ["scontrol", "update", "NodeName=node08", "State=DRAIN", "Reason=pyslurm test"]
+    subprocess.run(scontrol, check=True)
+    subprocess.run(["scontrol", "create", "reservation", "ReservationName=pyslurm-test", "Nodes=node07",
+                    "StartTime=now+1hour", "Duration=60", "Users=root", "Flags=MAINT"], check=True, capture_output=True)
+    try:
+        yield slurm
+    finally:
+        subprocess.run(["scontrol", "delete", "ReservationName=pyslurm-test"], check=False)
+        subprocess.run(["scontrol", "update", "NodeName=node08", "State=RESUME"], check=False)
+
+
+def test_pyslurm_reads_the_same_state_as_the_cli(pyslurm_python, scenario):
+    for _ in range(10):  # two reads a moment apart: a job may be between states in one of them
+        done = subprocess.run([pyslurm_python, "-c", READ_BOTH], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        pyslurm, cli = json.loads(done.stdout)
+        pyslurm.pop("read_at"), cli.pop("read_at")
+        if pyslurm == cli:
+            break
+        time.sleep(0.5)
+    for kind in ("nodes", "jobs", "partitions", "reservations"):  # field by field, so a difference names itself
+        assert [r.get("name", r.get("id")) for r in pyslurm[kind]] == [r.get("name", r.get("id")) for r in cli[kind]]
+        for mine, theirs in zip(pyslurm[kind], cli[kind]):
+            assert mine == theirs, (kind, {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]})
+    assert pyslurm == cli
+    held = {j["id"] for j in cli["jobs"] if j["held"]}
+    assert scenario.submitted[3] in held and any(j.endswith("_[1-3]") for j in held)  # the job and the array
+    assert any(n["name"] == "node08" and "DRAIN" in n["flags"] for n in cli["nodes"])
+    assert [r["name"] for r in cli["reservations"]] == ["pyslurm-test"]
+
+
+def test_daemon_with_the_pyslurm_backend_places_a_job(pyslurm_python, idle_cluster, tmp_path: Path):
+    job = idle_cluster.sbatch("--gpus=4", "--comment=compass", "--begin=now+60")
+    config = tmp_path / "compass.toml"
+    config.write_text(f'anchors = "{tmp_path / "anchors"}"\nlease = 60\n')
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    done = subprocess.run([pyslurm_python, "-c", "from compass_slurm.cli import main; main()", "daemon", "--once",
+                           "--backend", "pyslurm", "--config", str(config), "--db", db],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "backend pyslurm (asked for)" in done.stderr
+    node = idle_cluster.wait(job, "RUNNING")
+    decided = subprocess.run([pyslurm_python, "-c", "from compass_slurm.cli import main; main()", "decisions",
+                              "--json", "--db", db], capture_output=True, text=True, timeout=60)
+    assert decided.returncode == 0, decided.stderr
+    (decision,) = json.loads(decided.stdout)
+    assert (decision["job_id"], decision["gpus_per_node"]) == (job, {node: 4})
+    assert CliBackend().read_state().job(job).gpus_alloc == {node: 4}

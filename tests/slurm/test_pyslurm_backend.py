@@ -1,0 +1,91 @@
+"""Choosing and refusing the pyslurm backend (pyslurm itself runs in tests/integration/test_pyslurm_live.py:
+it cannot be imported here, so a stand-in module plays the installed pyslurm)."""
+
+import logging
+import sys
+import types
+
+import pytest
+
+from compass_slurm.slurm import open_backend
+from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.errors import SlurmParseError
+from compass_slurm.slurm.pyslurm_backend import PyslurmUnavailable, job_tres, load_pyslurm
+
+
+class _Failing:
+    @staticmethod
+    def load():
+        raise RuntimeError("slurm_load_node: Unable to contact slurm controller")
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Puts a stand-in ``pyslurm`` of a given version on sys.modules; reads through it fail."""
+
+    def install(version: str, legacy: bool = False) -> None:
+        module = types.ModuleType("pyslurm")
+        module.__version__ = version
+        if not legacy:
+            module.Nodes = module.Jobs = module.Partitions = module.Reservations = _Failing
+        monkeypatch.setitem(sys.modules, "pyslurm", module)
+
+    return install
+
+
+def test_a_mismatched_pyslurm_is_refused_naming_both_versions(installed):
+    installed("25.11.1")
+    with pytest.raises(PyslurmUnavailable, match=r"pyslurm 25\.11\.1 does not match Slurm 24\.11\.5"):
+        load_pyslurm("24.11.5")
+
+
+def test_a_pyslurm_of_the_same_release_is_taken(installed):
+    installed("24.11.0")
+    assert load_pyslurm("24.11.5").__version__ == "24.11.0"
+    installed("22.5.1")  # pyslurm's own numbering up to 22.05
+    assert load_pyslurm("22.05.8").__version__ == "22.5.1"
+
+
+def test_the_legacy_api_is_refused(installed):
+    installed("24.11.0", legacy=True)
+    with pytest.raises(PyslurmUnavailable, match="only the legacy API"):
+        load_pyslurm("24.11.5")
+
+
+def test_auto_takes_the_cli_when_pyslurm_is_missing(mixed, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import pyslurm raises ImportError
+    backend = open_backend("auto", runner=mixed)
+    assert type(backend) is CliBackend and backend.chosen_because.startswith("pyslurm is not installed")
+    with pytest.raises(PyslurmUnavailable, match="pyslurm is not installed"):
+        open_backend("pyslurm", runner=mixed)
+
+
+def test_auto_takes_the_cli_when_versions_differ(mixed, installed):
+    installed("25.11.0")
+    backend = open_backend("auto", runner=mixed)
+    assert type(backend) is CliBackend
+    assert backend.chosen_because == f"pyslurm 25.11.0 does not match Slurm {backend.version()}"
+
+
+def test_auto_takes_the_cli_when_the_first_pyslurm_read_fails(mixed, installed, caplog):
+    installed(mixed.release.replace(".0", "."))  # 22.05 -> pyslurm 22.5
+    with caplog.at_level(logging.INFO, logger="compass.slurm"):
+        backend = open_backend("auto", runner=mixed)
+    assert type(backend) is CliBackend
+    assert backend.chosen_because == ("a first read through pyslurm failed: pyslurm: RuntimeError: "
+                                      "slurm_load_node: Unable to contact slurm controller")
+    assert [r.getMessage() for r in caplog.records] == [f"backend: the CLI, since {backend.chosen_because}"]
+    assert backend.read_state().version == backend.version()
+
+
+def test_asking_for_cli_or_for_an_unknown_backend(mixed):
+    assert open_backend("cli", runner=mixed).chosen_because == "asked for"
+    with pytest.raises(Exception, match="unknown backend 'slurmrestd': choose one of auto, cli, pyslurm"):
+        open_backend("slurmrestd", runner=mixed)
+
+
+def test_per_job_gpu_requests_and_memory_per_gpu_from_squeue():
+    output = "1|gres/gpu:2||\n2|||\n3|N/A|N/A|\n9|gres/gpu:a100:4|gres/gpu:1000|\n10||gres/gpu:500|\n"
+    assert job_tres(output) == {1: ("gres/gpu:2", ""), 9: ("gres/gpu:a100:4", "gres/gpu:1000"), 10: ("", "gres/gpu:500")}
+    with pytest.raises(SlurmParseError, match="line 1: cannot read 'JOBID'"):
+        job_tres("JOBID\n")
