@@ -17,7 +17,7 @@ from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
 from .state import SlurmJob, SlurmNode
-from .values import held, node_state
+from .values import held, node_state, time_limit_s
 
 
 #: Per command: the list it prints and every field of its entries that the parsers below read.
@@ -340,6 +340,8 @@ def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
                 comment=f.str("comment"),
                 reservation=f.str("resv_name") or f.str("reservation"),
                 priority=f.int("priority"),
+                time_limit_s=time_limit_s(f.int("time_limit", default=None)),
+                start_time=f.int("start_time"),
                 submit_time=f.int("submit_time"),
                 eligible_time=f.int("eligible_time"),
                 array_job=array,
