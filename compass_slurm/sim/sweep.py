@@ -6,7 +6,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     policies = ["compass", "best-fit"]    # required
     eta = [0.85, 0.90]                    # default 0.90
     queue = ["backfill", "fifo"]          # default backfill
-    migrations_per_hour = [12, 100]       # the migration budget; default 12
+    migrations_per_hour = [12, "unlimited"]  # the migration budget; default 12
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
 
     [[windows]]                           # at least one
@@ -58,6 +58,7 @@ QUEUES = ("fifo", "backfill")
 DEFAULT_ETA = 0.90
 DEFAULT_QUEUE = "backfill"
 DEFAULT_BUDGET = 12
+UNLIMITED = "unlimited"
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--json", "--output",
@@ -79,7 +80,8 @@ class Task:
     policy: str
     eta: float
     queue: str
-    migrations_per_hour: int
+    #: migrations per sliding hour, or "unlimited"
+    migrations_per_hour: int | str
     argv: tuple[str, ...]
 
     def label(self) -> str:
@@ -153,10 +155,10 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
-    budgets = _list(doc, "migrations_per_hour", DEFAULT_BUDGET, int, bad)
+    budgets = _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad)
     for b in budgets:
-        if b < 0:
-            raise bad(f"migrations_per_hour {b} is negative")
+        if b != UNLIMITED and (isinstance(b, str) or b < 0):
+            raise bad(f"migrations_per_hour {b!r} is not a whole number >= 0 or {UNLIMITED!r}")
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
         if opt.split("=")[0] in OWN_OPTIONS:
