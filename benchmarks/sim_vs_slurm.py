@@ -6,8 +6,8 @@
 
 The slice's durations and submission gaps are divided by ``--factor`` (durations at
 least ``--min-duration`` and at most ``--max-duration`` seconds, whole seconds; Slurm
-time limits are the durations rounded up to whole minutes, and the compressed trace
-carries them as ``time_limit_s`` for the simulator). A seeded share ``--migratable``
+time limits are the durations plus 10 s rounded up to whole minutes, and the compressed
+trace carries them as ``time_limit_s`` for the simulator). A seeded share ``--migratable``
 of the jobs is migratable (the trace's ``migratable`` column). Then:
 
 - live: a 64-node dev cluster (COMPASS_DEV_DIR/sim-vs-slurm, port COMPASS_DEV_PORT), the
@@ -46,12 +46,19 @@ from compass_slurm.sim import workloads  # noqa: E402
 NODES, GPUS = 64, 8
 TRACE = REPO.parent.parent / "shared" / "traces" / "philly_rfold.csv"
 CLASSES = ("1", "2-4", "5-7", "whole-node")
+#: Slurm kills a job at its limit: a limit of exactly its duration would kill some before they end
+LIMIT_MARGIN_S = 10
 
 
 def size_class(gpus_per_instance: int, node_gpus: int = GPUS) -> str:
     if gpus_per_instance >= node_gpus:
         return "whole-node"
     return "1" if gpus_per_instance == 1 else "2-4" if gpus_per_instance <= 4 else "5-7"
+
+
+def limit_s(duration: int) -> int:
+    """The job's time limit: its duration plus a margin (its script's start, the checkpoint loop), in minutes."""
+    return 60 * math.ceil((duration + LIMIT_MARGIN_S) / 60)
 
 
 def compress(records, factor: float, low: int, high: int, migratable: float, seed: int) -> list[dict]:
@@ -63,7 +70,7 @@ def compress(records, factor: float, low: int, high: int, migratable: float, see
         duration = min(high, max(low, round(r.duration / factor)))
         rows.append({"job_id": r.id, "submit_time_s": round((r.submit - origin) / factor, 3),
                      "duration_s": duration, "num_gpus": r.gpus, "num_nodes": r.nodes or "",
-                     "max_gpus_per_node": r.gpus_per_node or "", "time_limit_s": 60 * math.ceil(duration / 60),
+                     "max_gpus_per_node": r.gpus_per_node or "", "time_limit_s": limit_s(duration),
                      "migratable": int(rng.random() < migratable)})
     return rows
 

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/starvation.py [--scale 1] [--migratable 0] [--seed 1] [--repeat 1]
 
 128 1-GPU fill jobs of 20-120 s, then a -N4 --gpus-per-node=8 job of 60 s, then two
-1-GPU jobs of 30-60 s per second for 5 minutes (time limits: the durations rounded
+1-GPU jobs of 30-60 s per second for 5 minutes (time limits: the durations plus 5 s rounded
 up to whole minutes), through the wrapper on the daemon's cluster (COMPASS_DEV_DIR/
 daemon, port COMPASS_DEV_PORT) and with plain sbatch on the other (COMPASS_DEV_DIR/
 plain, port COMPASS_DEV_PORT + 500), side by side. Target (issue 9): the 4-node job

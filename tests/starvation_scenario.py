@@ -4,8 +4,8 @@
 job, then a stream of two 1-GPU jobs of 30-60 s per second for five minutes. One
 cluster runs them through the wrapper with the compass daemon, the other with plain
 sbatch and Slurm's own backfill; both at the same time, on the same schedule.
-``scale`` compresses time (the CI version); Slurm time limits are whole minutes,
-so they stay at least 1.
+``scale`` compresses time (the CI version); Slurm time limits are the durations plus
+5 s in whole minutes, so they stay at least 1.
 
 Shared by tests/scenarios (compressed) and benchmarks/starvation.py (full).
 """
@@ -33,6 +33,8 @@ STREAM_FOR_S = 300
 #: the big job comes after the fill jobs' submissions, the stream right after it
 BIG_AT, STREAM_AT = 8.0, 10.0
 LEASE = 60
+#: Slurm kills a job at its limit: the margin covers the job script's own start and end
+LIMIT_MARGIN_S = 5
 
 
 def workload(seed: int = 1, scale: float = 1.0, migratable: float = 0.0) -> list[LiveJob]:
@@ -46,7 +48,7 @@ def workload(seed: int = 1, scale: float = 1.0, migratable: float = 0.0) -> list
         return max(1, round(rng.uniform(low, high) / scale))
 
     def limit(duration: int) -> int:
-        return max(1, math.ceil(duration / 60))
+        return math.ceil((duration + LIMIT_MARGIN_S) / 60)
 
     jobs = []
     for i in range(NODES * GPUS):
