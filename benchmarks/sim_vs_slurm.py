@@ -80,8 +80,9 @@ def live_jobs(rows: list[dict]) -> list[LiveJob]:
     for row in rows:
         record = workloads.TraceRecord(row["job_id"], row["submit_time_s"], row["duration_s"], row["num_gpus"],
                                        row["num_nodes"] or None, row["max_gpus_per_node"] or None)
-        instances, gpus, _ = workloads.instance_shape(record, GPUS)
-        jobs.append(LiveJob(f"p{row['job_id']}", row["submit_time_s"], row["duration_s"], gpus, nodes=instances,
+        shape = workloads.instance_shape(record, GPUS)
+        jobs.append(LiveJob(f"p{row['job_id']}", row["submit_time_s"], row["duration_s"], shape.gpus,
+                            nodes=shape.instances,
                             time_limit_min=row["time_limit_s"] // 60, migratable=bool(row["migratable"])))
     return jobs
 

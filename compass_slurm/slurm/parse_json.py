@@ -33,7 +33,7 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
         "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
         "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
-        "shared",
+        "shared", "time_limit", "start_time",
     })),
 }
 
