@@ -49,6 +49,7 @@ LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
 def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmState:
     """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending."""
     rng = random.Random(seed)
+    limits = random.Random(f"limits:{seed}")  # its own draws: the same layout as without limits
     names = [f"gpu{i:04d}" for i in range(1, nodes + 1)]
     policy = make_policy(history, [Node(n, GPUS) for n in names])
     target = busy * nodes * GPUS
@@ -59,7 +60,7 @@ def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmS
         gpus, count = rng.choices(sizes, weights)[0]
         job_id, user, comment = str(1000 + k), f"u{k % 50}", rng.choice(MARKERS)
         per = gpus // count
-        limit = rng.choice(LIMITS_S)
+        limit = limits.choice(LIMITS_S)
         if used + gpus <= target:
             job = Job(job_id, count, per, distinct_nodes=count > 1 and per < GPUS)
             decision = policy.place(job)
@@ -69,7 +70,7 @@ def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmS
                 alloc = decision.gpus_per_node()
                 out.append(SlurmJob(job_id, user, "RUNNING", "gpu", nodes=tuple(alloc), gpus_alloc=alloc,
                                     num_nodes=count, gpus_per_node=per, comment=comment, time_limit_s=limit,
-                                    start_time=int(now - rng.uniform(0, limit))))
+                                    start_time=int(now - limits.uniform(0, limit))))
                 continue
         out.append(SlurmJob(job_id, user, "PENDING", "gpu", num_nodes=count,
                             gpus_per_node=per if count > 1 else None, gpus_per_job=None if count > 1 else gpus,
@@ -99,7 +100,8 @@ def churn(state: SlurmState, share: float, seed: int) -> SlurmState:
     ended = {j.id for j in rng.sample(running, int(len(running) * share))}
     base = max(int(j.id) for j in state.jobs) + 1
     new = tuple(SlurmJob(str(base + i), "u0", "PENDING", "gpu", gpus_per_job=rng.choice((1, 2, 4, 8)),
-                         comment="compass", reason="BeginTime", priority=5_000, time_limit_s=rng.choice(LIMITS_S))
+                         comment="compass", reason="BeginTime", priority=5_000,
+                         time_limit_s=random.Random(f"limits:{seed}:{i}").choice(LIMITS_S))
                 for i in range(len(ended)))
     return replace(state, jobs=tuple(j for j in state.jobs if j.id not in ended) + new)
 
