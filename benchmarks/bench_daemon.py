@@ -4,7 +4,8 @@
 
 Builds a synthetic Slurm state (8-GPU nodes, a GFS-like mix of 1/2/4/8-GPU and
 2-node jobs, ~97% of GPUs busy where the ``--history`` policy placed them, the
-rest of the jobs pending and managed) and renders it as Slurm 22.05 prints it:
+rest of the jobs pending and managed; time limits of 1 h to 3 days, so the daemon's
+backfill plans reservations with them) and renders it as Slurm 22.05 prints it:
 ``sinfo --json`` and ``squeue --json`` (every field of a recorded dev-cluster
 document, indented like Slurm's), ``scontrol show partition|reservation
 --oneliner``. The daemon runs on the real CLI backend whose runner answers with
@@ -41,20 +42,25 @@ GPUS = 8
 #: (GPUs in all, nodes, weight): mostly 1-GPU jobs, some FF sizes, whole nodes and 2-node jobs
 MIX = ((1, 1, 60), (2, 1, 10), (4, 1, 8), (3, 1, 1), (8, 1, 15), (16, 2, 6))
 MARKERS = ("", "compass", "compass:migratable")
+#: time limits (the backfill's run-time estimates), as sites set them
+LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
 
 
 def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmState:
     """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending."""
     rng = random.Random(seed)
+    limits = random.Random(f"limits:{seed}")  # its own draws: the same layout as without limits
     names = [f"gpu{i:04d}" for i in range(1, nodes + 1)]
     policy = make_policy(history, [Node(n, GPUS) for n in names])
     target = busy * nodes * GPUS
     used, out = 0, []
+    now = time.time()
     sizes, weights = [m[:2] for m in MIX], [m[2] for m in MIX]
     for k in range(jobs):
         gpus, count = rng.choices(sizes, weights)[0]
         job_id, user, comment = str(1000 + k), f"u{k % 50}", rng.choice(MARKERS)
         per = gpus // count
+        limit = limits.choice(LIMITS_S)
         if used + gpus <= target:
             job = Job(job_id, count, per, distinct_nodes=count > 1 and per < GPUS)
             decision = policy.place(job)
@@ -63,12 +69,13 @@ def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmS
                 used += gpus
                 alloc = decision.gpus_per_node()
                 out.append(SlurmJob(job_id, user, "RUNNING", "gpu", nodes=tuple(alloc), gpus_alloc=alloc,
-                                    num_nodes=count, gpus_per_node=per, comment=comment))
+                                    num_nodes=count, gpus_per_node=per, comment=comment, time_limit_s=limit,
+                                    start_time=int(now - limits.uniform(0, limit))))
                 continue
         out.append(SlurmJob(job_id, user, "PENDING", "gpu", num_nodes=count,
                             gpus_per_node=per if count > 1 else None, gpus_per_job=None if count > 1 else gpus,
                             comment=comment or "compass", reason="BeginTime", priority=rng.randint(1, 10_000),
-                            submit_time=k))
+                            submit_time=k, time_limit_s=limit))
     # Compact moved some instances after their job was placed: report where they are now.
     where = {v.name: v for v in policy.view()}
     out = [_moved(j, where) if j.running else j for j in out]
@@ -93,7 +100,9 @@ def churn(state: SlurmState, share: float, seed: int) -> SlurmState:
     ended = {j.id for j in rng.sample(running, int(len(running) * share))}
     base = max(int(j.id) for j in state.jobs) + 1
     new = tuple(SlurmJob(str(base + i), "u0", "PENDING", "gpu", gpus_per_job=rng.choice((1, 2, 4, 8)),
-                         comment="compass", reason="BeginTime", priority=5_000) for i in range(len(ended)))
+                         comment="compass", reason="BeginTime", priority=5_000,
+                         time_limit_s=random.Random(f"limits:{seed}:{i}").choice(LIMITS_S))
+                for i in range(len(ended)))
     return replace(state, jobs=tuple(j for j in state.jobs if j.id not in ended) + new)
 
 
@@ -117,7 +126,9 @@ def render(state: SlurmState) -> dict[str, str]:
                      "tres_per_node": f"gres:gpu:{j.gpus_per_node}" if j.gpus_per_node else "",
                      "tres_per_job": f"gres:gpu:{j.gpus_per_job}" if j.gpus_per_job else "",
                      "comment": j.comment, "state_reason": j.reason or "None", "priority": j.priority,
-                     "submit_time": j.submit_time, "required_nodes": "", "excluded_nodes": ""})
+                     "submit_time": j.submit_time, "required_nodes": "", "excluded_nodes": "",
+                     "time_limit": None if j.time_limit_s is None else j.time_limit_s // 60,
+                     "start_time": j.start_time})
     squeue["jobs"] = jobs
     partitions = "\n".join(f"PartitionName={p.name} AllowGroups=ALL Default=YES Nodes={compress(p.nodes)} State=UP"
                            f" TotalNodes={len(p.nodes)}" for p in state.partitions) + "\n"

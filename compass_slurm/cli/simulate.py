@@ -48,6 +48,8 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--managed", metavar="FRACTION", default="1",
               help="Share of jobs submitted through the wrapper; the rest are placed as Slurm places them "
                    "and adopted pinned [default: 1].")
+@click.option("--cycle-interval", type=click.FloatRange(min=0), default=0.0, metavar="S",
+              help="Act on departures every S seconds, as the daemon's cycle does (0: at once) [default: 0].")
 @click.option("--limit", type=click.IntRange(min=1),
               help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
@@ -56,11 +58,17 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--check", is_flag=True, help="Debug: assert the engine's invariants after every event (slow).")
 @click.option("--output", type=click.Path(file_okay=False),
               help="Write timelines, summary.json and comparison.png here.")
+@click.option("--sweep", "sweep_file", metavar="SWEEP.toml",
+              help="Run a grid of (window, policy, eta, queue, budget) and merge the results (see docs).")
+@click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
-            estimate_factor, migratable, migrations_per_hour, managed, limit, window, cluster, skip_bad, check,
-            output, as_json) -> None:
+            estimate_factor, migratable, migrations_per_hour, managed, cycle_interval, limit, window, cluster,
+            skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
+    if sweep_file or sbatch:
+        _sweep(sweep_file, sbatch, as_json)
+        return
     from ..engine.policies.base import policy_names
     from ..sim import sizing, synthetic as synth, workloads
     from ..sim.loop import InvariantError, SimConfig
@@ -95,7 +103,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         raise UserError(str(err)) from None
     configs = [
         SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
-                  estimate_factor=factor, migrations_per_hour=budget)
+                  estimate_factor=factor, migrations_per_hour=budget, cycle_interval=cycle_interval)
         for p in chosen
     ]
     try:
@@ -119,6 +127,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "migration_delay_s": migration_delay,
             "queue": queue,
             "estimate_factor": factor,
+            "cycle_interval_s": cycle_interval,
             "migrations_per_hour": budget,
             "migratable": share_migratable,
             "managed": share_managed,
@@ -294,3 +303,62 @@ def _table(rows: list[dict], skipped) -> None:
         notes.append(f"{len(skipped)} malformed row(s) skipped, first: {skipped[0]}")
     for note in notes:
         console(stderr=True).print(note)
+
+
+def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:
+    """--sweep: the grid in local processes (with a progress bar), or as a Slurm array job with --sbatch."""
+    import sys
+
+    from ..engine.policies.base import policy_names
+    from ..sim import sweep
+    from ..slurm.cli_backend import run_process
+    from ..slurm.errors import SlurmError
+
+    if path is None:
+        raise UserError("--sbatch needs --sweep SWEEP.toml")
+    try:
+        plan = sweep.load(path, policy_names())
+        if sbatch:
+            array_id, collect_id = sweep.submit(plan, run_process)
+            click.echo(f"submitted array job {array_id} ({len(plan.tasks)} tasks) and collect job {collect_id}; "
+                       f"results in {plan.output}")
+            return
+    except (sweep.SweepError, SlurmError) as err:
+        raise UserError(str(err)) from None
+    err = console(stderr=True)
+    if err.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
+            task = bar.add_task("sweep", total=len(plan.tasks))
+            sweep.run_local(plan, simulate_in_process, on_done=lambda _: bar.advance(task))
+    else:
+        sweep.run_local(plan, simulate_in_process)
+    collected = sweep.collect(plan)
+    table = sweep.write_results(plan, collected)
+    if as_json:
+        emit_json(collected.rows)
+    else:
+        click.echo(table, nl=False)
+    code = sweep.report_failures(plan, collected)
+    if code:
+        sys.exit(code)
+
+
+def simulate_in_process(argv: tuple[str, ...]) -> tuple[int, str, str]:
+    """``compass simulate ARGV`` in this process: (exit code, stdout, stderr), as the command line would give."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            command.main(list(argv), prog_name="compass simulate", standalone_mode=False)
+            code = 0
+        except click.ClickException as exc:
+            exc.show()
+            code = exc.exit_code
+        except Exception as exc:  # one task's crash fails that task, not the sweep
+            click.echo(f"compass: error: {type(exc).__name__}: {exc}", err=True)
+            code = 1
+    return code, out.getvalue(), err.getvalue()

@@ -39,6 +39,8 @@ the same way; it does no I/O and reads no clock):
 - ``prioritize(job_ids)``: the queue order from now on (the daemon passes Slurm's
   priority order each cycle); queued jobs not named keep their order behind.
 - ``adopt(job, nodes, start, limit)``: a running job the scheduler did not start.
+- ``expect(ends)``: expected ends of jobs the policy holds already (the daemon keeps one
+  policy across cycles and builds a scheduler per cycle from Slurm's queue and end times).
 - ``finish(job_id)``: a running job ended; ``withdraw(job_id)``: a queued job left.
   Both return what the policy did in response (migrations), without starting anything.
 - ``drain(now)``: runs the discipline once and returns a ``Step``: the decisions in
@@ -57,7 +59,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .cluster import ClusterState
@@ -114,6 +116,9 @@ class Scheduler:
         queue: str = "fifo",
         estimate_factor: float = 1.0,
         foreign: Foreign | None = None,
+        *,
+        explain: bool = False,
+        on_start: Callable[[Decision], None] | None = None,
     ) -> None:
         if queue not in QUEUES:
             raise EngineError(f"unknown queue {queue!r}; choose from: {', '.join(QUEUES)}")
@@ -123,6 +128,10 @@ class Scheduler:
         self.discipline = queue
         self.estimate_factor = estimate_factor
         self.foreign = foreign
+        #: record in each decision the nodes the policy chose among (for drivers that log them: it costs lookups)
+        self.explain = explain
+        #: called after each start and its Compact (the daemon measures fragmentation per decision)
+        self.on_start = on_start
         self.queue: dict[str, Entry] = {}
         #: the latest drain's reservation (backfill with a blocked head), else None.
         self.reservation: Reservation | None = None
@@ -181,6 +190,20 @@ class Scheduler:
             raise EngineError(f"duplicate job id {job.id}")
         self.policy.adopt(job, nodes)
         self._expect(job.id, start, limit)
+
+    def expect(self, ends: Mapping[str, float | None]) -> None:
+        """When running jobs the policy already holds are expected to end (None: no estimate).
+
+        For a driver whose policy outlives its scheduler: the daemon mirrors Slurm into the
+        policy and tells each cycle's scheduler Slurm's end times (start + time limit).
+        """
+        for job_id, end in ends.items():
+            if job_id not in self.running:
+                raise EngineError(f"an expected end for job {job_id}, which does not run")
+            self._seq += 1
+            self._ends[job_id] = (math.inf if end is None else end, self._seq)
+        if self.discipline == "backfill":  # as in _expect: only reservations read the order
+            self._by_end = sorted((end, seq, job_id) for job_id, (end, seq) in self._ends.items())
 
     def finish(self, job_id: str, budget: int | None = None) -> list[Migration]:
         """A running job ended: free its GPUs and compact within ``budget``. Starts nothing (call ``drain``)."""
@@ -324,9 +347,12 @@ class Scheduler:
         policy = self.policy
         if not entry.managed:
             return self._start_foreign(entry, eligible, now, step, res)
+        candidates = policy.candidates(job, eligible) if self.explain else ()
         decision = policy.place(job, eligible, self._left(step))
         if decision is None:
             return False
+        if candidates:
+            decision = replace(decision, candidates=candidates)
         step.migrations.extend(decision.migrations)  # filler pulls happen before Compact's moves
         step.spent += len(decision.migrations)
         if res is not None and not self._within_spare(job.id, res):
@@ -338,6 +364,8 @@ class Scheduler:
         step.decisions.append(decision)
         self._expect(job.id, now, entry.limit)
         _compacted(step, policy.compact(self._left(step)))
+        if self.on_start is not None:
+            self.on_start(decision)
         return True
 
     def _start_foreign(
@@ -362,6 +390,8 @@ class Scheduler:
         step.decisions.append(Decision(job.id, names, job.gpus, "not managed: placed by Slurm, adopted pinned"))
         self._expect(job.id, now, entry.limit)
         _compacted(step, self.policy.compact(self._left(step)))
+        if self.on_start is not None:
+            self.on_start(step.decisions[-1])
         return True
 
     def _left(self, step: Step) -> int | None:

@@ -4,7 +4,10 @@ A cycle reads Slurm's state once and then runs four steps:
 
 - sync (``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
   daemon did not make (pinned, never moved), mirror node availability;
-- decide (here): in Slurm's priority order, place the managed pending jobs that fit;
+- decide (here): the managed pending jobs go to a Scheduler (``engine/scheduler.py``,
+  discipline ``backfill``, the simulator's default) in Slurm's priority order, with
+  Slurm's time limits as run-time estimates: the highest-priority job that does not fit
+  gets a reservation, and lower jobs start only where they do not delay it;
 - actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
   (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour),
   renew the begin-time leases of managed jobs still waiting;
@@ -35,6 +38,7 @@ from ..engine.fragmentation import Fragmentation
 from ..engine.model import Decision, EngineError, Migration
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import RateLimit
+from ..engine.scheduler import Scheduler
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.translate import Observation, Pending, Request, Translator
@@ -44,6 +48,9 @@ from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
 from .sync import mirror, pinned_pending, same_nodes, take_over
+
+#: the daemon's queue discipline: EASY backfill, as Slurm's sched/backfill (compass simulate's default)
+QUEUE = "backfill"
 
 
 class Daemon:
@@ -186,17 +193,16 @@ class Daemon:
 
     def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
                 now: float) -> list[Migration]:
-        """Place the managed pending jobs that fit, in priority order, then tell Slurm.
+        """Give the managed pending jobs to this cycle's Scheduler (``backfill``), then tell Slurm what it started.
 
-        Slurm hears each job's place only after the whole pass, because Compact may still
-        move a job placed earlier in the same pass (e.g. pull it as a filler); those moves
-        cost no requeue and are not returned. Returns the other migrations made on the way.
+        The queue is Slurm's priority order; run-time estimates are Slurm's time limits
+        (running jobs end at their start time plus their limit). Slurm hears each job's place
+        only after the whole drain, because Compact may still move a job placed earlier in
+        the same drain (e.g. pull it as a filler); those moves cost no requeue and are not
+        returned. Returns the other migrations made on the way.
         """
-        moves: list[Migration] = []
         for why in obs.skipped.items():
             log.debug("job %s left to Slurm: %s", *why)
-        frag = fragmentation(policy)
-        fresh: list[tuple[Pending, Decision, str, Fragmentation | None, Fragmentation | None]] = []
         # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing.
         replanned = set()
         pending = list(obs.pending)
@@ -208,38 +214,31 @@ class Daemon:
                 del self.books.placed[p.job.id]
                 replanned.add(p.job.id)
                 log.info("job %s: re-planning, %s", p.job.id, stale)
-        # Shapes that found no place since the last placement: placing nothing changes nothing,
-        # so the same shape fails again (a long blocked queue costs one attempt per shape).
-        blocked: set[tuple] = set()
-        for p in pending:
-            if p.job.id in policy.cluster.jobs:
-                continue
-            shape = (p.job.instances, p.job.gpus, p.job.distinct_nodes, p.eligible)
-            if shape in blocked:
-                continue
-            try:
-                candidates = policy.candidates(p.job, p.eligible)
-                decision = policy.place(p.job, p.eligible, report.budget)
-            except EngineError as err:
-                # The engine may be left half-changed: rebuild it from Slurm next cycle.
-                report.error("engine", f"job {p.job.id}: {err}; rebuilding the engine state next cycle")
-                self.policy = None
-                break
-            if decision is None:
-                blocked.add(shape)
-                continue
-            blocked.clear()
-            decision = replace(decision, candidates=candidates)
-            report.budget -= len(decision.migrations)
-            moves += decision.migrations
-            moves += report.compact(policy)
-            after = fragmentation(policy)
-            fresh.append((p, decision, "replanned" if p.job.id in replanned else "placed", frag, after))
-            frag = after
-        for p, decision, action, before, after in fresh:
+        measured = [fragmentation(policy)]  # before the drain, then after each start
+        scheduler = Scheduler(policy, QUEUE, explain=True, on_start=lambda _: measured.append(fragmentation(policy)))
+        try:
+            scheduler.expect(self._expected_ends(obs, policy, now))
+            for p in pending:
+                if p.job.id not in policy.cluster.jobs:
+                    scheduler.submit(p.job, p.eligible, limit=p.slurm.time_limit_s)
+            step = scheduler.drain(now, report.budget)
+        except EngineError as err:
+            # The engine may be left half-changed: rebuild it from Slurm next cycle.
+            report.error("engine", f"{err}; rebuilding the engine state next cycle")
+            self.policy = None
+            return []
+        report.budget -= step.spent
+        if scheduler.reservation is not None:
+            res = scheduler.reservation
+            log.info("job %s reserved: %s at %+.0f s", res.job,
+                     fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
+        by_id = {p.job.id: p for p in pending}
+        for decision, before, after in zip(step.decisions, measured, measured[1:]):
+            p = by_id[decision.job]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
             decision = replace(decision, nodes=nodes)
             failure = self.actuator.express(p, decision)
+            action = "replanned" if p.job.id in replanned else "placed"
             if failure is not None:
                 policy.remove(p.job.id)
                 action, after = "failed", fragmentation(policy)
@@ -257,8 +256,25 @@ class Daemon:
             report.decisions.append(record)
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", action, p.job.id, record.request, record.user,
                      fmt(record.gpus_per_node), record.reason, _num(record.sif_before), _num(record.sif_after))
-        placed_now = {p.job.id for p, *_ in fresh}
-        return [m for m in moves if m.job not in placed_now]
+        placed_now = {d.job for d in step.decisions}
+        return [m for m in step.migrations if m.job not in placed_now]
+
+    def _expected_ends(self, obs: Observation, policy: Policy, now: float) -> dict[str, float | None]:
+        """When each job the policy holds will have ended by its time limit (None: unlimited or unknown).
+
+        Running: its start time plus its limit. Decided but not started yet: it starts about now.
+        """
+        ends: dict[str, float | None] = {}
+        for job_id in policy.cluster.jobs:
+            slurm = obs.slurm_jobs.get(job_id)
+            limit = slurm.time_limit_s if slurm is not None else None
+            if limit is None:
+                ends[job_id] = None
+            elif job_id in obs.running and slurm.start_time:
+                ends[job_id] = slurm.start_time + limit
+            else:
+                ends[job_id] = now + limit
+        return ends
 
     def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator) -> str | None:
         """Why a placed-but-pending job must be re-planned, or None while its decision still holds."""

@@ -56,6 +56,9 @@ class SimConfig:
     estimate_factor: float = 1.0
     #: the daemon's sliding-hour budget; None: unlimited
     migrations_per_hour: int | None = None
+    #: the daemon's cycle: departures are acted on at the next multiple of this many seconds (0: at once);
+    #: arrivals at once, as the wrapper's notice wakes the daemon
+    cycle_interval: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,21 +132,31 @@ class Simulation:
         n, i = len(jobs), 0
         scheduler, check = self.scheduler, self.config.check
         completion = self._next_completion()
+        cycle, tick = self.config.cycle_interval, math.inf  # tick: the next daemon cycle with work to do
         while True:
             arrival = jobs[i].submit if i < n else math.inf
-            if completion <= arrival and completion < math.inf:
+            if tick < min(completion, arrival):
+                # the cycle sees every event up to now at once, as the daemon reads Slurm's state
+                t = self.now = tick
+                tick = math.inf
+                step = scheduler.drain(t, self.rate.budget(t))
+            elif completion <= arrival and completion < math.inf:
                 t, _, job_id = heapq.heappop(heap)
                 del end[job_id]
                 self.now = t
                 self._finished(job_id)
-                step = scheduler.depart(job_id, now=t, budget=self.rate.budget(t))
+                if cycle:
+                    step = Step(migrations=scheduler.finish(job_id, self.rate.budget(t)))
+                    tick = min(tick, math.ceil(t / cycle) * cycle)
+                else:
+                    step = scheduler.depart(job_id, now=t, budget=self.rate.budget(t))
             elif i < n:
                 sj = jobs[i]
                 i += 1
                 t = self.now = sj.submit
                 self.arrived += 1
-                step = scheduler.arrive(sj.job, now=t, limit=sj.duration, managed=sj.managed,
-                                        budget=self.rate.budget(t))
+                step = scheduler.arrive(sj.job, now=t, limit=sj.duration if sj.limit is None else sj.limit,
+                                        managed=sj.managed, budget=self.rate.budget(t))
             else:
                 break
             self._apply(step)
@@ -154,7 +167,7 @@ class Simulation:
             if check:
                 self._check()
             completion = self._next_completion()
-            if min(completion, jobs[i].submit if i < n else math.inf) > t:
+            if min(completion, jobs[i].submit if i < n else math.inf, tick) > t:
                 self._sample()  # the last event at this instant: the state now holds for a while
             if progress is not None and self.events % PROGRESS_EVERY == 0:
                 progress(self.events)

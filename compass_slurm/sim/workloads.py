@@ -7,7 +7,9 @@ GPUs). The simulator needs engine jobs (gangs of identical instances), so
 CSV columns: ``job_id, submit_time_s, duration_s, num_gpus`` (required),
 ``num_nodes, max_gpus_per_node`` (optional, the shape the trace recorded),
 ``migratable`` (optional: 1/0 or true/false, whether the job may be requeued
-elsewhere) and a ``cluster`` column that ``cluster=`` filters on (Microsoft ITP).
+elsewhere), ``time_limit_s`` (optional: the job's time limit, what backfill plans
+with instead of the real duration) and a ``cluster`` column that ``cluster=``
+filters on (Microsoft ITP).
 Other columns are ignored.
 
 Site history comes from Slurm accounting. Run (dates are examples)::
@@ -54,6 +56,8 @@ class TraceRecord:
     gpus_per_node: int | None = None
     #: from a ``migratable`` column (1/0, true/false); None when the trace does not say
     migratable: bool | None = None
+    #: from a ``time_limit_s`` column (the user's time limit: the queue's run-time estimate); None: not given
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,8 @@ class SimJob:
     duration: float
     job: Job
     managed: bool = True
+    #: the run-time estimate the queue plans with: the trace's time limit, else None (the real duration)
+    limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
                     nodes=_optional_count(row, col.get("num_nodes"), "num_nodes"),
                     gpus_per_node=_optional_count(row, col.get("max_gpus_per_node"), "max_gpus_per_node"),
                     migratable=_optional_flag(row, col.get("migratable"), "migratable"),
+                    time_limit=_optional_number(row, col.get("time_limit_s"), "time_limit_s"),
                 )
             )
         except ValueError as err:
@@ -176,6 +183,12 @@ def _optional_count(row: list[str], index: int | None, column: str) -> int | Non
 
 
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _optional_number(row: list[str], index: int | None, column: str) -> float | None:
+    if index is None or index >= len(row) or not row[index].strip():
+        return None
+    return _number(row[index], column)
 
 
 def _optional_flag(row: list[str], index: int | None, column: str) -> bool | None:
@@ -354,5 +367,6 @@ def to_jobs(
         moves = draw_migratable.random() < migratable if migratable is not None else r.migratable is not False
         wrapped = draw_managed.random() < managed
         jobs.append(SimJob(r.submit, r.duration, Job(r.id, shape.instances, shape.gpus, migratable=moves,
-                                                     distinct_nodes=shape.distinct_nodes), managed=wrapped))
+                                                     distinct_nodes=shape.distinct_nodes), managed=wrapped,
+                           limit=r.time_limit))
     return jobs, rules

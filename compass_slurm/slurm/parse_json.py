@@ -22,7 +22,7 @@ from . import gres
 from .errors import SlurmParseError
 from .hostlist import compress, expand
 from .state import SlurmJob, SlurmNode
-from .values import held, node_state
+from .values import held, node_state, time_limit_s
 
 
 #: Per command: the list it prints and every field of its entries that the parsers below read.
@@ -38,7 +38,7 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
         "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
         "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
-        "shared",
+        "shared", "time_limit", "start_time",
     })),
 }
 #: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
@@ -416,6 +416,8 @@ def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
                 comment=f.str("comment"),
                 reservation=f.str("resv_name") or f.str("reservation"),
                 priority=f.int("priority"),
+                time_limit_s=time_limit_s(f.int("time_limit", default=None)),
+                start_time=f.int("start_time"),
                 submit_time=f.int("submit_time"),
                 eligible_time=f.int("eligible_time"),
                 array_job=array,

@@ -18,7 +18,7 @@ from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
-from .values import held, memory_mb, node_state
+from .values import duration_s, held, memory_mb, node_state
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=")
 _NULL = {"(null)", "N/A", "None", "n/a"}
@@ -214,6 +214,8 @@ def jobs(output: str) -> list[SlurmJob]:
                 comment=r.str("Comment"),
                 reservation=r.str("Reservation"),
                 priority=r.int("Priority"),
+                time_limit_s=duration_s(r.str("TimeLimit"), f"{r.what}: field TimeLimit"),
+                start_time=r.time("StartTime"),
                 submit_time=r.time("SubmitTime"),
                 eligible_time=r.time("EligibleTime"),
                 array_job=array if task else "",

@@ -120,6 +120,10 @@ class SlurmJob:
     comment: str = ""
     reservation: str = ""
     priority: int = 0
+    #: the time limit in seconds (None: unlimited); with ``start_time`` (Unix seconds, 0: not known)
+    #: it is when a running job will have ended at the latest, the run-time estimate backfill plans with
+    time_limit_s: int | None = None
+    start_time: int = 0
     submit_time: int = 0
     eligible_time: int = 0
     array_job: str = ""

@@ -17,6 +17,10 @@ _COMPOUND = {"drained": ("idle", "DRAIN"), "draining": ("mixed", "DRAIN"), "drai
              "planned": ("idle", "PLANNED"), "alloc": ("allocated", None), "comp": ("completing", None),
              "drng": ("mixed", "DRAIN")}
 _HELD = {"JobHeldUser", "JobHeldAdmin"}
+#: [days-]hours:minutes:seconds, or fewer parts (minutes:seconds, minutes), as scontrol prints durations
+_DURATION = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+#: minutes at or above this are Slurm's INFINITE / NO_VAL markers, not time limits
+_NO_MINUTES = 0xFFFFFFFE
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)B?", re.IGNORECASE)
 _MB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
@@ -57,3 +61,28 @@ def memory_mb(text: str, what: str) -> int:
 
 def held(reason: str) -> bool:
     return reason in _HELD
+
+
+def duration_s(text: str, what: str) -> int | None:
+    """scontrol's ``2-03:04:05`` / ``01:30:00`` / ``30:00`` as seconds; None for ``UNLIMITED`` or unset."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    match = _DURATION.fullmatch(text)
+    if not match:
+        raise SlurmParseError(f"{what}: not a duration: {text[:40]!r}")
+    days, *parts = match.groups()
+    parts = [int(p) for p in parts if p is not None]
+    if "-" in text:  # days-hours[:minutes[:seconds]]
+        parts += [0] * (3 - len(parts))
+    elif len(parts) < 3:  # minutes[:seconds]
+        parts = [0, *parts, *([0] * (2 - len(parts)))]
+    hours, minutes, seconds = parts
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def time_limit_s(minutes: int | None) -> int | None:
+    """squeue --json's ``time_limit`` (minutes; null or a marker for unlimited) as seconds."""
+    if minutes is None or minutes >= _NO_MINUTES or minutes < 0:
+        return None
+    return minutes * 60

@@ -165,3 +165,13 @@ def test_real_philly_trace_maps_as_documented(philly):
     _, rules = to_jobs(trace.records, 8)
     # 59 odd sizes in all; the ones above 8 GPUs use the recorded shape (e.g. 12 x 1)
     assert rules == {"single": 110_390, "whole_nodes": 1_145, "per_node": 14}
+
+
+def test_a_time_limit_column_becomes_the_jobs_run_time_estimate():
+    from compass_slurm.sim.workloads import load_csv, to_jobs
+
+    trace = load_csv("job_id,submit_time_s,duration_s,num_gpus,time_limit_s\na,0,50,1,120\nb,1,5,1,\n")
+    jobs, _ = to_jobs(trace.records, 8)
+    assert [(j.job.id, j.limit) for j in jobs] == [("a", 120.0), ("b", None)]
+    with pytest.raises(ValueError, match="time_limit_s 'soon' is not a number"):
+        load_csv("job_id,submit_time_s,duration_s,num_gpus,time_limit_s\na,0,50,1,soon\n")

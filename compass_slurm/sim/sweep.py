@@ -1,0 +1,465 @@
+"""Sweeps: one ``compass simulate`` run per (trace window, policy, eta, queue, budget), merged into one table.
+
+A sweep file (TOML) names the grid; every value may be one value or a list::
+
+    output = "sweep-results"              # directory for the results (relative to this file)
+    policies = ["compass", "best-fit"]    # required
+    eta = [0.85, 0.90]                    # default 0.90
+    queue = ["backfill", "fifo"]          # default backfill
+    migrations_per_hour = [12, "unlimited"]  # the migration budget; default 12
+    options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
+
+    [[windows]]                           # at least one
+    trace = "/data/last-year.sacct"       # relative to this file
+    window = "20d:60d"                    # optional, as --window
+    limit = 4000                          # optional, as --limit
+    cluster = "cluster07"                 # optional, as --cluster
+    name = "spring"                       # optional label
+
+    [sbatch]                              # optional, for --sbatch
+    options = ["--partition=batch", "--time=60"]
+
+The plan (``plan.json`` in the output directory) fixes each task's command line:
+``compass simulate ... --json``, whose stdout is ``tasks/<i>.json`` and stderr
+``tasks/<i>.err``. ``collect`` merges whatever tasks finished (adding each row's
+coordinates in the grid) into ``results.json``, ``table.md`` and ``sweep.png`` and
+names the tasks that failed, with their last error line (``failed.json``), so one
+bad window costs only its own rows.
+
+Locally the tasks run in processes, one per CPU. With ``--sbatch`` they are one
+Slurm array job (``task.sh``: a case per task, running the ``compass`` beside this
+Python, so the nodes need the same path) and a collect job (``python -m
+compass_slurm.sim.sweep collect PLAN``) that depends on it with ``afterany``, so
+it merges even when some tasks failed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from itertools import product
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..atomic import write_atomic
+
+if TYPE_CHECKING:
+    from ..slurm.cli_backend import Runner
+
+PLAN = "plan.json"
+TASKS = "tasks"
+QUEUES = ("fifo", "backfill")
+DEFAULT_ETA = 0.90
+DEFAULT_QUEUE = "backfill"
+DEFAULT_BUDGET = 12
+UNLIMITED = "unlimited"
+#: options a task sets itself; in ``options`` they would contradict the grid
+OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
+                         "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--json", "--output",
+                         "--sweep", "--sbatch"})
+_TOP = frozenset({"output", "policies", "eta", "queue", "migrations_per_hour", "options", "windows", "sbatch"})
+_WINDOW = frozenset({"trace", "window", "limit", "cluster", "name"})
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot be run; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run of the grid and the ``compass simulate`` arguments that make it."""
+
+    index: int
+    window: str
+    policy: str
+    eta: float
+    queue: str
+    #: migrations per sliding hour, or "unlimited"
+    migrations_per_hour: int | str
+    argv: tuple[str, ...]
+
+    def label(self) -> str:
+        return f"{self.window} {self.policy} eta={self.eta:g} {self.queue} budget={self.migrations_per_hour}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    output: Path
+    tasks: tuple[Task, ...]
+    sbatch_options: tuple[str, ...] = ()
+
+    @property
+    def task_dir(self) -> Path:
+        return self.output / TASKS
+
+    def save(self) -> Path:
+        self.task_dir.mkdir(parents=True, exist_ok=True)
+        doc = {"output": str(self.output), "sbatch_options": list(self.sbatch_options),
+               "tasks": [asdict(t) for t in self.tasks]}
+        path = self.output / PLAN
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            doc = json.loads(Path(path).read_text())
+            tasks = tuple(Task(**{**t, "argv": tuple(t["argv"])}) for t in doc["tasks"])
+            return cls(Path(doc["output"]), tasks, tuple(doc["sbatch_options"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise SweepError(f"{path}: not a sweep plan ({type(err).__name__}: {err})") from None
+
+
+# -- the sweep file ------------------------------------------------------------------------------
+
+
+def load(path: str | Path, policies: Sequence[str]) -> Plan:
+    """The plan of the sweep file at ``path``; ``policies`` are the registered names."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SweepError(f"cannot read sweep file {path}: {err.strerror or err}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise SweepError(f"{path}: not TOML: {err}") from None
+    return parse(doc, path.resolve().parent, str(path), policies)
+
+
+def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]) -> Plan:
+    """Check every key of a sweep document and build its tasks (paths relative to ``base``)."""
+    from .workloads import parse_window
+
+    def bad(message: str) -> SweepError:
+        return SweepError(f"{name}: {message}")
+
+    unknown = sorted(set(doc) - _TOP)
+    if unknown:
+        raise bad(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(_TOP))})")
+    chosen = _list(doc, "policies", None, str, bad)
+    if not chosen:
+        raise bad("'policies' is required, e.g. policies = [\"compass\", \"best-fit\"]")
+    for p in chosen:
+        if p not in policies:
+            raise bad(f"unknown policy {p!r} in 'policies' (choose from: {', '.join(policies)})")
+    etas = _list(doc, "eta", DEFAULT_ETA, (int, float), bad)
+    for eta in etas:
+        if not 0 < eta <= 1:
+            raise bad(f"eta {eta} is not in (0, 1]")
+    queues = _list(doc, "queue", DEFAULT_QUEUE, str, bad)
+    for q in queues:
+        if q not in QUEUES:
+            raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
+    budgets = _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad)
+    for b in budgets:
+        if b != UNLIMITED and (isinstance(b, str) or b < 0):
+            raise bad(f"migrations_per_hour {b!r} is not a whole number >= 0 or {UNLIMITED!r}")
+    options = _options(doc.get("options", []), "options", bad)
+    for opt in options:
+        if opt.split("=")[0] in OWN_OPTIONS:
+            raise bad(f"'options' may not set {opt.split('=')[0]}: the sweep sets it per task")
+    sbatch = doc.get("sbatch", {})
+    if not isinstance(sbatch, Mapping) or set(sbatch) - {"options"}:
+        raise bad("[sbatch] takes one key, options = [\"--partition=...\", ...]")
+    sbatch_options = _options(sbatch.get("options", []), "sbatch.options", bad)
+    windows = doc.get("windows")
+    if not isinstance(windows, list) or not windows:
+        raise bad("at least one [[windows]] table with a trace is required")
+    spans = []
+    for k, w in enumerate(windows, 1):
+        where = f"windows #{k}"
+        if not isinstance(w, Mapping):
+            raise bad(f"{where} is not a table")
+        extra = sorted(set(w) - _WINDOW)
+        if extra:
+            raise bad(f"{where}: unknown key {extra[0]!r} (known: {', '.join(sorted(_WINDOW))})")
+        trace = w.get("trace")
+        if not isinstance(trace, str) or not trace:
+            raise bad(f"{where}: 'trace' (a file) is required")
+        trace_path = (base / trace).resolve()
+        if not trace_path.is_file():
+            raise bad(f"{where}: trace {trace} not found")
+        argv = ["--trace", str(trace_path)]
+        label = w.get("name", None)
+        if "window" in w:
+            if not isinstance(w["window"], str):
+                raise bad(f"{where}: 'window' must be text like \"20d:60d\"")
+            try:
+                parse_window(w["window"])
+            except ValueError as err:
+                raise bad(f"{where}: {err}") from None
+            argv += ["--window", w["window"]]
+        if "limit" in w:
+            if isinstance(w["limit"], bool) or not isinstance(w["limit"], int) or w["limit"] < 1:
+                raise bad(f"{where}: 'limit' must be a whole number >= 1")
+            argv += ["--limit", str(w["limit"])]
+        if "cluster" in w:
+            if not isinstance(w["cluster"], str) or not w["cluster"]:
+                raise bad(f"{where}: 'cluster' must be a name")
+            argv += ["--cluster", w["cluster"]]
+        if label is None:
+            label = trace_path.stem + "".join(f" {w[k]}" for k in ("cluster", "window") if k in w)
+        elif not isinstance(label, str) or not label:
+            raise bad(f"{where}: 'name' must be text")
+        spans.append((label, argv))
+    labels = [label for label, _ in spans]
+    if len(set(labels)) != len(labels):
+        raise bad("two windows have the same name; give each a distinct 'name'")
+    output = doc.get("output", f"{Path(name).stem}-results")
+    if not isinstance(output, str) or not output:
+        raise bad("'output' must be a directory name")
+    tasks = tuple(
+        Task(i, label, policy, float(eta), queue, budget,
+             (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue, "--migrations-per-hour", str(budget),
+              *options, "--json"))
+        for i, ((label, argv), policy, eta, queue, budget) in enumerate(product(spans, chosen, etas, queues, budgets))
+    )
+    return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
+
+
+def _list(doc: Mapping[str, Any], key: str, default: Any, kind: type | tuple[type, ...],
+          bad: Callable[[str], SweepError]) -> list[Any]:
+    value = doc.get(key, default)
+    values = value if isinstance(value, list) else [value]
+    if value is None:
+        return []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, kind) or (isinstance(v, float) and not math.isfinite(v)):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise bad(f"{key!r}: {v!r} is not {'an' if names[0] in 'aeiou' else 'a'} {names}")
+    if len(set(values)) != len(values):
+        raise bad(f"{key!r} lists a value twice")
+    return values
+
+
+def _options(value: Any, key: str, bad: Callable[[str], SweepError]) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise bad(f"{key!r} must be a list of strings, e.g. [\"--migration-delay\", \"8\"]")
+    return value
+
+
+# -- running tasks ---------------------------------------------------------------------------------
+
+
+def result_path(plan: Plan, task: Task) -> Path:
+    """The task's stdout: ``compass simulate --json``'s rows."""
+    return plan.task_dir / f"{task.index}.json"
+
+
+def error_path(plan: Plan, task: Task) -> Path:
+    """The task's stderr: its one-line error, or Slurm's own (a time-limit kill)."""
+    return plan.task_dir / f"{task.index}.err"
+
+
+#: runs ``compass simulate ARGV`` and returns (exit code, stdout, stderr); must be picklable
+Simulate = Callable[[tuple[str, ...]], tuple[int, str, str]]
+
+
+def run_local(plan: Plan, simulate: Simulate, workers: int | None = None,
+              on_done: Callable[[Task], None] | None = None) -> None:
+    """Every task of ``plan`` in local processes (at most one per CPU), calling ``on_done`` as each ends."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    plan.save()
+    workers = max(1, min(workers or os.cpu_count() or 1, len(plan.tasks)))
+
+    def record(task: Task, outcome: tuple[int, str, str]) -> None:
+        _, out, err = outcome
+        write_atomic(result_path(plan, task), out)
+        write_atomic(error_path(plan, task), err)
+        if on_done is not None:
+            on_done(task)
+
+    if workers == 1:
+        for task in plan.tasks:
+            record(task, simulate(task.argv))
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        futures = {pool.submit(simulate, t.argv): t for t in plan.tasks}
+        for future in as_completed(futures):
+            record(futures[future], future.result())
+
+
+# -- Slurm --------------------------------------------------------------------------------------------
+
+
+def task_script(plan: Plan, compass: str) -> str:
+    """The array job's script: task $SLURM_ARRAY_TASK_ID runs its own ``compass simulate`` command line."""
+    lines = ["#!/bin/sh", "# written by compass simulate --sweep: one case per task of plan.json",
+             'case "$SLURM_ARRAY_TASK_ID" in']
+    for task in plan.tasks:
+        command = shlex.join([compass, "simulate", *task.argv])
+        lines.append(f"{task.index}) exec {command} ;;  # {task.label()}")
+    lines += ['*) echo "no task $SLURM_ARRAY_TASK_ID in this sweep" >&2; exit 2 ;;', "esac", ""]
+    return "\n".join(lines)
+
+
+def collect_script(plan_path: Path, python: str) -> str:
+    return f"#!/bin/sh\nexec {shlex.quote(python)} -m compass_slurm.sim.sweep collect {shlex.quote(str(plan_path))}\n"
+
+
+def array_argv(plan: Plan, script: Path) -> list[str]:
+    return ["sbatch", "--parsable", f"--array=0-{len(plan.tasks) - 1}", "--job-name=compass-sweep",
+            f"--output={plan.task_dir / '%a.json'}", f"--error={plan.task_dir / '%a.err'}", *plan.sbatch_options,
+            str(script)]
+
+
+def collect_argv(plan: Plan, script: Path, array_id: str) -> list[str]:
+    return ["sbatch", "--parsable", f"--dependency=afterany:{array_id}", "--job-name=compass-sweep-collect",
+            f"--output={plan.output / 'collect.log'}", *plan.sbatch_options, str(script)]
+
+
+def submit(plan: Plan, runner: Runner, python: str = sys.executable) -> tuple[str, str]:
+    """Submit the array job and its collect job; returns their job ids.
+
+    The scripts name this Python and the ``compass`` beside it, so the nodes need the same path
+    (a shared file system, or the same installation everywhere).
+    """
+    plan_path = plan.save()
+    compass = str(Path(python).with_name("compass"))
+    scripts = {}
+    for kind, text in (("task", task_script(plan, compass)), ("collect", collect_script(plan_path, python))):
+        scripts[kind] = plan.output / f"{kind}.sh"
+        write_atomic(scripts[kind], text, mode=0o755)
+    array_id = _sbatch(array_argv(plan, scripts["task"]), runner)
+    return array_id, _sbatch(collect_argv(plan, scripts["collect"], array_id), runner)
+
+
+def _sbatch(argv: list[str], runner: Runner) -> str:
+    code, out, err = runner(argv, 60.0)
+    job_id = out.strip().split(";")[0]
+    if code != 0 or not job_id.isdigit():
+        raise SweepError(f"sbatch refused the sweep: {(err or out).strip()[:300] or f'exit {code}'}")
+    return job_id
+
+
+# -- collect ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collected:
+    rows: list[dict[str, Any]]
+    failed: list[tuple[Task, str]]
+
+
+def collect(plan: Plan) -> Collected:
+    """Merge the tasks that wrote rows; the others are failures with the reason they left."""
+    rows: list[dict[str, Any]] = []
+    failed: list[tuple[Task, str]] = []
+    for task in plan.tasks:
+        try:
+            found = json.loads(result_path(plan, task).read_text())
+            if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+                raise ValueError("not a list of rows")
+        except (OSError, ValueError):
+            failed.append((task, _failure(plan, task)))
+            continue
+        coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
+                       "queue": task.queue, "migrations_per_hour": task.migrations_per_hour}
+        rows += [{**row, **coordinates} for row in found]
+    return Collected(rows, failed)
+
+
+def _failure(plan: Plan, task: Task) -> str:
+    """The last line the task wrote on stderr ("compass: error: ...", or Slurm's kill notice)."""
+    try:
+        lines = [line for line in error_path(plan, task).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    errors = [line for line in lines if not line.startswith("hint:")]
+    return (errors or lines or ["no result (the task did not run or was killed)"])[-1].strip()
+
+
+def write_results(plan: Plan, collected: Collected) -> str:
+    """results.json, failed.json, table.md and sweep.png in the output directory; returns the table."""
+    table = markdown(collected)
+    write_atomic(plan.output / "results.json", json.dumps(collected.rows, indent=1) + "\n")
+    write_atomic(plan.output / "failed.json", json.dumps(
+        [{"task": t.index, **{k: v for k, v in asdict(t).items() if k != "index"}, "reason": why}
+         for t, why in collected.failed], indent=1) + "\n")
+    write_atomic(plan.output / "table.md", table)
+    if collected.rows:
+        plot(collected.rows, plan.output / "sweep.png")
+    return table
+
+
+COLUMNS = (
+    ("window", "window", str), ("policy", "policy", str), ("eta", "eta", "{:g}".format),
+    ("queue", "queue", str), ("budget/h", "migrations_per_hour", str), ("nodes", "nodes", str),
+    ("AJCT (s)", "ajct_s", "{:,.0f}".format), ("mean wait (s)", "mean_wait_s", "{:,.0f}".format),
+    ("AFR", "afr", "{:.4f}".format), ("time SIF <= 2/N", "sif_bound_frac", "{:.2%}".format),
+    ("AGU", "agu", "{:.4f}".format), ("migrations", "migrations", "{:,}".format),
+)
+
+
+def markdown(collected: Collected) -> str:
+    lines = ["| " + " | ".join(title for title, _, _ in COLUMNS) + " |",
+             "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in COLUMNS) + "|"]
+    for row in sorted(collected.rows, key=lambda r: (r["task"], r["policy"])):
+        lines.append("| " + " | ".join(_cell(row.get(key), fmt) for _, key, fmt in COLUMNS) + " |")
+    if collected.failed:
+        lines.append("")
+    for task, why in collected.failed:
+        lines.append(f"failed: task {task.index} ({task.label()}): {why}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def plot(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """AJCT per configuration, one panel per window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_window: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_window.setdefault(row["window"], []).append(row)
+    fig, axes = plt.subplots(len(by_window), 1, figsize=(10, 2.8 * len(by_window)), squeeze=False)
+    for ax, (window, group) in zip(axes[:, 0], by_window.items()):
+        labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour']}" for r in group]
+        ax.bar(range(len(group)), [r["ajct_s"] for r in group])
+        ax.set_xticks(range(len(group)), labels, fontsize=7)
+        ax.set_ylabel("AJCT (s)")
+        ax.set_title(window, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m compass_slurm.sim.sweep collect PLAN``: what the collect job runs."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if len(args) == 2 and args[0] == "collect":
+            plan = Plan.load(args[1])
+            collected = collect(plan)
+            print(write_results(plan, collected), end="")
+            return report_failures(plan, collected)
+    except SweepError as err:
+        print(f"compass: error: {err}", file=sys.stderr)
+        return 2
+    print("usage: python -m compass_slurm.sim.sweep collect PLAN", file=sys.stderr)
+    return 2
+
+
+def report_failures(plan: Plan, collected: Collected) -> int:
+    """One line on stderr per failed task; 1 when any failed (the rest are merged all the same)."""
+    for task, why in collected.failed:
+        print(f"compass: task {task.index} failed ({task.label()}): {why}", file=sys.stderr)
+    if collected.failed:
+        print(f"compass: {len(collected.failed)} of {len(plan.tasks)} tasks failed; the others are merged "
+              f"in {plan.output}", file=sys.stderr)
+    return 1 if collected.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The daemon's queue is the engine's Scheduler (``backfill``): one Slurm snapshot through both, same decisions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from compass_slurm.config import Config
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.scheduler import Scheduler
+from compass_slurm.service.daemon import QUEUE, Daemon
+from compass_slurm.slurm.snapshot import SnapshotBackend
+from compass_slurm.slurm.translate import Translator
+from test_daemon_unit import Clock, cluster, nodes, pending, running, update
+
+NOW = 1_000_000
+
+
+def run(job_id: str, node: str, start: float, limit: int | None):
+    return replace(running(job_id, {node: 1}), start_time=int(start), time_limit_s=limit)
+
+
+def snapshot():
+    """Six 8-GPU nodes, each with six 1-GPU jobs (n1-n3 end within 600-800 s, n4-n6 in 2 h), and a queue
+    headed by a 2-node whole-node job that cannot fit now."""
+    jobs = []
+    for n in range(1, 7):
+        for k in range(6):
+            limit = 500 + 100 * n if n <= 3 else 7200
+            jobs.append(run(f"{100 + 10 * n + k}", f"n{n}", NOW - 100, limit))
+    jobs += [
+        replace(pending("50", per_node=8, nodes=2, priority=1000), time_limit_s=3600),
+        replace(pending("51", gpus=1, priority=900), time_limit_s=300),  # ends before the shadow time
+        replace(pending("52", gpus=1, priority=800), time_limit_s=36000),  # past it: not on reserved GPUs
+        replace(pending("53", gpus=1, priority=700), time_limit_s=36000),
+        replace(pending("55", gpus=1, priority=500)),  # no time limit: runs forever as far as anyone knows
+        replace(pending("54", gpus=1, priority=600, submit_time=5), time_limit_s=60),
+    ]
+    return cluster(nodes(6), jobs)
+
+
+def through_the_daemon(state):
+    backend = SnapshotBackend(state, out=None)
+    clock = Clock()
+    clock.now = NOW
+    daemon = Daemon(Config(anchors=""), backend, None, clock=clock)
+    report = daemon.cycle()
+    assert report.errors == []
+    return [(d.job_id, d.gpus_per_node) for d in report.decisions], backend.commands
+
+
+def through_the_scheduler(state):
+    """What the engine alone decides for the same snapshot: adopt what runs, queue what waits, drain once."""
+    obs = Translator(state).observe()
+    policy = make_policy("compass", obs.nodes)
+    scheduler = Scheduler(policy, "backfill")
+    for job, where in sorted((r.engine() for r in obs.running.values()), key=lambda jn: -jn[0].gpus):
+        slurm = obs.running[job.id].slurm
+        scheduler.adopt(job, where, slurm.start_time, slurm.time_limit_s)
+    policy.compact()
+    for p in obs.pending:
+        scheduler.submit(p.job, p.eligible, limit=p.slurm.time_limit_s)
+    step = scheduler.drain(NOW)
+    return [(d.job, d.gpus_per_node()) for d in step.decisions], scheduler.reservation
+
+
+def test_one_snapshot_gives_the_same_decisions_through_the_daemon_and_the_scheduler():
+    state = snapshot()
+    daemon, commands = through_the_daemon(state)
+    engine, reservation = through_the_scheduler(state)
+    assert QUEUE == "backfill"
+    assert daemon == engine
+    # EASY as Slurm's backfill: the head reserves the two nodes that free first, at the later of their ends
+    assert (reservation.job, reservation.shadow) == ("50", NOW + 600)
+    assert sorted(policy_nodes(reservation)) == ["n1", "n2"]
+    placed = dict(daemon)
+    assert "50" not in placed
+    assert placed["51"] == {"n1": 1} and placed["54"] == {"n1": 1}  # short: may use the reserved GPUs
+    assert all(not set(placed[j]) & {"n1", "n2"} for j in ("52", "53", "55"))  # long: elsewhere
+    assert list(placed) == ["51", "52", "53", "54", "55"]  # Slurm's priority order (54 and 55 by priority)
+    assert commands[:2] == [update("51", "n1", 1, 1), update("52", "n3", 1, 1)]
+    assert commands[-1] == ["scontrol", "update", "JobId=50", "StartTime=now+60"]  # the head keeps its lease
+
+
+def policy_nodes(reservation) -> list[str]:
+    return [f"n{i + 1}" for i in reservation.nodes]
+
+
+def test_without_time_limits_nothing_is_reserved_and_every_job_that_fits_starts():
+    """Slurm's backfill cannot plan without limits either: the queue then behaves as before (work-conserving)."""
+    state = snapshot()
+    state = replace(state, jobs=tuple(replace(j, time_limit_s=None) for j in state.jobs))
+    daemon, _ = through_the_daemon(state)
+    engine, reservation = through_the_scheduler(state)
+    assert daemon == engine and reservation is None
+    assert {"51", "52", "53", "54", "55"} <= dict(daemon).keys()

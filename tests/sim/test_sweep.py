@@ -1,0 +1,177 @@
+"""``compass simulate --sweep``: the sweep file, the plan, local runs, collecting a partly failed sweep, sbatch lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from compass_slurm.cli import cli
+from compass_slurm.cli.simulate import simulate_in_process
+from compass_slurm.sim import sweep
+
+POLICIES = ["best-fit", "compass", "first-fit"]
+
+TRACE = """job_id,submit_time_s,duration_s,num_gpus
+a,0,100,4
+b,1,10,8
+c,2,50,2
+d,3,200,12
+e,5,30,1
+"""
+
+GOOD = """
+policies = ["best-fit", "compass"]
+eta = [0.9, 1.0]
+queue = "backfill"
+migrations_per_hour = [0, "unlimited"]
+options = ["--migration-delay", "4"]
+
+[[windows]]
+trace = "t.csv"
+name = "all"
+
+[[windows]]
+trace = "t.csv"
+window = "1000d:1001d"
+"""
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    (tmp_path / "t.csv").write_text(TRACE)
+    return tmp_path
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
+    plan = sweep.load(write(sweep_dir, GOOD), POLICIES)
+    assert len(plan.tasks) == 2 * 2 * 2 * 1 * 2
+    assert plan.output == sweep_dir / "s-results"
+    first = plan.tasks[0]
+    assert (first.window, first.policy, first.eta, first.queue, first.migrations_per_hour) == (
+        "all", "best-fit", 0.9, "backfill", 0)
+    assert first.argv == ("--trace", str(sweep_dir / "t.csv"), "--policy", "best-fit", "--eta", "0.9", "--queue",
+                          "backfill", "--migrations-per-hour", "0", "--migration-delay", "4", "--json")
+    assert plan.tasks[-1].window == "t 1000d:1001d" and "--window" in plan.tasks[-1].argv
+    assert [t.index for t in plan.tasks] == list(range(16))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("policies = [", "not TOML"),
+    ('policies = ["best-fit"]\n', "at least one [[windows]]"),
+    ('eta = 0.9\n[[windows]]\ntrace = "t.csv"\n', "'policies' is required"),
+    ('policies = ["nope"]\n[[windows]]\ntrace = "t.csv"\n', "unknown policy 'nope'"),
+    ('policies = "best-fit"\neta = 1.5\n[[windows]]\ntrace = "t.csv"\n', "eta 1.5 is not in (0, 1]"),
+    ('policies = "best-fit"\neta = "high"\n[[windows]]\ntrace = "t.csv"\n', "'eta': 'high' is not an int or float"),
+    ('policies = "best-fit"\nqueue = "lifo"\n[[windows]]\ntrace = "t.csv"\n', "unknown queue 'lifo'"),
+    ('policies = "best-fit"\nmigrations_per_hour = -1\n[[windows]]\ntrace = "t.csv"\n',
+     "migrations_per_hour -1 is not a whole number >= 0 or 'unlimited'"),
+    ('policies = "best-fit"\nmigrations_per_hour = "lots"\n[[windows]]\ntrace = "t.csv"\n',
+     "migrations_per_hour 'lots' is not a whole number"),
+    ('policies = "best-fit"\npolicy = "x"\n[[windows]]\ntrace = "t.csv"\n', "unknown key 'policy'"),
+    ('policies = "best-fit"\n[[windows]]\ntrace = "missing.csv"\n', "windows #1: trace missing.csv not found"),
+    ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nwindow = "9d:2d"\n', "START must be before END"),
+    ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nlimit = 0\n', "'limit' must be a whole number"),
+    ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nsize = 3\n', "windows #1: unknown key 'size'"),
+    ('policies = "best-fit"\noptions = ["--eta", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --eta"),
+    ('policies = ["best-fit", "best-fit"]\n[[windows]]\ntrace = "t.csv"\n', "lists a value twice"),
+    ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\n[[windows]]\ntrace = "t.csv"\n', "same name"),
+])
+def test_a_malformed_sweep_file_exits_2_with_one_line(sweep_dir, text, message):
+    path = write(sweep_dir, text)
+    with pytest.raises(sweep.SweepError) as err:
+        sweep.load(path, POLICIES)
+    assert message in str(err.value)
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("compass: error: ") and message in lines[0]
+    assert not (sweep_dir / "s-results").exists()
+
+
+def test_sbatch_without_a_sweep_is_a_usage_error():
+    result = CliRunner().invoke(cli, ["simulate", "--sbatch"])
+    assert result.exit_code == 2 and "--sbatch needs --sweep" in result.stderr
+
+
+def test_a_local_sweep_merges_what_ran_and_names_what_failed(sweep_dir):
+    path = write(sweep_dir, GOOD)
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(path)])
+    assert result.exit_code == 1, result.output
+    out = sweep_dir / "s-results"
+    rows = json.loads((out / "results.json").read_text())
+    assert len(rows) == 8 and {r["window"] for r in rows} == {"all"}
+    assert {(r["policy"], r["eta"], r["migrations_per_hour"]) for r in rows} == {
+        (p, e, b) for p in ("best-fit", "compass") for e in (0.9, 1.0) for b in (0, "unlimited")}
+    assert all(r["jobs"] == 5 and r["queue"] == "backfill" for r in rows)
+    failed = json.loads((out / "failed.json").read_text())
+    assert [f["task"] for f in failed] == list(range(8, 16))
+    assert all("no jobs to simulate" in f["reason"] for f in failed)
+    errors = result.stderr.splitlines()
+    assert errors[-1] == f"compass: 8 of 16 tasks failed; the others are merged in {out}"
+    assert errors[0].startswith("compass: task 8 failed (t 1000d:1001d best-fit eta=0.9 backfill budget=0): ")
+    table = (out / "table.md").read_text()
+    assert result.stdout == table and table.count("\n| all | ") == 8 and "failed: task 15 " in table
+    assert (out / "sweep.png").stat().st_size > 0
+
+
+def test_collect_reports_a_task_killed_without_output_and_merges_the_rest(sweep_dir):
+    plan = sweep.load(write(sweep_dir, 'policies = ["best-fit", "compass"]\n[[windows]]\ntrace = "t.csv"\n'),
+                      POLICIES)
+    sweep.run_local(plan, simulate_in_process, workers=1)
+    (plan.task_dir / "1.json").write_text('[{"policy": "compass", "ajct')  # killed while printing
+    (plan.task_dir / "1.err").write_text("slurmstepd: error: *** JOB 7 ON node01 CANCELLED DUE TO TIME LIMIT ***\n")
+    collected = sweep.collect(plan)
+    assert [(r["policy"], r["task"], r["window"]) for r in collected.rows] == [("best-fit", 0, "t")]
+    assert [(t.index, why) for t, why in collected.failed] == [
+        (1, "slurmstepd: error: *** JOB 7 ON node01 CANCELLED DUE TO TIME LIMIT ***")]
+    (plan.task_dir / "1.err").unlink()
+    assert sweep.collect(plan).failed[0][1] == "no result (the task did not run or was killed)"
+
+
+def test_sbatch_submits_an_array_and_a_collect_job_after_it(sweep_dir):
+    text = GOOD + '\n[sbatch]\noptions = ["--partition=batch", "--time=30"]\n'
+    plan = sweep.load(write(sweep_dir, text), POLICIES)
+    calls = []
+
+    def runner(argv, timeout):
+        calls.append(argv)
+        return 0, f"{100 + len(calls)}\n", ""
+
+    assert sweep.submit(plan, runner, python="/opt/venv/bin/python") == ("101", "102")
+    out = sweep_dir / "s-results"
+    assert calls == [
+        ["sbatch", "--parsable", "--array=0-15", "--job-name=compass-sweep", f"--output={out}/tasks/%a.json",
+         f"--error={out}/tasks/%a.err", "--partition=batch", "--time=30", str(out / "task.sh")],
+        ["sbatch", "--parsable", "--dependency=afterany:101", "--job-name=compass-sweep-collect",
+         f"--output={out}/collect.log", "--partition=batch", "--time=30", str(out / "collect.sh")],
+    ]
+    script = (out / "task.sh").read_text().splitlines()
+    assert script[2] == 'case "$SLURM_ARRAY_TASK_ID" in'
+    assert script[3] == (f"0) exec /opt/venv/bin/compass simulate --trace {sweep_dir}/t.csv --policy best-fit "
+                         "--eta 0.9 --queue backfill --migrations-per-hour 0 --migration-delay 4 --json ;;  "
+                         "# all best-fit eta=0.9 backfill budget=0")
+    assert len(script) == 3 + 16 + 2
+    assert (out / "collect.sh").read_text() == (
+        f"#!/bin/sh\nexec /opt/venv/bin/python -m compass_slurm.sim.sweep collect {out}/plan.json\n")
+    assert sweep.Plan.load(out / "plan.json") == plan
+
+
+def test_sbatch_refusing_is_one_line(sweep_dir):
+    plan = sweep.load(write(sweep_dir, GOOD), POLICIES)
+    with pytest.raises(sweep.SweepError, match="^sbatch refused the sweep: sbatch: error: invalid partition$"):
+        sweep.submit(plan, lambda argv, timeout: (1, "", "sbatch: error: invalid partition\n"))
+
+
+def test_the_module_entry_point_checks_its_arguments(capsys, tmp_path):
+    assert sweep.main(["task", "plan.json", "0"]) == 2
+    assert "usage:" in capsys.readouterr().err
+    assert sweep.main(["collect", str(tmp_path / "none.json")]) == 2
+    assert "not a sweep plan" in capsys.readouterr().err
