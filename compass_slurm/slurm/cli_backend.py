@@ -113,8 +113,11 @@ class CliBackend(Backend):
             return parse_doc(parse_json.load(self._run(argv), command))
         except SlurmParseError as err:
             self.text_reasons[kind] = str(err) if str(err).startswith(command) else f"{command}: {err}"
-            log.warning("cannot read %s (%s); reading %s as text from now on", command, err, kind)
-        return parse_text_output(self._run(self.read_commands()[kind]))
+            reason = err
+        # Warn only once text works: a Slurm that cannot be reached fails both ways, and says so once.
+        out = parse_text_output(self._run(self.read_commands()[kind]))
+        log.warning("cannot read %s (%s); reading %s as text from now on", command, reason, kind)
+        return out
 
     def read_nodes(self) -> list[SlurmNode]:
         return self._read("nodes", lambda doc: parse_json.nodes(doc, self._memo["nodes"]), parse_text.nodes)
