@@ -235,7 +235,7 @@ def test_an_unreadable_gpu_request_is_left_to_slurm_with_one_log_line(daemon, cl
 
 # Seen failing open (no marker at all) when the whole suite loads the machine, never alone: the
 # hook then judged the daemon stale. Retried until that cause is found (noted on issue 11).
-@pytest.mark.flaky(reruns=2)
+@pytest.mark.flaky(reruns=5, reruns_delay=5)
 def test_requeue_is_recorded_for_the_migratable_mode(daemon, name):
     sbatch(f"{name}rq", "--gpus=1", "--requeue", "--comment=nightly")
     (job,) = jobs_named(name)  # set at submission: pending or already placed
