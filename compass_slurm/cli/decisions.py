@@ -30,7 +30,8 @@ def command(since: datetime | None, job_id: str | None, limit: int, wide: bool, 
             db: str | None) -> None:
     """List placement decisions, oldest first: where each job went, by which rule, and why.
 
-    Compact's moves are decisions too (action migrated, with the nodes the job left), so
+    Compact's moves are decisions too (action migrated, with the nodes the job left), and
+    so is a decided job Slurm started elsewhere (action adopted, from the nodes decided):
     the latest decision about a job names where it runs.
     """
     records = read_log(db, lambda store: store.decisions(since=since, job=job_id, limit=limit or None))

@@ -280,7 +280,8 @@ class DecisionRecord(_Record):
     partial_before: int | None = None
     partial_after: int | None = None
     reason: str = ""
-    #: placed | replanned | migrated (Compact moved the job to ``nodes`` from ``from_nodes``) | dry-run | failed
+    #: placed | replanned | migrated (Compact moved the job to ``nodes`` from ``from_nodes``) | adopted (Slurm
+    #: started a decided job on ``nodes``, not on ``from_nodes``) | dry-run | failed
     action: str = "placed"
     from_nodes: tuple[str, ...] = ()  # JSON key "from"
     time: datetime | None = None

@@ -42,6 +42,7 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
     for job, nodes in adoption_order(changed):
         job_id = job.id
         seen[job_id] = obs.running[job_id].alloc
+        was: Placed | None = None
         if job_id in policy.cluster.jobs:
             if per_node(policy, job_id) == counts(job, nodes):
                 placed.pop(job_id, None)
@@ -58,6 +59,12 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
             report.error("adopt", f"job {job_id}: {err}")
             continue
         report.adopted.append(job_id)
+        if was is not None:
+            # the log's latest record of a job names where it runs, also when Slurm chose otherwise
+            report.decisions.append(DecisionRecord.of(
+                Decision(job_id, tuple(nodes), job.gpus, "adopted"), job, policy.name, action="adopted",
+                from_nodes=was.decision.nodes, reason="Slurm started it elsewhere than decided; adopted there",
+            ))
         log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
                  "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
     moves += report.compact(policy)

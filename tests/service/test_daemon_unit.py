@@ -279,6 +279,23 @@ def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
     assert daemon.cycle().departed == ["50"] and daemon.policy.cluster.jobs == {}
 
 
+def test_a_job_slurm_started_elsewhere_is_adopted_there_and_the_log_says_so(tmp_path):
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=4)]), tmp_path)
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
+    # Slurm ran it on n3 anyway (e.g. an admin's update): the engine and the log follow Slurm.
+    backend.state = cluster(nodes(3), [running("50", {"n3": 4}, comment="compass")])
+    clock.now += 10
+    report = daemon.cycle()
+    assert [e.kind for e in report.errors] == ["mismatch"] and report.adopted == ["50"]
+    assert [(d.action, d.gpus_per_node, d.from_nodes) for d in report.decisions] == [("adopted", {"n3": 4}, ("n1",))]
+    with Store.open(daemon.db, create=False) as store:
+        latest = store.decisions(job="50")[-1]
+    assert (latest.action, latest.nodes) == ("adopted", ("n3",))
+    assert len(backend.commands) == 1  # nothing told to Slurm: it is where Slurm put it
+    clock.now += 10
+    assert daemon.cycle().decisions == []
+
+
 def test_a_restarted_daemon_takes_over_the_pins_of_the_one_before(tmp_path):
     state = cluster(nodes(3), [pending("50", gpus=4), pending("51", gpus=2)])
     first, backend, clock = daemon_for(state, tmp_path)
