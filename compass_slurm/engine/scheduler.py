@@ -330,12 +330,10 @@ class Scheduler:
         tight = [i for i, spare in res.spare.items() if c.free_gpus(i) > spare]
         if not tight:
             return self._start(entry, None, now, step, res)
-        closed = {i for i in tight if res.spare[i] < g}
-        names = c.nodes
+        closed = [c.nodes[i].name for i in tight if res.spare[i] < g]
         allowed = None
         if closed:
-            pool = entry.eligible if entry.eligible is not None else (n.name for n in names)
-            allowed = frozenset(n for n in pool if c.index[n] not in closed)
+            allowed = frozenset(c.index if entry.eligible is None else entry.eligible).difference(closed)
         return self._start(entry, allowed, now, step, res)
 
     def _start(

@@ -15,6 +15,7 @@ it does not say), becomes:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 #: the rule that made the shape (the simulator counts them per run)
@@ -29,6 +30,7 @@ class Shape:
     rule: str
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every pending job every daemon cycle; few distinct requests
 def instance_shape(gpus: int, capacity: int, nodes: int | None = None) -> Shape:
     """The gang for ``gpus`` GPUs on nodes of ``capacity``; ``gpus`` and ``capacity`` are at least 1."""
     if nodes is not None and nodes > 1 and gpus % nodes == 0 and gpus // nodes <= capacity:

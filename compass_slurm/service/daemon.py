@@ -41,7 +41,7 @@ from ..engine.rate_limit import RateLimit
 from ..engine.scheduler import Scheduler
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
-from ..slurm.translate import Observation, Pending, Request, Translator
+from ..slurm.translate import Observation, Pending, Request, Translations, Translator
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
@@ -74,6 +74,8 @@ class Daemon:
         self.cycles = 0
         #: the latest translated Slurm state, for the control socket's questions
         self.observation: Observation | None = None
+        #: what unchanged jobs translated to last cycle (taken as it was, not worked out again)
+        self.translations = Translations()
         #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
         self.seen_pending: frozenset[str] = frozenset()
         self.watching = True
@@ -139,7 +141,7 @@ class Daemon:
             state = self.backend.read_state()
             self.seen_pending = frozenset(j.id for j in state.jobs if j.pending and j.managed)
             translator = Translator(state, self.config.partitions, self.config.lease,
-                                    migratable=self.config.migratable)
+                                    migratable=self.config.migratable, known=self.translations)
             obs = translator.observe()
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"

@@ -110,7 +110,8 @@ class CliBackend(Backend):
             return parse_text_output(self._run(argv))
         command = " ".join(argv)
         try:
-            return parse_doc(parse_json.load(self._run(argv), command))
+            with parse_json.collector_paused():
+                return parse_doc(parse_json.load(self._run(argv), command))
         except SlurmParseError as err:
             self.text_reasons[kind] = str(err) if str(err).startswith(command) else f"{command}: {err}"
             reason = err

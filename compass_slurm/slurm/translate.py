@@ -126,7 +126,11 @@ def adoption_order(allocations: Iterable[tuple[Job, tuple[str, ...]]]) -> list[t
 
 def priority_order(jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
     """Slurm's order: highest priority first, then oldest submission, then lowest id."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time, id_order(j.id)))
+    return sorted(jobs, key=priority_key)
+
+
+def priority_key(job: SlurmJob) -> tuple[int, int, tuple[int, int, str]]:
+    return -job.priority, job.submit_time, id_order(job.id)
 
 
 def id_order(job_id: str) -> tuple[int, int, str]:
@@ -184,6 +188,90 @@ class Observation:
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
 
 
+_RUNNING, _PENDING, _OTHER = "running", "pending", "other"
+_UNSEEN = object()
+
+
+@dataclass(slots=True)
+class _Task:
+    """A managed pending job's translation as far as the job alone decides it."""
+
+    slurm: SlurmJob
+    order: tuple  # its place in Slurm's priority order
+    held_back: str | None  # held, or in a reservation
+    not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
+    req: Request | None  # None: not w x g instances
+    # made when first placed: the engine job and the CPUs and MB one instance needs
+    job: Job | None = None
+    needs: tuple[int, int] = (0, 0)
+    pending: Pending | None = None  # the last Pending made of it (kept while its eligible nodes are the same)
+
+
+def _order_of(task: _Task) -> tuple:
+    return task.order
+
+
+class Translations:
+    """What each job translated to in the last cycle, kept between the daemon's cycles.
+
+    The JSON parser's memo hands back the same SlurmJob object for a job whose fields did
+    not change, so a job seen before (by identity) keeps what the job alone decides: its
+    kind, its Running, its array tasks, its request, engine job and priority key, and the
+    Pending made of it while its eligible nodes are the same. What depends on the whole
+    state (throttles, pins, begin times, eligible nodes) is worked out every cycle. Valid for
+    one set of managed partitions, nodes and GPU counts, and migratable mode: a change
+    starts afresh. Jobs not in the latest state are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._context: object = None
+        self._jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
+        self._tasks: dict[int, _Task] = {}
+        self._last_jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
+        self._last_tasks: dict[int, _Task] = {}
+        self._eligible: dict[tuple, Eligible] = {}
+        self._last_eligible: dict[tuple, Eligible] = {}
+
+    def begin(self, context: object) -> None:
+        """A new state, translated in ``context``; what was not seen in the last one is forgotten."""
+        if context != self._context:
+            self._context = context
+            self._jobs, self._tasks, self._eligible = {}, {}, {}
+        self._last_jobs, self._jobs = self._jobs, {}
+        self._last_tasks, self._tasks = self._tasks, {}
+        self._last_eligible, self._eligible = self._eligible, {}
+
+    def job(self, job: SlurmJob) -> tuple[object, object] | None:
+        found = self._last_jobs.get(id(job))
+        if found is None or found[0] is not job:
+            return None
+        self._jobs[id(job)] = found
+        return found[1]
+
+    def keep_job(self, job: SlurmJob, kind: tuple[object, object]) -> tuple[object, object]:
+        self._jobs[id(job)] = (job, kind)
+        return kind
+
+    def task(self, job: SlurmJob) -> _Task | None:
+        found = self._last_tasks.get(id(job))
+        if found is None or found.slurm is not job:
+            return None
+        self._tasks[id(job)] = found
+        return found
+
+    def keep_task(self, job: SlurmJob, task: _Task) -> _Task:
+        self._tasks[id(job)] = task
+        return task
+
+    def same_eligible(self, key: tuple, eligible: Eligible) -> Eligible:
+        """Last cycle's object for an equal set of eligible nodes (so Pendings can be kept), else ``eligible``."""
+        last = self._last_eligible.get(key, _UNSEEN)
+        if last is not _UNSEEN and last == eligible:
+            eligible = last
+        self._eligible[key] = eligible
+        return eligible
+
+
 class Translator:
     """Translates one SlurmState; ``partitions`` limits what the daemon manages (empty: all).
 
@@ -193,7 +281,7 @@ class Translator:
     """
 
     def __init__(self, state: SlurmState, partitions: Iterable[str] = (), lease: float | None = None, *,
-                 migratable: str = "marker") -> None:
+                 migratable: str = "marker", known: Translations | None = None) -> None:
         self.state = state
         self.lease = lease
         self.migratable = migratable
@@ -210,52 +298,81 @@ class Translator:
         #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
         self._claims: dict[str, tuple[frozenset[str], int, int]] = {}
         self._claimed: dict[str, tuple[int, int]] = {}
+        self.known = known if known is not None else Translations()
+        self.known.begin((tuple(self.partitions.items()), tuple((n.name, n.gpus) for n in self.slurm_nodes.values()),
+                          migratable))
 
     def observe(self) -> Observation:
         out = Observation(self.nodes)
         pending: list[SlurmJob] = []
         running_tasks: Counter[str] = Counter()
+        known = self.known
         for job in self.state.jobs:
-            if job.gpus_requested <= 0 and not job.gpus_alloc:
-                continue  # not a GPU job: Slurm's alone
-            if job.pending:
-                if self.partitions_of(job):
-                    tasks = array_tasks(job)
-                    out.queue_len += len(tasks)
-                    out.pending_gpus += job.gpus_requested * len(tasks)
-                    if job.managed:
-                        pending += tasks
-                continue
-            if job.state not in HOLDING_STATES:
-                continue
-            if job.array_job:
-                running_tasks[job.array_job] += 1
-            alloc = job.gpus_alloc
-            if not alloc:
-                continue
-            if not alloc.keys() <= self.slurm_nodes.keys():  # partly outside the managed partitions
-                alloc = {n: c for n, c in alloc.items() if n in self.slurm_nodes}
-                if not alloc:
-                    continue
-            out.running[job.id] = Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable)
-            out.slurm_jobs[job.id] = job
+            seen = known.job(job)
+            if seen is None:
+                seen = known.keep_job(job, self._classify(job))
+            kind, value = seen
+            if kind is _RUNNING:
+                if job.array_job:
+                    running_tasks[job.array_job] += 1
+                if value is not None:
+                    out.running[job.id] = value
+                    out.slurm_jobs[job.id] = job
+            elif kind is _PENDING:
+                out.queue_len += len(value)
+                out.pending_gpus += job.gpus_requested * len(value)
+                if job.managed:
+                    pending += value
         throttled = _beyond_throttle(pending, running_tasks)
         self._claim_pins(job for job in pending if job.id not in throttled)
-        for job in priority_order(pending):
+        tasks = [self._task(job) for job in pending]
+        tasks.sort(key=_order_of)
+        for facts in tasks:
+            job = facts.slurm
             out.slurm_jobs[job.id] = job
             if job.id in throttled:
                 out.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
                 continue
-            why = self._unmanageable(job)
+            why = facts.held_back or self._waits_for_begin(job) or facts.not_startable
             if why is not None:
                 out.skipped[job.id] = why
                 continue
-            req = request(job, self.capacity_of(job))
-            if req is None:
+            if facts.req is None:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
                 continue
-            out.pending.append(Pending(job, engine_job(job, req, self.migratable), self.eligible(job, req)))
+            if facts.job is None:
+                facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
+            eligible = self._eligible_for(job, facts.needs)
+            if facts.pending is None or facts.pending.eligible is not eligible:
+                facts.pending = Pending(job, facts.job, eligible)
+            out.pending.append(facts.pending)
         return out
+
+    def _classify(self, job: SlurmJob) -> tuple[object, object]:
+        """What ``job`` is to the daemon, from the job alone: (_RUNNING, its Running or None),
+        (_PENDING, its tasks) or (_OTHER, None)."""
+        if job.gpus_requested <= 0 and not job.gpus_alloc:
+            return _OTHER, None  # not a GPU job: Slurm's alone
+        if job.pending:
+            return (_PENDING, array_tasks(job)) if self.partitions_of(job) else (_OTHER, None)
+        if job.state not in HOLDING_STATES:
+            return _OTHER, None
+        alloc = job.gpus_alloc
+        if alloc and not alloc.keys() <= self.slurm_nodes.keys():  # partly outside the managed partitions
+            alloc = {n: c for n, c in alloc.items() if n in self.slurm_nodes}
+        if not alloc:
+            return _RUNNING, None
+        return _RUNNING, Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable)
+
+    def _task(self, job: SlurmJob) -> _Task:
+        """A managed pending job's translation, as far as it depends on the job alone (kept across cycles)."""
+        found = self.known.task(job)
+        if found is not None:
+            return found
+        capacity = self.capacity_of(job)
+        facts = _Task(job, priority_key(job), self._held_back(job), self._not_startable(job),
+                      request(job, capacity) if capacity else None)
+        return self.known.keep_task(job, facts)
 
     def partitions_of(self, job: SlurmJob) -> list[str]:
         """The job's partitions that the daemon manages (cached per partition list)."""
@@ -273,15 +390,21 @@ class Translator:
             self._capacities[job.partition] = max(caps, default=0)
         return self._capacities[job.partition]
 
-    def _unmanageable(self, job: SlurmJob) -> str | None:
+    def _held_back(self, job: SlurmJob) -> str | None:
         if job.held:
             return "held"
         if job.reservation:
             return f"runs in reservation {job.reservation}"
+        return None
+
+    def _waits_for_begin(self, job: SlurmJob) -> str | None:
         begin = job.eligible_time - (self.lease or 0)
         come = max(self.state.read_at, job.submit_time) + BEGIN_SLACK
         if self.lease is not None and job.reason == "BeginTime" and begin > come:
             return f"waits for its begin time ({begin:.0f}, Unix seconds)"
+        return None
+
+    def _not_startable(self, job: SlurmJob) -> str | None:
         reason = job.reason.split(",")[0].strip()
         if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
             return f"Slurm holds it back: {job.reason}"
@@ -291,12 +414,16 @@ class Translator:
 
     def eligible(self, job: SlurmJob, req: Request) -> Eligible:
         """Nodes one instance of ``job`` may use (None: all nodes); cached per distinct need."""
-        cpus, memory = _instance_needs(job, req)
+        return self._eligible_for(job, _instance_needs(job, req))
+
+    def _eligible_for(self, job: SlurmJob, needs: tuple[int, int]) -> Eligible:
+        cpus, memory = needs
         own = job.id if job.id in self._claims else ""  # a pinned job does not compete with its own claim
         key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive, own)
-        if key not in self._eligible:
-            self._eligible[key] = self._compute_eligible(job, cpus, memory)
-        return self._eligible[key]
+        found = self._eligible.get(key, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, cpus, memory))
+        return found
 
     def _claim_pins(self, jobs: Iterable[SlurmJob]) -> None:
         """The CPUs and memory that pending jobs pinned to exactly their nodes will take there."""

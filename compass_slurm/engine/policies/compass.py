@@ -303,6 +303,8 @@ class Compass(Policy):
         moves: list[Migration] = []
         homeless = False  # once no vacancy or partial pool node takes an orphan, none will
         for i in list(a.orphaned):
+            if (homeless or self._left == 0) and not any(s.vacancy > 0 for s in a.slots[i]):
+                continue  # none of its orphans can become a filler in place or move
             for key in list(a.ones[i]):
                 own = next((s for s in a.slots[i] if s.vacancy > 0), None)
                 if own is not None:  # a vacancy on its own node: becomes a filler without moving
