@@ -87,7 +87,7 @@ class Step:
         self.spent += other.spent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """A queued job with what the queue needs to know about it."""
 
@@ -163,7 +163,7 @@ class Scheduler:
         limit: float | None = None,
         managed: bool = True,
     ) -> None:
-        if self.knows(job.id):
+        if job.id in self.queue or job.id in self.policy.cluster.jobs:  # knows(), inline: once per queued job
             raise EngineError(f"duplicate job id {job.id}")
         if job.gpus > self.policy.cluster.max_gpus:
             raise EngineError(
@@ -176,7 +176,10 @@ class Scheduler:
         if self.discipline == "backfill":  # only the backfill walk reads shapes; fifo skips their upkeep
             shape = _shape(entry)
             self._shapes[shape] += 1
-            heapq.heappush(self._shortest.setdefault(shape, []), (self._estimate(entry), job.id))
+            heap = self._shortest.get(shape)
+            if heap is None:
+                heap = self._shortest[shape] = []
+            heapq.heappush(heap, (self._estimate(entry), job.id))
 
     def prioritize(self, job_ids: Sequence[str]) -> None:
         """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""

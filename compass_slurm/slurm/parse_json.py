@@ -16,7 +16,7 @@ import gc
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
 
@@ -200,79 +200,65 @@ class Memo:
         self._read = 0
         self._seen = 0
 
-    def begin(self) -> None:
+    def map(self, entries: list[Any], build: Callable[[int, Any], Any]) -> list[Any]:
+        """``build(i, entry)`` for each entry, or the value built before from equal fields.
+
+        An entry's key is its MessagePack encoding: one C call, bytes the garbage collector
+        never scans, and types kept apart (True is not 1, 1.0 is not 1, NaN is not null). An
+        integer beyond 64 bits has none; its entry is built afresh every time.
+        """
         if len(self._built) > 2 * self._seen + 1024:
             self._built = {k: v for k, v in self._built.items() if v[1] == self._read}
         self._read += 1
-        self._seen = 0
-
-    def find(self, raw: Any) -> tuple[Any, Any]:
-        """(the key of ``raw``, the value built from equal fields before, or None)."""
-        key = self._key(raw)
-        self._seen += 1
-        entry = self._built.get(key) if key is not None else None
-        if entry is None:
-            return key, None
-        entry[1] = self._read
-        return key, entry[0]
-
-    def keep(self, key: Any, value: Any) -> None:
-        if key is not None:
-            self._built[key] = [value, self._read]
-
-    def _key(self, raw: Any) -> bytes | None:
-        """A hashable stand-in for a decoded entry, equal exactly when the JSON values are equal (None: none).
-
-        Its MessagePack encoding: one C call, bytes the garbage collector never scans, and
-        types kept apart (True is not 1, 1.0 is not 1, NaN is not null). An integer beyond
-        64 bits has none; its entry is parsed afresh every time.
-        """
-        try:
-            return self._encode(raw)
-        except (TypeError, OverflowError):
-            return None
+        self._seen = len(entries)
+        encode, built, read = self._encode, self._built, self._read
+        out = []
+        for i, raw in enumerate(entries):
+            try:
+                key = encode(raw)
+            except (TypeError, OverflowError):
+                out.append(build(i, raw))
+                continue
+            found = built.get(key)
+            if found is None:
+                found = built[key] = [build(i, raw), read]
+            else:
+                found[1] = read
+            out.append(found[0])
+        return out
 
 
 def nodes(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmNode]:
     """Flat ``nodes`` records (sinfo 22.05, scontrol show nodes --json) or 23.02+'s grouped ``sinfo`` records."""
     if "nodes" not in doc and isinstance(doc.get("sinfo"), list):
         return _grouped_nodes(doc["sinfo"])
-    out = []
-    if memo is not None:
-        memo.begin()
-    for i, raw in enumerate(_entries(doc, "nodes", "sinfo --json")):
-        if memo is not None:
-            key, found = memo.find(raw)
-            if found is not None:
-                out.append(found)
-                continue
-        f = _Fields(raw, f"sinfo --json node #{i}")
-        name = f.str("name", required=True)
-        f.what = f"sinfo --json node {name}"
-        state, flags = node_state([f.str("state", required=True), *map(str, f.list("state_flags"))], name)
-        try:
-            total, used, kind = gres.gpu_count(f.str("gres")), gres.gpu_count(f.str("gres_used")), gres.gpu_type(f.str("gres"))
-        except SlurmParseError as err:
-            raise SlurmParseError(f"{f.what}: {err}") from None
-        out.append(
-            SlurmNode(
-                name=name,
-                state=state,
-                flags=flags,
-                partitions=tuple(map(str, f.list("partitions"))),
-                gpus=total,
-                gpus_used=used,
-                gpu_type=kind,
-                cpus=f.int("cpus", required=True),
-                cpus_alloc=f.int("alloc_cpus"),
-                memory_mb=f.int("real_memory"),
-                memory_alloc_mb=f.int("alloc_memory"),
-                reason=f.str("reason"),
-            )
-        )
-        if memo is not None:
-            memo.keep(key, out[-1])
-    return out
+    entries = _entries(doc, "nodes", "sinfo --json")
+    return memo.map(entries, _node) if memo is not None else [_node(i, raw) for i, raw in enumerate(entries)]
+
+
+def _node(i: int, raw: Any) -> SlurmNode:
+    f = _Fields(raw, f"sinfo --json node #{i}")
+    name = f.str("name", required=True)
+    f.what = f"sinfo --json node {name}"
+    state, flags = node_state([f.str("state", required=True), *map(str, f.list("state_flags"))], name)
+    try:
+        total, used, kind = gres.gpu_count(f.str("gres")), gres.gpu_count(f.str("gres_used")), gres.gpu_type(f.str("gres"))
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{f.what}: {err}") from None
+    return SlurmNode(
+        name=name,
+        state=state,
+        flags=flags,
+        partitions=tuple(map(str, f.list("partitions"))),
+        gpus=total,
+        gpus_used=used,
+        gpu_type=kind,
+        cpus=f.int("cpus", required=True),
+        cpus_alloc=f.int("alloc_cpus"),
+        memory_mb=f.int("real_memory"),
+        memory_alloc_mb=f.int("alloc_memory"),
+        reason=f.str("reason"),
+    )
 
 
 def _natural(name: str) -> list[Any]:
@@ -385,64 +371,55 @@ def _exclusive(f: _Fields) -> bool:
 
 
 def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
-    out = []
-    if memo is not None:
-        memo.begin()
-    for i, raw in enumerate(_entries(doc, "jobs", "squeue --json")):
-        if memo is not None:
-            key, found = memo.find(raw)
-            if found is not None:
-                out.append(found)
-                continue
-        f = _Fields(raw, f"squeue --json job #{i}")
-        job_id = _job_id(f)
-        f.what = f"squeue --json job {job_id}"
-        try:
-            node_names = expand(f.str("nodes"))
-            per_node, type_n = _gpu_request(f, "tres_per_node")
-            per_job, type_j = _gpu_request(f, "tres_per_job")
-            per_task, type_t = _gpu_request(f, "tres_per_task")
-            alloc = _gpus_alloc(f, node_names)
-            required, excluded = expand(f.str("required_nodes")), expand(f.str("excluded_nodes"))
-        except SlurmParseError as err:
-            raise SlurmParseError(f"{f.what}: {err}") from None
-        reason = "" if f.str("state_reason") == "None" else f.str("state_reason")
-        array, array_pending, throttle = _array(f)
-        out.append(
-            SlurmJob(
-                id=job_id,
-                user=f.str("user_name") or str(f.int("user_id")),
-                state=f.str("job_state", required=True).split("+")[0],
-                partition=f.str("partition"),
-                nodes=tuple(node_names),
-                gpus_alloc=alloc,
-                num_nodes=f.int("node_count", default=1) or 1,
-                gpus_per_node=per_node,
-                gpus_per_job=per_job,
-                gpus_per_task=per_task,
-                tasks=f.int("tasks", default=1) or 1,
-                gpu_type=type_n or type_j or type_t,
-                cpus=f.int("cpus", default=1) or 1,
-                memory_per_node_mb=f.int("memory_per_node", default=None),
-                memory_per_cpu_mb=f.int("memory_per_cpu", default=None),
-                memory_per_gpu_mb=_memory_per_gpu(f),
-                exclusive=_exclusive(f),
-                required_nodes=tuple(required),
-                excluded_nodes=tuple(excluded),
-                held=held(reason),
-                reason=reason,
-                comment=f.str("comment"),
-                reservation=f.str("resv_name") or f.str("reservation"),
-                priority=f.int("priority"),
-                time_limit_s=time_limit_s(f.int("time_limit", default=None)),
-                start_time=f.int("start_time"),
-                submit_time=f.int("submit_time"),
-                eligible_time=f.int("eligible_time"),
-                array_job=array,
-                array_pending=array_pending,
-                array_throttle=throttle,
-            )
-        )
-        if memo is not None:
-            memo.keep(key, out[-1])
-    return out
+    entries = _entries(doc, "jobs", "squeue --json")
+    return memo.map(entries, _job) if memo is not None else [_job(i, raw) for i, raw in enumerate(entries)]
+
+
+def _job(i: int, raw: Any) -> SlurmJob:
+    f = _Fields(raw, f"squeue --json job #{i}")
+    job_id = _job_id(f)
+    f.what = f"squeue --json job {job_id}"
+    try:
+        node_names = expand(f.str("nodes"))
+        per_node, type_n = _gpu_request(f, "tres_per_node")
+        per_job, type_j = _gpu_request(f, "tres_per_job")
+        per_task, type_t = _gpu_request(f, "tres_per_task")
+        alloc = _gpus_alloc(f, node_names)
+        required, excluded = expand(f.str("required_nodes")), expand(f.str("excluded_nodes"))
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{f.what}: {err}") from None
+    reason = "" if f.str("state_reason") == "None" else f.str("state_reason")
+    array, array_pending, throttle = _array(f)
+    return SlurmJob(
+        id=job_id,
+        user=f.str("user_name") or str(f.int("user_id")),
+        state=f.str("job_state", required=True).split("+")[0],
+        partition=f.str("partition"),
+        nodes=tuple(node_names),
+        gpus_alloc=alloc,
+        num_nodes=f.int("node_count", default=1) or 1,
+        gpus_per_node=per_node,
+        gpus_per_job=per_job,
+        gpus_per_task=per_task,
+        tasks=f.int("tasks", default=1) or 1,
+        gpu_type=type_n or type_j or type_t,
+        cpus=f.int("cpus", default=1) or 1,
+        memory_per_node_mb=f.int("memory_per_node", default=None),
+        memory_per_cpu_mb=f.int("memory_per_cpu", default=None),
+        memory_per_gpu_mb=_memory_per_gpu(f),
+        exclusive=_exclusive(f),
+        required_nodes=tuple(required),
+        excluded_nodes=tuple(excluded),
+        held=held(reason),
+        reason=reason,
+        comment=f.str("comment"),
+        reservation=f.str("resv_name") or f.str("reservation"),
+        priority=f.int("priority"),
+        time_limit_s=time_limit_s(f.int("time_limit", default=None)),
+        start_time=f.int("start_time"),
+        submit_time=f.int("submit_time"),
+        eligible_time=f.int("eligible_time"),
+        array_job=array,
+        array_pending=array_pending,
+        array_throttle=throttle,
+    )

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..engine.model import Job, Node
@@ -199,6 +199,7 @@ class _Task:
     slurm: SlurmJob
     order: tuple  # its place in Slurm's priority order
     held_back: str | None  # held, or in a reservation
+    begin: float | None  # when it asked to begin, less the lease (None: it does not wait for a begin time)
     not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
     req: Request | None  # None: not w x g instances
     # made when first placed: the engine job and the CPUs and MB one instance needs
@@ -231,26 +232,29 @@ class Translations:
         self._last_tasks: dict[int, _Task] = {}
         self._eligible: dict[tuple, Eligible] = {}
         self._last_eligible: dict[tuple, Eligible] = {}
+        self._order: list[_Task] = []  # the last cycle's tasks in priority order
+        self._fresh: list[_Task] = []  # the tasks made this cycle
 
     def begin(self, context: object) -> None:
         """A new state, translated in ``context``; what was not seen in the last one is forgotten."""
         if context != self._context:
             self._context = context
-            self._jobs, self._tasks, self._eligible = {}, {}, {}
+            self._jobs, self._tasks, self._eligible, self._order = {}, {}, {}, []
         self._last_jobs, self._jobs = self._jobs, {}
         self._last_tasks, self._tasks = self._tasks, {}
         self._last_eligible, self._eligible = self._eligible, {}
+        self._fresh = []
 
-    def job(self, job: SlurmJob) -> tuple[object, object] | None:
-        found = self._last_jobs.get(id(job))
-        if found is None or found[0] is not job:
-            return None
-        self._jobs[id(job)] = found
-        return found[1]
-
-    def keep_job(self, job: SlurmJob, kind: tuple[object, object]) -> tuple[object, object]:
-        self._jobs[id(job)] = (job, kind)
-        return kind
+    def jobs(self, jobs: Iterable[SlurmJob], classify: Callable[[SlurmJob], tuple[object, object]]
+             ) -> Iterator[tuple[SlurmJob, tuple[object, object]]]:
+        """Each job with what it is (``classify``'s answer, kept from the last cycle for a job seen there)."""
+        last, kept = self._last_jobs, self._jobs
+        for job in jobs:
+            found = last.get(id(job))
+            if found is None or found[0] is not job:
+                found = (job, classify(job))
+            kept[id(job)] = found
+            yield found
 
     def task(self, job: SlurmJob) -> _Task | None:
         found = self._last_tasks.get(id(job))
@@ -261,7 +265,19 @@ class Translations:
 
     def keep_task(self, job: SlurmJob, task: _Task) -> _Task:
         self._tasks[id(job)] = task
+        self._fresh.append(task)
         return task
+
+    def ordered(self, tasks: list[_Task]) -> list[_Task]:
+        """``tasks`` (this cycle's) in Slurm's priority order. The sort starts from the last cycle's
+        order with the new tasks behind, so a queue that hardly changed sorts in about one pass."""
+        current = self._tasks
+        order = [t for t in self._order if current.get(id(t.slurm)) is t] + self._fresh
+        if len(order) != len(tasks) or len(set(map(id, order))) != len(order):
+            order = list(tasks)  # the same job twice: sort what was given
+        order.sort(key=_order_of)
+        self._order = order
+        return order
 
     def same_eligible(self, key: tuple, eligible: Eligible) -> Eligible:
         """Last cycle's object for an equal set of eligible nodes (so Pendings can be kept), else ``eligible``."""
@@ -300,18 +316,13 @@ class Translator:
         self._claimed: dict[str, tuple[int, int]] = {}
         self.known = known if known is not None else Translations()
         self.known.begin((tuple(self.partitions.items()), tuple((n.name, n.gpus) for n in self.slurm_nodes.values()),
-                          migratable))
+                          migratable, lease))
 
     def observe(self) -> Observation:
         out = Observation(self.nodes)
         pending: list[SlurmJob] = []
         running_tasks: Counter[str] = Counter()
-        known = self.known
-        for job in self.state.jobs:
-            seen = known.job(job)
-            if seen is None:
-                seen = known.keep_job(job, self._classify(job))
-            kind, value = seen
+        for job, (kind, value) in self.known.jobs(self.state.jobs, self._classify):
             if kind is _RUNNING:
                 if job.array_job:
                     running_tasks[job.array_job] += 1
@@ -319,21 +330,25 @@ class Translator:
                     out.running[job.id] = value
                     out.slurm_jobs[job.id] = job
             elif kind is _PENDING:
-                out.queue_len += len(value)
-                out.pending_gpus += job.gpus_requested * len(value)
-                if job.managed:
-                    pending += value
+                tasks, gpus, managed = value
+                out.queue_len += len(tasks)
+                out.pending_gpus += gpus
+                if managed:
+                    pending += tasks
         throttled = _beyond_throttle(pending, running_tasks)
         self._claim_pins(job for job in pending if job.id not in throttled)
-        tasks = [self._task(job) for job in pending]
-        tasks.sort(key=_order_of)
-        for facts in tasks:
+        read_at = self.state.read_at
+        for facts in self.known.ordered([self._task(job) for job in pending]):
             job = facts.slurm
             out.slurm_jobs[job.id] = job
             if job.id in throttled:
                 out.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
                 continue
-            why = facts.held_back or self._waits_for_begin(job) or facts.not_startable
+            why = facts.held_back
+            # its begin (--begin plus the lease) still more than the lease away, from the later of read and submission
+            if why is None and facts.begin is not None and facts.begin > max(read_at, job.submit_time) + BEGIN_SLACK:
+                why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
+            why = why or facts.not_startable
             if why is not None:
                 out.skipped[job.id] = why
                 continue
@@ -350,11 +365,14 @@ class Translator:
 
     def _classify(self, job: SlurmJob) -> tuple[object, object]:
         """What ``job`` is to the daemon, from the job alone: (_RUNNING, its Running or None),
-        (_PENDING, its tasks) or (_OTHER, None)."""
+        (_PENDING, (its tasks, their GPUs, whether managed)) or (_OTHER, None)."""
         if job.gpus_requested <= 0 and not job.gpus_alloc:
             return _OTHER, None  # not a GPU job: Slurm's alone
         if job.pending:
-            return (_PENDING, array_tasks(job)) if self.partitions_of(job) else (_OTHER, None)
+            if not self.partitions_of(job):
+                return _OTHER, None
+            tasks = array_tasks(job)
+            return _PENDING, (tasks, job.gpus_requested * len(tasks), job.managed)
         if job.state not in HOLDING_STATES:
             return _OTHER, None
         alloc = job.gpus_alloc
@@ -370,7 +388,8 @@ class Translator:
         if found is not None:
             return found
         capacity = self.capacity_of(job)
-        facts = _Task(job, priority_key(job), self._held_back(job), self._not_startable(job),
+        begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
+        facts = _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
                       request(job, capacity) if capacity else None)
         return self.known.keep_task(job, facts)
 
@@ -397,13 +416,6 @@ class Translator:
             return f"runs in reservation {job.reservation}"
         return None
 
-    def _waits_for_begin(self, job: SlurmJob) -> str | None:
-        begin = job.eligible_time - (self.lease or 0)
-        come = max(self.state.read_at, job.submit_time) + BEGIN_SLACK
-        if self.lease is not None and job.reason == "BeginTime" and begin > come:
-            return f"waits for its begin time ({begin:.0f}, Unix seconds)"
-        return None
-
     def _not_startable(self, job: SlurmJob) -> str | None:
         reason = job.reason.split(",")[0].strip()
         if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
@@ -418,8 +430,9 @@ class Translator:
 
     def _eligible_for(self, job: SlurmJob, needs: tuple[int, int]) -> Eligible:
         cpus, memory = needs
-        own = job.id if job.id in self._claims else ""  # a pinned job does not compete with its own claim
-        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive, own)
+        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive)
+        if job.id in self._claims:  # a pinned job does not compete with its own claim
+            key = (key, job.id)
         found = self._eligible.get(key, _UNSEEN)
         if found is _UNSEEN:
             found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, cpus, memory))
@@ -430,6 +443,8 @@ class Translator:
         claimed: Counter[str] = Counter()
         memory_claimed: Counter[str] = Counter()
         for job in jobs:
+            if not job.required_nodes and job.num_nodes:
+                continue  # pins nothing (the test below, without building a set per pending job)
             nodes = frozenset(job.required_nodes)
             if job.held or len(nodes) != job.num_nodes or not nodes <= self.slurm_nodes.keys():
                 continue
