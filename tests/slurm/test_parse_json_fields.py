@@ -80,3 +80,32 @@ def test_a_memo_returns_what_a_fresh_parse_builds():
     assert again == parse_json.jobs(doc)
     assert again[0].migratable and not first[0].migratable
     assert all(a is b for a, b in zip(again[1:], first[1:]))  # unchanged jobs: the same objects
+
+
+def test_a_memo_keeps_json_values_apart_and_parses_what_has_no_key_afresh():
+    doc = json.loads((DATA / "mixed-16x8" / "squeue.json").read_text())
+    memo = parse_json.Memo()
+    doc["jobs"][0]["time_limit"] = None
+    first = parse_json.jobs(doc, memo)
+    doc["jobs"][0]["time_limit"] = float("nan")  # json.loads reads NaN: it must not pass for the null before
+    with pytest.raises(parse_json.SlurmParseError, match="is not a number"):
+        parse_json.jobs(doc, memo)
+    doc["jobs"][0]["time_limit"] = None
+    doc["jobs"][0]["priority"] = 2**70  # beyond MessagePack: no key, parsed every time
+    again, twice = parse_json.jobs(doc, memo), parse_json.jobs(doc, memo)
+    assert again[0] == twice[0] and again[0] is not twice[0] and again[0].priority == 2**70
+    assert again[1] is first[1] and twice[1] is first[1]
+
+
+def test_the_collector_is_paused_while_parsing_and_left_as_it_was():
+    import gc
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with parse_json.collector_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() is before
+    finally:
+        (gc.enable if was else gc.disable)()

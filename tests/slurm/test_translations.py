@@ -1,0 +1,96 @@
+"""Translations kept between cycles: a cycle that reuses them observes exactly what a fresh translation does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
+from compass_slurm.slurm.translate import Observation, Translations, Translator
+
+NOW = 1.0e9
+LEASE = 60
+
+
+def facts(obs: Observation) -> tuple:
+    """Everything an observation says, in its order (dicts and lists compare in order here)."""
+    return (obs.nodes, list(obs.running.items()), [(p.slurm, p.job, p.eligible) for p in obs.pending],
+            obs.queue_len, obs.pending_gpus, list(obs.skipped.items()), list(obs.waiting.items()),
+            list(obs.slurm_jobs.items()))
+
+
+def node(name: str, cpus_alloc: int = 0) -> SlurmNode:
+    return SlurmNode(name, "mixed" if cpus_alloc else "idle", frozenset(), ("gpu",), 8, 0, None, 32, cpus_alloc,
+                     256000, 0)
+
+
+def pending(job_id: str, **kw) -> SlurmJob:
+    fields = {"comment": "compass", "reason": "BeginTime", "gpus_per_node": 1, "eligible_time": int(NOW) + LEASE,
+              "memory_per_cpu_mb": 8000, "priority": 10, **kw}
+    return SlurmJob(job_id, "alice", "PENDING", "gpu", **fields)
+
+
+def state(jobs, nodes=None, read_at: float = NOW) -> SlurmState:
+    nodes = nodes or [node(f"n{i}") for i in range(1, 5)]
+    return SlurmState(tuple(nodes), tuple(jobs), (SlurmPartition("gpu", tuple(n.name for n in nodes)),), (),
+                      "22.05.8", read_at)
+
+
+def check(states: list[SlurmState], **kw) -> list[Observation]:
+    """Observe ``states`` in turn with one Translations; each must equal a fresh translation."""
+    known, out = Translations(), []
+    for s in states:
+        kept = Translator(s, lease=LEASE, known=known, **kw).observe()
+        assert facts(kept) == facts(Translator(s, lease=LEASE, **kw).observe())
+        out.append(kept)
+    return out
+
+
+def test_recorded_states_of_every_release_translate_as_afresh(mixed):
+    backend = CliBackend(runner=mixed)
+    first = backend.read_state()
+    second = backend.read_state()  # the parser's memo: the same job objects
+    assert all(a is b for a, b in zip(first.jobs, second.jobs))
+    one, two = check([first, second])
+    assert all(two.running[j] is r for j, r in one.running.items())
+    assert all(a is b for a, b in zip(one.pending, two.pending))
+
+
+def test_jobs_that_change_between_cycles_are_translated_anew():
+    running = SlurmJob("1", "bob", "RUNNING", "gpu", nodes=("n1",), gpus_alloc={"n1": 2}, gpus_per_node=2,
+                       cpus=4, start_time=int(NOW) - 100)
+    jobs = [running, pending("2"), pending("3", priority=20), pending("4_[0-3]", array_job="4", array_pending="0-3",
+                                                                       array_throttle=2, reason="JobArrayTaskLimit")]
+    first = state(jobs)
+    states = [
+        first,
+        first,  # nothing changed
+        replace(first, read_at=NOW + 30),  # later: begin times come
+        state([*jobs[:2], replace(jobs[2], priority=1), *jobs[3:]], read_at=NOW + 31),  # order changes
+        state([*jobs, pending("5", required_nodes=("n2",), cpus=30)], read_at=NOW + 32),  # a pin claims CPUs
+        state(jobs, [node("n1", cpus_alloc=32), *[node(f"n{i}") for i in range(2, 5)]], NOW + 33),  # fewer fit
+        state([replace(jobs[1], reason="Dependency"), pending("6", gpus_per_node=9)], read_at=NOW + 34),
+        state(jobs, [node(f"n{i}") for i in range(1, 4)], NOW + 35),  # a node left
+    ]
+    observed = check(states)
+    assert [p.job.id for p in observed[1].pending] == ["3", "2", "4_0", "4_1"]
+    assert [p.job.id for p in observed[3].pending] == ["2", "4_0", "4_1", "3"]
+    assert observed[1].pending[0] is observed[0].pending[0]  # unchanged: the same Pending
+    assert "5" in observed[4].slurm_jobs and observed[5].pending[0].eligible == frozenset({"n2", "n3", "n4"})
+
+
+@pytest.mark.parametrize("change", [{"migratable": "never"}, {"partitions": ["other"]}])
+def test_a_changed_config_starts_afresh(change):
+    jobs = [pending("1", comment="compass:migratable"), pending("2")]
+    known = Translations()
+    Translator(state(jobs), lease=LEASE, known=known).observe()
+    s = state(jobs)
+    kept = Translator(s, lease=LEASE, known=known, **change).observe()
+    assert facts(kept) == facts(Translator(s, lease=LEASE, **change).observe())
+
+
+def test_the_same_job_twice_is_sorted_as_given():
+    job = pending("1")
+    check([state([job, pending("2")]), state([job, job, pending("2")])])
