@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "compass_slurm"
 #: package -> the first-level parts of compass_slurm it may import (itself included)
 ALLOWED = {
     "engine": {"engine"},
-    "slurm": {"slurm", "engine", "atomic", "timeparse"},
+    "slurm": {"slurm", "engine", "atomic", "collector", "timeparse"},
     "sim": {"sim", "engine", "slurm", "atomic", "timeparse", "native_stdout"},
-    "service": {"service", "engine", "slurm", "atomic", "config", "timeparse"},
+    "service": {"service", "engine", "slurm", "atomic", "collector", "config", "timeparse"},
     "submit": {"submit", "slurm", "service", "config", "atomic", "timeparse"},
 }
 #: standard or third-party modules that mean I/O, threads or a clock: never in the engine

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .. import collector
 from ..config import Config
 from ..engine.fragmentation import Fragmentation
 from ..engine.model import Decision, EngineError, Migration
@@ -134,6 +135,12 @@ class Daemon:
         self.recorder.close()
 
     def cycle(self) -> CycleReport:
+        # A cycle's temporaries (the parsed documents, the scheduler's queue of every pending job)
+        # die by reference counting before it ends; collecting meanwhile would only age them.
+        with collector.paused():
+            return self._cycle()
+
+    def _cycle(self) -> CycleReport:
         started = time.monotonic()
         self.cycles += 1
         report = CycleReport(self.cycles)

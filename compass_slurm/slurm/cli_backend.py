@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .. import collector
 from . import names, parse_json, parse_text
 from .backend import Backend
 from .errors import SlurmCommandError, SlurmParseError
@@ -110,7 +111,7 @@ class CliBackend(Backend):
             return parse_text_output(self._run(argv))
         command = " ".join(argv)
         try:
-            with parse_json.collector_paused():
+            with collector.paused():  # a document is hundreds of thousands of dicts that die with the parse
                 return parse_doc(parse_json.load(self._run(argv), command))
         except SlurmParseError as err:
             self.text_reasons[kind] = str(err) if str(err).startswith(command) else f"{command}: {err}"

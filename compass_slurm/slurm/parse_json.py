@@ -10,13 +10,11 @@ Anything else unexpected raises SlurmParseError naming the field.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypedDict
 
@@ -72,24 +70,6 @@ def load(text: str, command: str) -> Mapping[str, Any]:
     if errors:
         raise SlurmParseError(f"{command}: Slurm reported errors: {errors}")
     return doc
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a document is read and parsed.
-
-    A large cluster's document is hundreds of thousands of dicts and lists that live only
-    until the parse ends; collecting meanwhile would move them to the oldest generation
-    and make Python scan the daemon's whole heap (a tenth of a second at 4,096 nodes) for
-    objects that reference counting frees anyway.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _fast_load(text: str, command: str) -> dict[str, Any] | None:

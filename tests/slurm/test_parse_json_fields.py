@@ -95,17 +95,3 @@ def test_a_memo_keeps_json_values_apart_and_parses_what_has_no_key_afresh():
     again, twice = parse_json.jobs(doc, memo), parse_json.jobs(doc, memo)
     assert again[0] == twice[0] and again[0] is not twice[0] and again[0].priority == 2**70
     assert again[1] is first[1] and twice[1] is first[1]
-
-
-def test_the_collector_is_paused_while_parsing_and_left_as_it_was():
-    import gc
-
-    was = gc.isenabled()
-    try:
-        for before in (True, False):
-            (gc.enable if before else gc.disable)()
-            with parse_json.collector_paused():
-                assert not gc.isenabled()
-            assert gc.isenabled() is before
-    finally:
-        (gc.enable if was else gc.disable)()
