@@ -220,7 +220,7 @@ class Translations:
     kind, its Running, its array tasks, its request, engine job and priority key, and the
     Pending made of it while its eligible nodes are the same. What depends on the whole
     state (throttles, pins, begin times, eligible nodes) is worked out every cycle. Valid for
-    one set of managed partitions, nodes and GPU counts, and migratable mode: a change
+    one set of managed partitions, nodes and GPU counts, lease and migratable mode: a change
     starts afresh. Jobs not in the latest state are dropped.
     """
 
