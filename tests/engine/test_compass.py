@@ -352,6 +352,34 @@ def test_an_orphan_counts_against_residue_and_ends_when_its_node_loses_its_slots
     assert policy.abs_violations() == {}
 
 
+def orphan_beside_a_pool(pool_ones: int) -> Compass:
+    # n0: a 4-GPU slot and an orphan (5 of 8 GPUs); n1: a pool node; n2 empty.
+    orphan = (Job("o", 1, 1), ["n0"])
+    policy = make_policy("compass-easy", cluster(3))
+    for job, where in [one("four", 4, "n0"), orphan, ones("pool", "n1", pool_ones)]:
+        policy.adopt(job, where)
+    assert policy.orphans() == 1
+    return policy
+
+
+@pytest.mark.parametrize(("budget", "moved"), [(12, False), (None, True)])
+def test_compass_easy_rehomes_an_orphan_under_a_budget_only_where_a_partial_node_goes(budget, moved):
+    # Moving the orphan into the pool node (3 ones) leaves both nodes partial: with a finite
+    # budget that migration buys nothing; unlimited, COMPASS restores the ABS roles as ever.
+    policy = orphan_beside_a_pool(3)
+    done = policy.blocked(Job("head", 1, 8), budget=budget)
+    assert (Migration("o", 0, "n0", "n1") in done.moves) is moved
+    assert policy.orphans() == (0 if moved else 1)
+    policy.check()
+
+
+def test_compass_easy_rehomes_an_orphan_under_a_budget_where_it_fills_a_node():
+    policy = orphan_beside_a_pool(7)
+    done = policy.blocked(Job("head", 1, 8), budget=12)
+    assert done.moves == (Migration("o", 0, "n0", "n1"),)
+    assert len(policy.cluster.partial) == 1  # n1 is full now; n0 keeps its slot
+
+
 # -- pinned instances and the migration budget -------------------------------------------------------
 
 

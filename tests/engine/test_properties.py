@@ -102,9 +102,9 @@ def test_compass_on_four_gpu_nodes(events, n):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams(pinned=True), st.integers(2, 6), st.integers(0, 4))
-def test_compass_with_pinned_jobs_and_a_budget_stays_consistent(events, n, budget):
-    run("compass", [Node(f"n{i}", 8) for i in range(n)], events, budget=budget)
+@given(streams(pinned=True), st.integers(2, 6), st.integers(0, 4), st.sampled_from(["compass", "compass-easy"]))
+def test_compass_with_pinned_jobs_and_a_budget_stays_consistent(events, n, budget, name):
+    run(name, [Node(f"n{i}", 8) for i in range(n)], events, budget=budget)
 
 
 def _state(policy) -> tuple:
