@@ -305,6 +305,9 @@ class Compass(Policy):
         a = self.abs
         moves: list[Migration] = []
         homeless = False  # once no vacancy or partial pool node takes an orphan, none will
+        # Where orphans go: one spot for all of them until one moves (an orphan that reaches
+        # the search has no vacancy on its own node, and pool nodes hold no orphans).
+        spot: Spot | None = None
         for i in list(a.orphaned):
             if (homeless or self._left == 0) and not any(s.vacancy > 0 for s in a.slots[i]):
                 continue  # none of its orphans can become a filler in place or move
@@ -317,16 +320,19 @@ class Compass(Policy):
                 if homeless or self._left == 0:
                     continue
                 # Opening an empty node for an orphan would add a partial node, not remove one.
-                spot = self._spot(1, None, {i})
+                spot = spot or self._spot(1, None, {i})
                 if spot is None or spot[1] not in (Rule.VACANCY, Rule.POOL):
                     homeless = True
                     continue
                 # A scarce budget buys fewer partial nodes, not ABS roles: on Philly, re-homing
                 # orphans spent most migrations and removed about one partial node per ten.
                 if self._scarce and self._gain(i, spot[0]) <= 0:
+                    # a spot that one more GPU does not fill stays partial whoever moves there
+                    homeless = self.cluster.free_gpus(spot[0]) > 1
                     continue
                 if self._can_move(key, spot[0]) and self._spend(1):
                     moves += self._move_one(key, spot)
+                    spot = None
         while a.vacancy_total > 0:
             target = next(
                 ((i, s) for i in a.vacant for s in a.slots[i] if s.vacancy > 0),
