@@ -7,6 +7,9 @@ Three registered variants share this code:
 - ``compass-wc``: work-conserving; a job that ABS refuses but raw GPU counts fit is
   placed outside ABS, and Compact brings it back into ABS when it can.
 
+``compass-easy`` is ``compass-wc`` that migrates only while a job waits and, under a
+finite budget, re-homes an orphan only where the move removes a partial node.
+
 Every move of a running instance is returned as a Migration. Instances of jobs
 that are not migratable are pinned: nothing here moves them. A move that would
 exceed the budget the driver passes to ``place`` or ``compact`` is not made.
