@@ -307,7 +307,9 @@ class Compass(Policy):
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
         a = self.abs
         moves: list[Migration] = []
-        homeless = False  # once no vacancy or partial pool node takes an orphan, none will
+        # Once no orphan can move with profit (no vacancy or partial pool node takes one, or
+        # under a scarce budget none would fill it), none will until something moves.
+        homeless = False
         # Where orphans go: one spot for all of them until one moves (an orphan that reaches
         # the search has no vacancy on its own node, and pool nodes hold no orphans).
         spot: Spot | None = None
