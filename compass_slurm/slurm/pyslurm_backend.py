@@ -27,7 +27,7 @@ from .cli_backend import CliBackend, Runner, run_process
 from .errors import SlurmError, SlurmParseError
 from .hostlist import expand
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
-from .values import held, node_state
+from .values import held, node_state, time_limit_s
 
 #: what pyslurm 24.11's Job lacks: per-job GPU requests and memory per GPU; "|" ends every field
 JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|"]
@@ -185,6 +185,8 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             comment=job.comment or "",
             reservation=job.reservation or "",
             priority=job.priority or 0,
+            time_limit_s=time_limit_s(job.time_limit),  # minutes; None when unlimited
+            start_time=job.start_time or 0,
             submit_time=job.submit_time or 0,
             eligible_time=job.eligible_time or 0,
             array_job=str(job.array_id) if job.array_id else "",
