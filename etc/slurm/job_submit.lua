@@ -57,7 +57,7 @@ local CHOICES = { interactive = { managed = true, unmanaged = true } }
 -- What the hook knows between submissions (slurmctld keeps one Lua state).
 local cache = {
     config = nil, config_problem = nil, config_read = nil,
-    generated = nil, anchors_problem = nil, anchors_read = nil,
+    generated = nil, anchors_problem = nil, anchors_read = nil, alive_when_read = false,
     health = nil,
 }
 
@@ -145,8 +145,15 @@ local function load_config(now)
     cache.config_problem = problem and ("config " .. CONFIG_PATH .. " " .. problem) or nil
 end
 
+local function proven_alive(now)
+    local config = cache.config
+    return config ~= nil and cache.anchors_problem == nil and cache.generated ~= nil
+        and math.abs(now - cache.generated) <= config.staleness
+end
+
 local function read_anchors(now, path)
     cache.anchors_read = now
+    cache.alive_when_read = false
     local text, err = read_small(path)
     if text == nil then
         cache.generated, cache.anchors_problem = nil, "anchors file unreadable (" .. tostring(err) .. ")"
@@ -158,19 +165,18 @@ local function read_anchors(now, path)
         return
     end
     cache.generated, cache.anchors_problem = tonumber(generated), nil
+    cache.alive_when_read = proven_alive(now)
 end
 
-local function proven_alive(now)
-    local config = cache.config
-    return config ~= nil and cache.anchors_problem == nil and cache.generated ~= nil
-        and math.abs(now - cache.generated) <= config.staleness
-end
-
--- One file read for this submission, when one is due. The anchors file wins when the last
--- reading no longer proves the daemon alive; otherwise the config when it is CONFIG_TTL old,
--- else the anchors file once a second. (Trusting a reading a few seconds old is safe: if the
--- daemon died since, the job's lease runs out and Slurm starts it.)
+-- One file read for this submission, when one is due. The anchors file wins when a reading that
+-- proved the daemon alive has aged out (the daemon has most likely written a newer one since);
+-- otherwise the config when it is CONFIG_TTL old, else the anchors file once a second. So a
+-- config changed while the daemon is not alive (an anchors path fixed, a daemon started with
+-- other settings) is read within CONFIG_TTL, not only when slurmctld reloads this script.
+-- (Trusting a reading a few seconds old is safe: if the daemon died since, the job's lease runs
+-- out and Slurm starts it.)
 local function refresh(now)
+    local config_due = cache.config_read == nil or now - cache.config_read >= CONFIG_TTL
     if cache.config == nil then
         if cache.config_read ~= now then
             load_config(now)
@@ -178,11 +184,11 @@ local function refresh(now)
                 read_anchors(now, cache.config.anchors) -- the one exception: the config has just appeared
             end
         end
-    elseif not proven_alive(now) then
+    elseif not proven_alive(now) and (cache.alive_when_read or not config_due) then
         if cache.anchors_read ~= now then
             read_anchors(now, cache.config.anchors)
         end
-    elseif now - cache.config_read >= CONFIG_TTL then
+    elseif config_due then
         load_config(now)
     elseif cache.anchors_read ~= now then
         read_anchors(now, cache.config.anchors)

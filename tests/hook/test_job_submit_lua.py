@@ -196,6 +196,20 @@ def test_at_most_one_file_read_per_submission_and_the_caches(hook: Hook) -> None
         str(NOW + 60), str(NOW + 61), str(NOW + 61), str(NOW + 70), str(NOW + 40), None, None]
 
 
+def test_a_config_changed_while_the_daemon_is_not_alive_is_read_when_due(hook: Hook) -> None:
+    """Its anchors path was wrong; the fixed config is read within CONFIG_TTL (it was never read again)."""
+    bad, config = hook.root / "bad-anchors", str(hook.config_path)
+    calls = hook.run([
+        {"job": GPU},                                                   # both read at load: garbage anchors
+        {"job": GPU, "now": NOW + 1, "files": {config: hook.config()}},  # not due: the old path's anchors
+        {"job": GPU, "now": NOW + 10},                                  # config due: read, not the anchors
+        {"job": GPU, "now": NOW + 11},                                  # the anchors of the fixed path
+    ], files={config: hook.config(anchors=bad), str(bad): "garbage\n", str(hook.anchors_path): hook.anchors(NOW + 10)})
+    assert [c.opened for c in calls] == [0, 1, 1, 1]
+    assert [bool(c.sets) for c in calls] == [False, False, False, True]
+    assert calls[3].logs[0] == "compass: daemon alive: GPU jobs are managed"
+
+
 def test_a_config_that_appears_later_is_used_at_once(hook: Hook) -> None:
     config = str(hook.config_path)
     calls = hook.run([{"job": GPU}, {"job": GPU, "now": NOW + 1, "files": {config: hook.config()}}, {"job": GPU}],
