@@ -36,19 +36,24 @@ _NAMES = itertools.count()
 class Cluster:
     """The dev cluster's side of the hook: its config path, slurmctld's log, reloading the hook."""
 
+    #: the hook's latest mtime set by any test of this session
+    mtime = 0
+
     def __init__(self, env: dict[str, str]) -> None:
         root = Path(env["COMPASS_DEV_DIR"])
         self.hook_config = Path(env["COMPASS_HOOK_CONFIG"])
         self.hook = root / "etc" / "job_submit.lua"
         self.log = root / "log" / "slurmctld.log"
-        self.mtime = time.time()
         assert self.hook.exists(), "the dev cluster runs without --job-submit-lua"
 
     def reload(self) -> None:
-        """Make slurmctld load the hook afresh (it re-reads job_submit.lua when its mtime moves on),
-        so a changed hook config counts at once instead of within the hook's 10 s cache."""
-        self.mtime = max(time.time(), self.mtime) + 2
-        os.utime(self.hook, (self.mtime, self.mtime))
+        """Make slurmctld load the hook afresh at the next submission, so a changed hook config counts at
+        once instead of within the hook's 10 s cache. slurmctld reloads job_submit.lua only when its mtime,
+        in whole seconds, is later than the mtime it last loaded, so every reload moves it on by a second
+        from the latest one of the whole session (an earlier test's reloads may have set it ahead of the
+        clock: a mtime set back would keep an earlier test's hook, with its config, loaded)."""
+        Cluster.mtime = max(int(time.time()), int(self.hook.stat().st_mtime), Cluster.mtime) + 1
+        os.utime(self.hook, (Cluster.mtime, Cluster.mtime))
 
     def mark(self) -> int:
         return self.log.stat().st_size
@@ -233,9 +238,6 @@ def test_an_unreadable_gpu_request_is_left_to_slurm_with_one_log_line(daemon, cl
                      "left to Slurm unchanged$", line)
 
 
-# Seen failing open (no marker at all) when the whole suite loads the machine, never alone: the
-# hook then judged the daemon stale. Retried until that cause is found (noted on issue 11).
-@pytest.mark.flaky(reruns=5, reruns_delay=5)
 def test_requeue_is_recorded_for_the_migratable_mode(daemon, name):
     sbatch(f"{name}rq", "--gpus=1", "--requeue", "--comment=nightly")
     (job,) = jobs_named(name)  # set at submission: pending or already placed
