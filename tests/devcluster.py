@@ -16,15 +16,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 DEV_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "dev-cluster"
 RELEASES = ("22.05", "24.11", "26.05")
-#: what the default run (CI) covers: 24.11 and 26.05 pass on their own (COMPASS_TEST_SLURM=24.11,26.05)
-#: but not yet reliably after the rest of the suite in one session (see issue 10's notes)
-DEFAULT_RELEASES = ("22.05",)
+#: what the default run (CI) covers: every release
+DEFAULT_RELEASES = RELEASES
 
 
 def releases_under_test() -> list[str]:
@@ -71,25 +71,56 @@ class Preparing:
         cls.log.unlink(missing_ok=True)
 
 
-def ensure_cluster(nodes: int, gpus: int, release: str = "22.05",
-                   job_submit_lua: bool = False) -> tuple[dict[str, str], bool]:
-    """Start the dev cluster with this layout unless it runs; returns its environment and whether we started it.
+@dataclass(frozen=True)
+class Layout:
+    """What a fixture needs running in COMPASS_DEV_DIR (``job_submit_lua``: the project's hook installed)."""
 
-    ``job_submit_lua``: with the project's hook installed (scripts/dev-cluster start --job-submit-lua).
+    nodes: int
+    gpus: int
+    release: str = "22.05"
+    job_submit_lua: bool = False
+
+    def described(self) -> str:
+        """How `scripts/dev-cluster status` names it."""
+        return f"({self.nodes} nodes x {self.gpus} GPUs, Slurm {self.release}" + (
+            ", job_submit/lua)" if self.job_submit_lua else ")")
+
+
+class Running:
+    """What this process last started or found in COMPASS_DEV_DIR. Fixtures of different layouts share that
+    one directory, and a session-scoped one outlives the tests that use it (the fault tests' cluster lives
+    until the session ends), so a fixture re-lays the cluster out when another one changed it meanwhile."""
+
+    layout: Layout | None = None
+    env: dict[str, str] = {}
+    started = False  # by this process: stopped when the last fixture of its layout is done
+
+
+def use_cluster(layout: Layout) -> dict[str, str]:
+    """This layout running, its environment (SLURM_CONF, PATH, ...) set in os.environ; returns that environment.
+
+    Costs nothing when this process last left this layout running; else a cluster found running with it is
+    reused (and left running), any other is replaced.
     """
-    status = dev("status")
-    layout = f"({nodes} nodes x {gpus} GPUs, Slurm {release}" + (", job_submit/lua)" if job_submit_lua else ")")
-    started = not (status.returncode == 0 and layout in status.stdout)
-    if started:
-        hook = ["--job-submit-lua"] if job_submit_lua else []
-        done = dev("start", "--slurm", release, "--nodes", str(nodes), "--gpus-per-node", str(gpus), *hook)
-        if done.returncode != 0:
-            raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
-    env = {}
-    for line in dev("env").stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = shlex.split(value)[0]
-    return env, started
+    if Running.layout != layout:
+        Preparing.wait(layout.release)
+        status = dev("status")
+        found = status.returncode == 0 and layout.described() in status.stdout
+        if not found:
+            hook = ["--job-submit-lua"] if layout.job_submit_lua else []
+            done = dev("start", "--slurm", layout.release, "--nodes", str(layout.nodes),
+                       "--gpus-per-node", str(layout.gpus), *hook)
+            if done.returncode != 0:
+                raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+        env = {}
+        for line in dev("env").stdout.splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = shlex.split(value)[0]
+        for key in Running.env.keys() - env.keys():  # COMPASS_HOOK_CONFIG: exported with the hook only
+            os.environ.pop(key, None)
+        Running.layout, Running.env, Running.started = layout, env, not found
+    os.environ.update(Running.env)
+    return Running.env
 
 
 @contextmanager
@@ -97,17 +128,18 @@ def session_cluster(nodes: int, gpus: int, release: str = "22.05",
                     job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
     """A running cluster of this layout, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
 
-    One already running with the layout is reused and left running; one started here
-    is stopped at the end. Skips only where Slurm cannot run: not Linux, or not root.
+    One already running with the layout is reused and left running; one started by this process is
+    stopped at the end, unless another fixture has re-laid it out since. A fixture whose tests may run
+    while another fixture of this process is active calls use_cluster(layout) before each test.
+    Skips only where Slurm cannot run: not Linux, or not root.
     """
     if not sys.platform.startswith("linux"):
         pytest.skip("the dev cluster needs Linux")
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
-    Preparing.wait(release)
-    env, started = ensure_cluster(nodes, gpus, release, job_submit_lua)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    layout = Layout(nodes, gpus, release, job_submit_lua)
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "COMPASS_DEV_DIR", "PATH", "COMPASS_HOOK_CONFIG")}
+    env = use_cluster(layout)
     try:
         yield env
     finally:
@@ -116,5 +148,6 @@ def session_cluster(nodes: int, gpus: int, release: str = "22.05",
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if started:
+        if Running.layout == layout and Running.started:
             dev("stop")
+            Running.layout, Running.env, Running.started = None, {}, False

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
-from devcluster import session_cluster  # noqa: E402
+from devcluster import Layout, session_cluster, use_cluster  # noqa: E402
 from harness import DaemonProcess, cancel, jobs_named  # noqa: E402
 
 NODES, GPUS = 64, 8
@@ -30,6 +30,14 @@ def cluster() -> Iterator[dict[str, str]]:
     """The running dev cluster's environment (SLURM_CONF, ...), also set in os.environ meanwhile."""
     with session_cluster(NODES, GPUS) as env:
         yield env
+
+
+@pytest.fixture(autouse=True)
+def _own_layout(request: pytest.FixtureRequest) -> None:
+    """This layout running for each fault test, also when another fixture's cluster ran in between."""
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster")
+        use_cluster(Layout(NODES, GPUS))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
-from devcluster import Preparing, releases_under_test, session_cluster  # noqa: E402
+from devcluster import Layout, Preparing, releases_under_test, session_cluster, use_cluster  # noqa: E402
 
 NODES, GPUS = 8, 8
 
@@ -33,6 +33,10 @@ class DevCluster:
     release: str
     nodes: int = NODES
     gpus_per_node: int = GPUS
+
+    def use(self) -> None:
+        """This release's cluster running (again, when a fixture of another layout replaced it meanwhile)."""
+        use_cluster(Layout(self.nodes, self.gpus_per_node, self.release, job_submit_lua=True))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,6 +61,15 @@ def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     """A running dev cluster of one release; its environment (SLURM_CONF, PATH, ...) is set in os.environ meanwhile."""
     with session_cluster(NODES, GPUS, request.param, job_submit_lua=True) as env:
         yield DevCluster(env, request.param)
+
+
+@pytest.fixture(autouse=True)
+def _own_release(request: pytest.FixtureRequest) -> None:
+    """Each test that uses the cluster runs on its own release's, hook installed: the fault tests' cluster
+    (another layout, in the same directory) stays set up for the whole session, and the tests of another
+    release, or the packaging and scenario tests, may have run in between (pytest's order, --lf, -k)."""
+    if "dev_cluster" in request.fixturenames:
+        request.getfixturevalue("dev_cluster").use()
 
 
 @pytest.fixture

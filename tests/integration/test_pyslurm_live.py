@@ -30,7 +30,10 @@ print(json.dumps([pyslurm, cli]))
 
 @pytest.fixture(scope="module")
 def pyslurm_python(dev_cluster) -> str:
+    dev_cluster.use()  # set up before the first test's own check
     done = dev("pyslurm")
+    if done.returncode == 2 and "no pyslurm source at" in done.stderr:  # ../shared/vendor is not beside this checkout
+        pytest.skip(done.stderr.strip().splitlines()[-1].removeprefix("dev-cluster: error: "))
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
