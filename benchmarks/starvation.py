@@ -7,7 +7,7 @@
 1-GPU jobs of 30-60 s per second for 5 minutes (time limits: the durations plus 5 s rounded
 up to whole minutes), through the wrapper on the daemon's cluster (COMPASS_DEV_DIR/
 daemon, port COMPASS_DEV_PORT) and with plain sbatch on the other (COMPASS_DEV_DIR/
-plain, port COMPASS_DEV_PORT + 500), side by side. Target (issue 9): the 4-node job
+plain, port COMPASS_DEV_PORT + 250), side by side. Target (issue 9): the 4-node job
 starts within plain Slurm's wait + 20%; the 1-GPU jobs keep most of their advantage.
 Prints markdown.
 """
@@ -26,7 +26,7 @@ sys.path[:0] = [str(TESTS), str(TESTS / "faults")]
 from live_workload import Cluster  # noqa: E402
 from starvation_scenario import GPUS, NODES, side_by_side, workload  # noqa: E402
 
-PLAIN_PORT_OFFSET = 500
+PLAIN_PORT_OFFSET = 250
 
 
 def main() -> int:

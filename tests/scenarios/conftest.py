@@ -1,8 +1,9 @@
 """Scenario tests on two real dev clusters side by side (marker ``slurm``): the daemon's and plain Slurm's.
 
 The daemon's cluster is the session's (COMPASS_DEV_DIR and COMPASS_DEV_PORT, re-laid out to
-16 nodes); plain Slurm's runs beside it in COMPASS_DEV_DIR-plain on COMPASS_DEV_PORT + 500
-(a 16-node cluster uses ports up to +200), for this module only. Skipped only where Slurm
+16 nodes); plain Slurm's runs beside it in COMPASS_DEV_DIR-plain on COMPASS_DEV_PORT + 250
+(a 16-node cluster uses ports up to +200, so both stay within the 500 ports above
+COMPASS_DEV_PORT that any cluster of the tests uses), for this module only. Skipped only where Slurm
 cannot run: not Linux, or not root.
 """
 
@@ -21,7 +22,7 @@ from devcluster import DEV_CLUSTER, session_cluster  # noqa: E402
 from live_workload import Cluster  # noqa: E402
 from starvation_scenario import GPUS, NODES  # noqa: E402
 
-PLAIN_PORT_OFFSET = 500
+PLAIN_PORT_OFFSET = 250
 
 
 @pytest.fixture(scope="module")
