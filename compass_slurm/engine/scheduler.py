@@ -39,8 +39,11 @@ the same way; it does no I/O and reads no clock):
 - ``prioritize(job_ids)``: the queue order from now on (the daemon passes Slurm's
   priority order each cycle); queued jobs not named keep their order behind.
 - ``adopt(job, nodes, start, limit)``: a running job the scheduler did not start.
-- ``expect(ends)``: expected ends of jobs the policy holds already (the daemon keeps one
-  policy across cycles and builds a scheduler per cycle from Slurm's queue and end times).
+- ``requeue(jobs)``: the queue from now on is exactly ``jobs`` in that order (the daemon
+  passes Slurm's pending jobs in priority order each cycle); a job queued already as it
+  was keeps its entry, so a queue that hardly changed costs no submits.
+- ``expect(ends)``: expected ends of every job the policy holds, replacing the earlier ones
+  (the daemon keeps one policy and one scheduler across cycles and tells it Slurm's end times).
 - ``finish(job_id)``: a running job ended; ``withdraw(job_id)``: a queued job left.
   Both return what the policy did in response (migrations), without starting anything.
 - ``drain(now)``: runs the discipline once and returns a ``Step``: the decisions in
@@ -59,7 +62,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .cluster import ClusterState
@@ -180,12 +183,34 @@ class Scheduler:
             if heap is None:
                 heap = self._shortest[shape] = []
             heapq.heappush(heap, (self._estimate(entry), job.id))
+            if len(heap) > 2 * self._shapes[shape] + 64:  # mostly jobs gone (a queue kept for long): rebuild
+                heap[:] = [(self._estimate(e), e.job.id) for e in self.queue.values() if _shape(e) == shape]
+                heapq.heapify(heap)
 
     def prioritize(self, job_ids: Sequence[str]) -> None:
         """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
         named = {j: None for j in job_ids if j in self.queue}
         rest = [j for j in self.queue if j not in named]
         self.queue = {j: self.queue[j] for j in [*named, *rest]}
+
+    def requeue(self, jobs: Iterable[tuple[Job, frozenset[str] | None, float | None]]) -> None:
+        """The queue is ``jobs`` (job, eligible nodes, limit) in this order; queued jobs not named leave it.
+
+        A job queued already with the same job, eligible nodes and limit keeps its entry
+        (the daemon hands the same objects for what did not change); the others are submitted.
+        """
+        old, self.queue = self.queue, {}
+        for job, eligible, limit in jobs:
+            entry = old.pop(job.id, None)
+            if entry is not None:
+                if entry.job is job and entry.limit == limit and (entry.eligible is eligible or entry.eligible == (
+                        None if eligible is None else frozenset(eligible))):
+                    self.queue[job.id] = entry
+                    continue
+                self._unshape(entry)
+            self.submit(job, eligible, limit)
+        for entry in old.values():
+            self._unshape(entry)
 
     def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None) -> None:
         """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``."""
@@ -195,11 +220,12 @@ class Scheduler:
         self._expect(job.id, start, limit)
 
     def expect(self, ends: Mapping[str, float | None]) -> None:
-        """When running jobs the policy already holds are expected to end (None: no estimate).
+        """When the jobs the policy holds are expected to end (None: no estimate); earlier estimates go.
 
-        For a driver whose policy outlives its scheduler: the daemon mirrors Slurm into the
-        policy and tells each cycle's scheduler Slurm's end times (start + time limit).
+        For a driver that mirrors Slurm into the policy: the daemon tells its scheduler
+        Slurm's end times (start + time limit) each cycle.
         """
+        self._ends = {}
         for job_id, end in ends.items():
             if job_id not in self.running:
                 raise EngineError(f"an expected end for job {job_id}, which does not run")
@@ -541,7 +567,9 @@ class Scheduler:
     def _least_estimate(self, shape: tuple) -> float:
         """The shortest estimate among the queued jobs of ``shape``."""
         heap = self._shortest[shape]
-        while heap[0][1] not in self.queue:
+        # skip jobs gone, and those requeued since with another limit or shape (their entry is new)
+        while (entry := self.queue.get(heap[0][1])) is None or (
+                self._estimate(entry) != heap[0][0] or _shape(entry) != shape):
             heapq.heappop(heap)
         return heap[0][0]
 

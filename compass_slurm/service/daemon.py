@@ -4,7 +4,7 @@ A cycle reads Slurm's state once and then runs four steps:
 
 - sync (``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
   daemon did not make (pinned, never moved), mirror node availability;
-- decide (here): the managed pending jobs go to a Scheduler (``engine/scheduler.py``,
+- decide (here): the managed pending jobs go to the Scheduler (``engine/scheduler.py``,
   discipline ``backfill``, the simulator's default) in Slurm's priority order, with
   Slurm's time limits as run-time estimates: the highest-priority job that does not fit
   gets a reservation, and lower jobs start only where they do not delay it;
@@ -66,6 +66,8 @@ class Daemon:
         self.clock = clock
         self.publish = publish and bool(config.anchors)
         self.policy: Policy | None = None
+        #: the queue in front of the policy, kept with it across cycles (only what changed is submitted)
+        self.scheduler: Scheduler | None = None
         self.books = Books()
         self.actuator = Actuator(backend, config.lease)
         self.recorder = Recorder(db)
@@ -202,7 +204,7 @@ class Daemon:
 
     def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
                 now: float) -> list[Migration]:
-        """Give the managed pending jobs to this cycle's Scheduler (``backfill``), then tell Slurm what it started.
+        """Give the managed pending jobs to the Scheduler (``backfill``), then tell Slurm what it started.
 
         The queue is Slurm's priority order; run-time estimates are Slurm's time limits
         (running jobs end at their start time plus their limit). Slurm hears each job's place
@@ -224,12 +226,14 @@ class Daemon:
                 replanned.add(p.job.id)
                 log.info("job %s: re-planning, %s", p.job.id, stale)
         measured = [fragmentation(policy)]  # before the drain, then after each start
-        scheduler = Scheduler(policy, QUEUE, explain=True, on_start=lambda _: measured.append(fragmentation(policy)))
+        if self.scheduler is None or self.scheduler.policy is not policy:
+            self.scheduler = Scheduler(policy, QUEUE, explain=True)
+        scheduler = self.scheduler
+        scheduler.on_start = lambda _: measured.append(fragmentation(policy))
         try:
             scheduler.expect(self._expected_ends(obs, policy, now))
-            for p in pending:
-                if p.job.id not in policy.cluster.jobs:
-                    scheduler.submit(p.job, p.eligible, limit=p.slurm.time_limit_s)
+            held = policy.cluster.jobs
+            scheduler.requeue((p.job, p.eligible, p.slurm.time_limit_s) for p in pending if p.job.id not in held)
             step = scheduler.drain(now, report.budget)
         except EngineError as err:
             # The engine may be left half-changed: rebuild it from Slurm next cycle.

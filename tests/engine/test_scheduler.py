@@ -115,6 +115,34 @@ def test_prioritize_sets_the_order_the_daemon_reads_from_slurm():
     assert started(s.depart("a", now=10)) == ["z"]
 
 
+def test_requeue_keeps_unchanged_entries_and_replaces_the_rest():
+    s = scheduler(1)
+    s.arrive(Job("a", 1, 8), now=0, limit=10)
+    x, y, z = Job("x", 1, 2), Job("y", 1, 2), Job("z", 1, 4)
+    s.requeue([(x, None, 100), (y, None, 100), (z, None, 100)])
+    kept = s.queue["y"]
+    s.requeue([(z, None, 100), (y, None, 100), (Job("x", 1, 2), None, 5)])  # x: a new job object, a new limit
+    assert list(s.queue) == ["z", "y", "x"] and s.queue["y"] is kept and s.queue["x"].limit == 5
+    assert s._least_estimate((1, 2, False, None, True)) == 5  # the replaced entry's old estimate is skipped
+    s.requeue([(y, None, 100)])
+    assert list(s.queue) == ["y"]
+    s.check()
+    s.expect({"a": 50})
+    s.expect({"a": 20})  # replaces, as the daemon tells it each cycle
+    assert s.expected_end("a") == 20
+    s.check()
+    with pytest.raises(EngineError, match="duplicate"):
+        s.requeue([(x, None, 1), (x, None, 1)])
+
+
+def test_a_requeued_queue_forgets_the_estimates_of_jobs_gone():
+    s = scheduler(1)
+    for k in range(200):
+        s.requeue([(Job(f"j{k}", 1, 1), None, 10), (Job("long", 1, 1), None, 1000)])
+    assert len(s._shortest[(1, 1, False, None, True)]) <= 2 * 2 + 64 + 1
+    s.check()
+
+
 def test_unmanaged_jobs_are_placed_as_slurm_does_and_adopted_pinned():
     s = Scheduler(make_policy("compass", cluster(2)), "backfill", foreign=slurm_nodes)
     s.arrive(Job("m", 1, 1), now=0, limit=10)  # compass: a pool node (n0)
