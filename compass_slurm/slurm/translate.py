@@ -205,6 +205,7 @@ class _Task:
     # made when first placed: the engine job and the CPUs and MB one instance needs
     job: Job | None = None
     needs: tuple[int, int] = (0, 0)
+    key: tuple = ()  # what its eligible nodes depend on, of the job alone (see Translator._eligible_key)
     pending: Pending | None = None  # the last Pending made of it (kept while its eligible nodes are the same)
 
 
@@ -336,11 +337,13 @@ class Translator:
                 if managed:
                     pending += tasks
         throttled = _beyond_throttle(pending, running_tasks)
-        self._claim_pins(job for job in pending if job.id not in throttled)
+        self._claim_pins((job for job in pending if job.id not in throttled) if throttled else pending)
         read_at = self.state.read_at
-        for facts in self.known.ordered([self._task(job) for job in pending]):
+        kept, made = self.known.task, self._task
+        slurm_jobs, claims, eligible_by_key, add = out.slurm_jobs, self._claims, self._eligible, out.pending.append
+        for facts in self.known.ordered([kept(job) or made(job) for job in pending]):
             job = facts.slurm
-            out.slurm_jobs[job.id] = job
+            slurm_jobs[job.id] = job
             if job.id in throttled:
                 out.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
                 continue
@@ -357,10 +360,14 @@ class Translator:
                 continue
             if facts.job is None:
                 facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
-            eligible = self._eligible_for(job, facts.needs)
+                facts.key = self._eligible_key(job, facts.needs)
+            key = (facts.key, job.id) if job.id in claims else facts.key  # a pinned job: not against its own claim
+            eligible = eligible_by_key.get(key, _UNSEEN)
+            if eligible is _UNSEEN:
+                eligible = self._eligible_for(job, facts.needs, key)
             if facts.pending is None or facts.pending.eligible is not eligible:
                 facts.pending = Pending(job, facts.job, eligible)
-            out.pending.append(facts.pending)
+            add(facts.pending)
         return out
 
     def _classify(self, job: SlurmJob) -> tuple[object, object]:
@@ -383,10 +390,7 @@ class Translator:
         return _RUNNING, Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable)
 
     def _task(self, job: SlurmJob) -> _Task:
-        """A managed pending job's translation, as far as it depends on the job alone (kept across cycles)."""
-        found = self.known.task(job)
-        if found is not None:
-            return found
+        """A managed pending job's translation, as far as it depends on the job alone (made once: see observe)."""
         capacity = self.capacity_of(job)
         begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
         facts = _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
@@ -426,16 +430,19 @@ class Translator:
 
     def eligible(self, job: SlurmJob, req: Request) -> Eligible:
         """Nodes one instance of ``job`` may use (None: all nodes); cached per distinct need."""
-        return self._eligible_for(job, _instance_needs(job, req))
+        needs = _instance_needs(job, req)
+        key = self._eligible_key(job, needs)
+        return self._eligible_for(job, needs, (key, job.id) if job.id in self._claims else key)
 
-    def _eligible_for(self, job: SlurmJob, needs: tuple[int, int]) -> Eligible:
-        cpus, memory = needs
-        key = (job.partition, cpus, memory, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive)
-        if job.id in self._claims:  # a pinned job does not compete with its own claim
-            key = (key, job.id)
+    @staticmethod
+    def _eligible_key(job: SlurmJob, needs: tuple[int, int]) -> tuple:
+        """What a job's eligible nodes depend on, but for its own pin's claim (a pinned job's key adds its id)."""
+        return job.partition, *needs, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive
+
+    def _eligible_for(self, job: SlurmJob, needs: tuple[int, int], key: tuple) -> Eligible:
         found = self._eligible.get(key, _UNSEEN)
         if found is _UNSEEN:
-            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, cpus, memory))
+            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs))
         return found
 
     def _claim_pins(self, jobs: Iterable[SlurmJob]) -> None:
