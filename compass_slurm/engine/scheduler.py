@@ -225,14 +225,32 @@ class Scheduler:
         For a driver that mirrors Slurm into the policy: the daemon tells its scheduler
         Slurm's end times (start + time limit) each cycle.
         """
-        self._ends = {}
+        old, self._ends = self._ends, {}
+        running = self.running
+        added = []
         for job_id, end in ends.items():
-            if job_id not in self.running:
+            if job_id not in running:
                 raise EngineError(f"an expected end for job {job_id}, which does not run")
-            self._seq += 1
-            self._ends[job_id] = (math.inf if end is None else end, self._seq)
-        if self.discipline == "backfill":  # as in _expect: only reservations read the order
+            end = math.inf if end is None else end
+            known = old.get(job_id)
+            if known is None or known[0] != end:
+                self._seq += 1
+                known = (end, self._seq)
+                added.append((end, self._seq, job_id))
+            else:
+                del old[job_id]
+            self._ends[job_id] = known
+        if self.discipline != "backfill":  # as in _expect: only reservations read the order
+            return
+        if 4 * (len(added) + len(old)) > len(self._by_end):
             self._by_end = sorted((end, seq, job_id) for job_id, (end, seq) in self._ends.items())
+            return
+        # a queue that hardly changed: take out the estimates gone or changed, put in the new ones
+        by_end = self._by_end
+        for job_id, (end, seq) in old.items():
+            del by_end[bisect.bisect_left(by_end, (end, seq, job_id))]
+        for item in added:
+            bisect.insort(by_end, item)
 
     def finish(self, job_id: str, budget: int | None = None) -> list[Migration]:
         """A running job ended: free its GPUs and compact within ``budget``. Starts nothing (call ``drain``)."""

@@ -95,3 +95,13 @@ def test_a_memo_keeps_json_values_apart_and_parses_what_has_no_key_afresh():
     again, twice = parse_json.jobs(doc, memo), parse_json.jobs(doc, memo)
     assert again[0] == twice[0] and again[0] is not twice[0] and again[0].priority == 2**70
     assert again[1] is first[1] and twice[1] is first[1]
+
+
+def test_a_memo_drops_entries_no_longer_printed_once_they_outnumber_the_live_ones():
+    memo = parse_json.Memo()
+    memo.map([{"n": k} for k in range(3000)], lambda i, raw: raw["n"])
+    kept = memo.map([{"n": 1}, {"n": 2}], lambda i, raw: -1)  # seen before: not built again
+    assert kept == [1, 2]
+    memo.map([{"n": 2}, {"n": 5000}], lambda i, raw: raw["n"])  # the next read prunes to the last one's
+    assert len(memo._built) <= 3
+    assert memo.map([{"n": 7}, {"n": 2}], lambda i, raw: "afresh") == ["afresh", 2]
