@@ -93,3 +93,42 @@ def test_without_time_limits_nothing_is_reserved_and_every_job_that_fits_starts(
     engine, reservation = through_the_scheduler(state)
     assert daemon == engine and reservation is None
     assert {"51", "52", "53", "54", "55"} <= dict(daemon).keys()
+
+
+def states():
+    """Cycles of one queue as Slurm changes it: jobs leave the queue and the cluster, new ones come,
+    a queued job's time limit and another's excluded nodes change."""
+    first = snapshot()
+    jobs = {j.id: j for j in first.jobs}
+    second = dict(jobs)
+    for gone in ("111", "112", "121", "53"):  # two running on n1 ended, one on n2; a queued job cancelled
+        del second[gone]
+    second["60"] = replace(pending("60", gpus=2, priority=650), time_limit_s=900)
+    second["54"] = replace(jobs["54"], time_limit_s=7200)
+    third = dict(second)
+    third["52"] = replace(second["52"], excluded_nodes=("n3", "n4"))
+    third["61"] = replace(pending("61", per_node=8, nodes=1, priority=2000), time_limit_s=60)
+    return [first, replace(first, jobs=tuple(second.values())), replace(first, jobs=tuple(third.values()))]
+
+
+def test_the_daemon_s_kept_queue_decides_as_a_queue_built_afresh_each_cycle():
+    def run(fresh: bool):
+        backend = SnapshotBackend(states()[0], out=None)
+        clock = Clock()
+        clock.now = NOW
+        daemon = Daemon(Config(anchors=""), backend, None, clock=clock)
+        out = []
+        for k, state in enumerate(states() * 2):
+            backend.state = state
+            clock.now = NOW + 10 * k
+            if fresh:
+                daemon.scheduler = None  # as before the queue was kept: a Scheduler per cycle
+            report = daemon.cycle()
+            assert report.errors == []
+            out.append(([(d.job_id, d.action, d.gpus_per_node) for d in report.decisions],
+                        [(m.job_id, m.src, m.dst) for m in report.migrations]))
+        return out, backend.commands
+
+    kept, fresh = run(False), run(True)
+    assert kept == fresh
+    assert any(decisions for decisions, _ in kept[0])  # the cycles decided something
