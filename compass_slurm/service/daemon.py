@@ -14,8 +14,8 @@ A cycle reads Slurm's state once and then runs four steps:
 - publish (``publish.py``): log decisions, migrations, errors and a sample to the
   decision log in one transaction, rewrite the Prometheus textfile and the anchors file.
 
-One policy object lives across cycles and follows Slurm incrementally; a restart
-rebuilds it from Slurm, so nothing is lost with the process. Managed jobs are pending
+One policy object and its Scheduler live across cycles and follow Slurm incrementally; a restart
+rebuilds them from Slurm, so nothing is lost with the process. Managed jobs are pending
 GPU jobs whose comment carries the compass marker; the wrapper submits them with
 ``--begin=now+<lease>``, so if the daemon is gone Slurm starts them itself after the
 lease. A placed job that has not started when its nodes stop qualifying (or after
