@@ -183,9 +183,6 @@ class Scheduler:
             if heap is None:
                 heap = self._shortest[shape] = []
             heapq.heappush(heap, (self._estimate(entry), job.id))
-            if len(heap) > 2 * self._shapes[shape] + 64:  # mostly jobs gone (a queue kept for long): rebuild
-                heap[:] = [(self._estimate(e), e.job.id) for e in self.queue.values() if _shape(e) == shape]
-                heapq.heapify(heap)
 
     def prioritize(self, job_ids: Sequence[str]) -> None:
         """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
@@ -211,6 +208,11 @@ class Scheduler:
             self.submit(job, eligible, limit)
         for entry in old.values():
             self._unshape(entry)
+        # A queue kept for long: heaps that hold mostly jobs gone are rebuilt from the queue.
+        for shape, heap in self._shortest.items():
+            if len(heap) > 2 * self._shapes[shape] + 64:
+                heap[:] = [(self._estimate(e), e.job.id) for e in self.queue.values() if _shape(e) == shape]
+                heapq.heapify(heap)
 
     def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None) -> None:
         """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``."""

@@ -137,9 +137,13 @@ def test_requeue_keeps_unchanged_entries_and_replaces_the_rest():
 
 def test_a_requeued_queue_forgets_the_estimates_of_jobs_gone():
     s = scheduler(1)
-    for k in range(200):
-        s.requeue([(Job(f"j{k}", 1, 1), None, 10), (Job("long", 1, 1), None, 1000)])
-    assert len(s._shortest[(1, 1, False, None, True)]) <= 2 * 2 + 64 + 1
+    long = Job("long", 1, 1)
+    for k in range(200):  # the job behind the new one keeps its entry: the heap is rebuilt with it
+        s.requeue([(Job(f"j{k}", 1, 1), None, 10), (long, None, 1000)])
+    assert len(s._shortest[(1, 1, False, None, True)]) <= 2 * 2 + 64
+    assert s._least_estimate((1, 1, False, None, True)) == 10
+    s.requeue([(long, None, 1000)])
+    assert s._least_estimate((1, 1, False, None, True)) == 1000
     s.check()
 
 
