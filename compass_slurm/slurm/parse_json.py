@@ -176,41 +176,36 @@ class Memo:
         import msgspec
 
         self._encode = msgspec.msgpack.Encoder().encode
-        self._built: dict[bytes, Any] = {}  # key -> the value built from it
-        self._last: list[bytes | None] = []  # the keys of the last read (None: an entry without one)
+        self._built: dict[Any, list[Any]] = {}  # key -> [value, the read that last saw it]
+        self._read = 0
+        self._seen = 0
 
     def map(self, entries: list[Any], build: Callable[[int, Any], Any]) -> list[Any]:
         """``build(i, entry)`` for each entry, or the value built before from equal fields.
 
         An entry's key is its MessagePack encoding: one C call, bytes the garbage collector
         never scans, and types kept apart (True is not 1, 1.0 is not 1, NaN is not null). An
-        integer beyond 64 bits has none; its entry is built afresh every time. Keys are made
-        and looked up in C for the whole list; only the entries not found are visited.
+        integer beyond 64 bits has none; its entry is built afresh every time.
         """
-        built = self._built
-        if len(built) > 2 * len(self._last) + 1024:
-            built = self._built = {k: built[k] for k in self._last if k is not None and k in built}
-        try:
-            keys: list[bytes | None] = list(map(self._encode, entries))
-        except (TypeError, OverflowError):
-            keys = [self._key(raw) for raw in entries]
-        self._last = keys
-        out = list(map(built.get, keys))
-        for i in [i for i, value in enumerate(out) if value is None]:
-            key = keys[i]
-            found = None if key is None else built.get(key)  # an equal entry earlier in this read
+        if len(self._built) > 2 * self._seen + 1024:
+            self._built = {k: v for k, v in self._built.items() if v[1] == self._read}
+        self._read += 1
+        self._seen = len(entries)
+        encode, built, read = self._encode, self._built, self._read
+        out = []
+        for i, raw in enumerate(entries):
+            try:
+                key = encode(raw)
+            except (TypeError, OverflowError):
+                out.append(build(i, raw))
+                continue
+            found = built.get(key)
             if found is None:
-                found = build(i, entries[i])
-                if key is not None:
-                    built[key] = found
-            out[i] = found
+                found = built[key] = [build(i, raw), read]
+            else:
+                found[1] = read
+            out.append(found[0])
         return out
-
-    def _key(self, raw: Any) -> bytes | None:
-        try:
-            return self._encode(raw)
-        except (TypeError, OverflowError):
-            return None
 
 
 def nodes(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmNode]:
