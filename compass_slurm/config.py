@@ -29,8 +29,11 @@ class Config:
     socket: str = "/run/compass/compass.sock"
     #: where the daemon publishes the partial-node anchors for submit hooks.
     anchors: str = "/run/compass/anchors"
-    #: placement policy by name (compass_slurm.engine.policies).
-    policy: str = "compass"
+    #: placement policy by name (compass_slurm.engine.policies); compass-easy: see README "The daemon".
+    policy: str = "compass-easy"
+    #: queue discipline of the daemon's Scheduler, as `compass simulate --queue`: "backfill" (EASY, as Slurm's
+    #: sched/backfill: a reservation for the highest-priority job that does not fit) or "fifo" (strict order).
+    queue: str = "backfill"
     #: seconds between daemon cycles.
     interval: float = 5.0
     #: seconds between the daemon's cheap looks for new managed pending jobs (one squeue of the
@@ -68,8 +71,10 @@ def _settings() -> dict[str, type]:
     return {f.name: f.type for f in fields(Config) if f.name != "sources"}
 
 
-#: settings that take one of a few words
-CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged")}
+#: settings that take one of a few words ("queue": engine.scheduler.QUEUES, not imported here: the wrapper
+#: reads the config on every submission and must not load the engine; tests/test_config.py holds them equal)
+CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged"),
+           "queue": ("backfill", "fifo")}
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:

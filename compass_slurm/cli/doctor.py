@@ -140,7 +140,7 @@ class Doctor:
         if not os.path.exists(file):  # the default file is optional (a named one that is missing fails above)
             raise Info(f"no config file at {file}; running on defaults",
                        "to change a setting, install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")
-        return f"{file} (policy {self.config.policy}, socket {self.config.socket})"
+        return f"{file} (policy {self.config.policy}, queue {self.config.queue}, socket {self.config.socket})"
 
     def slurm_version(self) -> str:
         from ..slurm import SlurmError

@@ -18,7 +18,7 @@ from .common import CONTEXT_SETTINGS, UserError, console, emit_json, json_option
 SYNTHETIC_JOBS = 2000
 DEFAULT_SYNTHETIC = "venus"
 #: the daemon's own defaults (compass_slurm.config.Config), so a simulation measures what a site deploys
-DEFAULT_QUEUE = "backfill"
+DEFAULT_QUEUE = Config.queue
 DEFAULT_BUDGET = Config.migrations_per_hour
 
 

@@ -53,7 +53,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     state = read_slurm(snapshot)
     try:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
-            status = build_status(state, partition, config.policy, config.migratable)
+            status = build_status(state, partition, config.policy, config.migratable, config.queue)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
@@ -92,7 +92,7 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     f = status.fragmentation
     read = datetime.fromtimestamp(status.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     parts: list[RenderableType] = [
-        Text(f"Slurm {status.slurm_version} · policy {status.policy} · "
+        Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
         Text(),

@@ -4,8 +4,8 @@ A cycle reads Slurm's state once and then runs four steps:
 
 - sync (``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
   daemon did not make (pinned, never moved), mirror node availability;
-- decide (here): the managed pending jobs go to the Scheduler (``engine/scheduler.py``,
-  discipline ``backfill``, the simulator's default) in Slurm's priority order, with
+- decide (here): the managed pending jobs go to a Scheduler (``engine/scheduler.py``,
+  discipline ``queue``: ``backfill`` by default, as the simulator's) in Slurm's priority order, with
   Slurm's time limits as run-time estimates: the highest-priority job that does not fit
   gets a reservation, and lower jobs start only where they do not delay it;
 - actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
@@ -49,9 +49,6 @@ from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
 from .sync import mirror, pinned_pending, same_nodes, take_over
-
-#: the daemon's queue discipline: EASY backfill, as Slurm's sched/backfill (compass simulate's default)
-QUEUE = "backfill"
 
 
 class Daemon:
@@ -204,7 +201,7 @@ class Daemon:
 
     def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
                 now: float) -> list[Migration]:
-        """Give the managed pending jobs to the Scheduler (``backfill``), then tell Slurm what it started.
+        """Give the managed pending jobs to the Scheduler (``queue``), then tell Slurm what it started.
 
         The queue is Slurm's priority order; run-time estimates are Slurm's time limits
         (running jobs end at their start time plus their limit). Slurm hears each job's place
@@ -227,7 +224,7 @@ class Daemon:
                 log.info("job %s: re-planning, %s", p.job.id, stale)
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
-            self.scheduler = Scheduler(policy, QUEUE, explain=True)
+            self.scheduler = Scheduler(policy, self.config.queue, explain=True)
         scheduler = self.scheduler
         scheduler.on_start = lambda _: measured.append(fragmentation(policy))
         try:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import Config
 from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, NodeView
 from ..engine.policies.base import Policy, make_policy
@@ -86,6 +87,8 @@ class Status:
 
     fragmentation: Fragmentation
     policy: str
+    #: the daemon's queue discipline (the config's ``queue``), shown beside its policy
+    queue: str
     partition: str | None
     slurm_version: str
     read_at: float
@@ -114,6 +117,7 @@ class Status:
             **self.fragmentation.as_dict(),
             "within_bound": self.fragmentation.within_bound,
             "policy": self.policy,
+            "queue": self.queue,
             "partition": self.partition,
             "slurm_version": self.slurm_version,
             "read_at": self.read_at,
@@ -133,8 +137,8 @@ class StatusError(ValueError):
     """The state has nothing to show (unknown partition, no GPU nodes); the message says which."""
 
 
-def build_status(state: SlurmState, partition: str | None = None, policy: str = "compass",
-                 migratable: str = "marker") -> Status:
+def build_status(state: SlurmState, partition: str | None = None, policy: str = Config.policy,
+                 migratable: str = Config.migratable, queue: str = Config.queue) -> Status:
     if partition is not None and partition not in {p.name for p in state.partitions}:
         known = ", ".join(p.name for p in state.partitions) or "none"
         raise StatusError(f"no partition {partition!r} (partitions: {known})")
@@ -150,6 +154,7 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
     return Status(
         fragmentation=measure(adopted.cluster),
         policy=policy,
+        queue=queue,
         partition=partition,
         slurm_version=state.version,
         read_at=state.read_at,

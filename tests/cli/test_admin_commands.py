@@ -93,7 +93,8 @@ def test_config_show_bad_value_is_a_clear_error(isolated: Path) -> None:
 def test_the_shipped_example_config_loads() -> None:
     etc = Path(__file__).resolve().parents[2] / "etc" / "config.toml"
     settings = json_of("config", "show", "--config", str(etc))["settings"]
-    assert settings["policy"] == {"value": "compass", "source": str(etc)}
+    assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
+    assert settings["queue"] == {"value": "backfill", "source": str(etc)}
 
 
 def test_policies_lists_every_registered_policy() -> None:
@@ -161,7 +162,7 @@ def test_doctor_reports_what_the_submit_hook_sees(tmp_path: Path, monkeypatch) -
     assert not check()["ok"] and "unreadable: Is a directory" in check()["detail"]
 
 
-@pytest.mark.parametrize("setting, value", [("migratable", "always"), ("interactive", "yes")])
+@pytest.mark.parametrize("setting, value", [("migratable", "always"), ("interactive", "yes"), ("queue", "easy")])
 def test_word_settings_name_their_choices(isolated: Path, setting: str, value: str) -> None:
     isolated.write_text(f'[compass]\n{setting} = "{value}"\n')
     result = invoke("config", "show")

@@ -1,13 +1,15 @@
-"""The daemon's queue is the engine's Scheduler (``backfill``): one Slurm snapshot through both, same decisions."""
+"""The daemon's queue is the engine's Scheduler (its ``queue`` setting): one Slurm snapshot through both, same decisions."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from compass_slurm.config import Config
+import pytest
+
+from compass_slurm.config import CHOICES, Config
 from compass_slurm.engine.policies.base import make_policy
-from compass_slurm.engine.scheduler import Scheduler
-from compass_slurm.service.daemon import QUEUE, Daemon
+from compass_slurm.engine.scheduler import QUEUES, Scheduler
+from compass_slurm.service.daemon import Daemon
 from compass_slurm.slurm.snapshot import SnapshotBackend
 from compass_slurm.slurm.translate import Translator
 from test_daemon_unit import Clock, cluster, nodes, pending, running, update
@@ -38,21 +40,21 @@ def snapshot():
     return cluster(nodes(6), jobs)
 
 
-def through_the_daemon(state):
+def through_the_daemon(state, **settings):
     backend = SnapshotBackend(state, out=None)
     clock = Clock()
     clock.now = NOW
-    daemon = Daemon(Config(anchors=""), backend, None, clock=clock)
+    daemon = Daemon(Config(anchors="", **settings), backend, None, clock=clock)
     report = daemon.cycle()
     assert report.errors == []
     return [(d.job_id, d.gpus_per_node) for d in report.decisions], backend.commands
 
 
-def through_the_scheduler(state):
+def through_the_scheduler(state, policy: str = Config.policy, queue: str = Config.queue):
     """What the engine alone decides for the same snapshot: adopt what runs, queue what waits, drain once."""
     obs = Translator(state).observe()
-    policy = make_policy("compass", obs.nodes)
-    scheduler = Scheduler(policy, "backfill")
+    policy = make_policy(policy, obs.nodes)
+    scheduler = Scheduler(policy, queue)
     for job, where in sorted((r.engine() for r in obs.running.values()), key=lambda jn: -jn[0].gpus):
         slurm = obs.running[job.id].slurm
         scheduler.adopt(job, where, slurm.start_time, slurm.time_limit_s)
@@ -63,11 +65,30 @@ def through_the_scheduler(state):
     return [(d.job, d.gpus_per_node()) for d in step.decisions], scheduler.reservation
 
 
+def test_the_daemon_defaults_are_the_simulators():
+    """The README promises it: the daemon's queue and the simulator's are one default, from one place."""
+    from compass_slurm.cli import simulate
+
+    assert (Config.policy, Config.queue) == ("compass-easy", "backfill")
+    assert simulate.DEFAULT_QUEUE == Config.queue and simulate.DEFAULT_BUDGET == Config.migrations_per_hour
+    assert set(CHOICES["queue"]) == set(QUEUES)  # the config cannot import the engine: the names are held equal
+
+
+@pytest.mark.parametrize("policy", ["compass-easy", "compass"])
+@pytest.mark.parametrize("queue", QUEUES)
+def test_every_policy_and_queue_decides_alike_through_the_daemon_and_the_scheduler(policy, queue):
+    state = snapshot()
+    daemon, _ = through_the_daemon(state, policy=policy, queue=queue)
+    engine, reservation = through_the_scheduler(state, policy, queue)
+    assert daemon == engine
+    if queue == "fifo":  # strict order: the blocked head stops every later job
+        assert daemon == [] and reservation is None
+
+
 def test_one_snapshot_gives_the_same_decisions_through_the_daemon_and_the_scheduler():
     state = snapshot()
     daemon, commands = through_the_daemon(state)
     engine, reservation = through_the_scheduler(state)
-    assert QUEUE == "backfill"
     assert daemon == engine
     # EASY as Slurm's backfill: the head reserves the two nodes that free first, at the later of their ends
     assert (reservation.job, reservation.shadow) == ("50", NOW + 600)

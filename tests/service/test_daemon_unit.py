@@ -113,7 +113,7 @@ def test_managed_jobs_are_pinned_in_priority_order_with_exact_commands(tmp_path)
         pending("14", gpus=2, comment="user note"),  # foreign: Slurm's own
         SlurmJob("15", "carol", "PENDING", "gpu", comment="compass"),  # no GPUs: passes through
     ])
-    daemon, backend, _ = daemon_for(state, tmp_path)
+    daemon, backend, _ = daemon_for(state, tmp_path, policy="compass")  # ABS strictly: 11 must wait
     report = daemon.cycle()
     assert [(d.job_id, d.request, d.gpus_per_node, d.action) for d in report.decisions] == [
         ("10", "1x4", {"n1": 4}, "placed"),
@@ -339,7 +339,8 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
     # A full pool node and a partial one; when most of n1's jobs end, Compact drains it into n2.
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
     jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
-    daemon, backend, clock = daemon_for(cluster(nodes(3), jobs), tmp_path, migrations_per_hour=1)
+    # compass compacts after every departure (the default, compass-easy, only while a job waits)
+    daemon, backend, clock = daemon_for(cluster(nodes(3), jobs), tmp_path, policy="compass", migrations_per_hour=1)
     daemon.cycle()
     assert backend.commands == []
     backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
@@ -411,7 +412,7 @@ def test_the_anchors_file_is_replaced_atomically_and_parses(tmp_path):
     daemon.cycle()
     text = (tmp_path / "anchors").read_text()
     lines = text.splitlines()
-    assert lines[0] == f"# compass-anchors v1 generated={int(clock.now)} policy=compass cycle=1"
+    assert lines[0] == f"# compass-anchors v1 generated={int(clock.now)} policy={Config.policy} cycle=1"
     anchors = dict(line.split() for line in lines[1:])
     assert list(anchors) == [str(g) for g in range(1, 9)]
     assert anchors["4"] == "n1" and anchors["8"] == "n2"
@@ -471,7 +472,7 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
             assert request(path, {"op": "submitted", "job": "90"}, 2.0) == {"ok": True, "cycle": 1}
             cycles_by(daemon, 2, deadline)
             assert daemon.cycles == 2  # woken long before the 60 s interval
-            assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": "compass", "cycle": 2}
+            assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": Config.policy, "cycle": 2}
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
                 "ok": True, "job": "90", "state": "placed", "gpus_per_node": {"n1": 2},
                 "rule": "anchor slot on a newly opened node"}
@@ -510,7 +511,7 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
     jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
     backend = RefusingUpdates(cluster(nodes(3), jobs), out=None)
-    daemon = Daemon(Config(anchors="", migrations_per_hour=1), backend, None)
+    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, None)  # Compact on departures
     daemon.cycle()
     backend.state = cluster(nodes(3), jobs[6:])
     report = daemon.cycle()
@@ -539,7 +540,7 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
     backend = SlowRequeue(cluster(nodes(3), jobs), out=None)
     backend.refuse_release = True
-    daemon = Daemon(Config(anchors="", migrations_per_hour=1), backend, None)
+    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, None)  # Compact on departures
     daemon.cycle()
     backend.state = cluster(nodes(3), jobs[6:])
     report = daemon.cycle()
