@@ -22,8 +22,10 @@ lease. A placed job that has not started when its nodes stop qualifying (or afte
 ``stale_after`` seconds) is re-planned; Slurm refusing an update undoes the decision
 (action ``failed``). A cycle whose Slurm read fails or cannot be parsed is skipped and
 the error recorded: nothing is changed on a partial picture. The control socket's
-``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``), and so does a
-managed pending job found by the cheap look every ``watch`` seconds between cycles.
+``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``), and so does the
+cheap look every ``watch`` seconds between cycles when it finds a managed pending job the
+last cycle did not see, or that a GPU job the last cycle saw running has left its nodes
+(its GPUs are free: handing them on need not wait for the next ``interval``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class Daemon:
         self.translations = Translations()
         #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
         self.seen_pending: frozenset[str] = frozenset()
+        #: GPU jobs running at the last cycle, and the jobs holding nodes at the last look: one that was in
+        #: both and is gone has ended (both, so that an id the look spells otherwise never wakes a cycle)
+        self.seen_running: frozenset[str] = frozenset()
+        self.looked_holding: frozenset[str] = frozenset()
         self.watching = True
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
@@ -96,7 +102,7 @@ class Daemon:
     def run(self, interval: float) -> None:
         """Cycle every ``interval`` seconds until ``stop`` is set; sooner when woken, or when a look every
         ``watch`` seconds finds a managed pending job the last cycle did not see (a hook-marked job tells
-        no one it was submitted)."""
+        no one it was submitted) or a GPU job gone that the last cycle saw running."""
         while not self.stop.is_set():
             self.cycle()
             self._wait(interval)
@@ -107,21 +113,23 @@ class Daemon:
         deadline = time.monotonic() + interval
         while (left := deadline - time.monotonic()) > 0:
             watch = self.config.watch if self.watching else 0.0
-            if self.wake.wait(min(left, watch) if watch > 0 else left) or (watch > 0 and self._new_pending()):
+            if self.wake.wait(min(left, watch) if watch > 0 else left) or (watch > 0 and self._news()):
                 return
 
-    def _new_pending(self) -> bool:
+    def _news(self) -> bool:
+        """Whether the cheap look finds work for a cycle: a new managed pending job, or freed GPUs."""
         try:
-            pending = self.backend.pending_managed()
+            look = self.backend.look()
         except SlurmError as err:
-            log.debug("looking for new pending jobs: %s", err)
+            log.debug("looking for new pending or ended jobs: %s", err)
             return False
-        if pending is None:
+        if look is None:
             self.watching = False  # this backend has no cheap look
             return False
-        new = pending - self.seen_pending
-        self.seen_pending = pending
-        return bool(new)
+        new = look.pending_managed - self.seen_pending
+        ended = (self.seen_running & self.looked_holding) - look.holding
+        self.seen_pending, self.looked_holding = look.pending_managed, look.holding
+        return bool(new or ended)
 
     def poke(self) -> None:
         self.wake.set()
@@ -149,6 +157,7 @@ class Daemon:
             translator = Translator(state, self.config.partitions, self.config.lease,
                                     migratable=self.config.migratable, known=self.translations)
             obs = translator.observe()
+            self.seen_running = frozenset(obs.running)
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"
                 raise SlurmError(f"no GPU nodes in the managed partitions ({scope})")

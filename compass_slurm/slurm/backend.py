@@ -21,7 +21,7 @@ from typing import Literal, TextIO
 from . import names
 from .errors import SlurmError
 from .hostlist import compress
-from .state import SlurmState
+from .state import Look, SlurmState
 
 #: job states in which a requeued job is not yet back in the queue
 _LEAVING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
@@ -94,9 +94,9 @@ class Backend(ABC):
     def job_state(self, job_id: str) -> str | None:
         """The job's state now (e.g. PENDING), None when Slurm no longer knows it."""
 
-    def pending_managed(self) -> frozenset[str] | None:
-        """Ids of the pending jobs that carry the compass marker, by a read far cheaper than
-        read_state(); None when this backend has none (the daemon then cycles on its interval only)."""
+    def look(self) -> Look | None:
+        """The managed pending jobs and the jobs holding nodes, by a read far cheaper than read_state();
+        None when this backend has none (the daemon then cycles on its interval and notices only)."""
         return None
 
     def release(self, job_id: str) -> None:
@@ -183,5 +183,5 @@ class DryRunBackend(RecordingBackend):
     def job_state(self, job_id: str) -> str | None:
         return self.inner.job_state(job_id)
 
-    def pending_managed(self) -> frozenset[str] | None:
-        return self.inner.pending_managed()
+    def look(self) -> Look | None:
+        return self.inner.look()

@@ -7,8 +7,8 @@ reservations (``scontrol show ... --oneliner``). Slurm older than 21.08 (no
 --json), or ``json=False``, reads nodes and jobs with ``scontrol show node|job
 --details --oneliner`` instead; so does a command whose JSON document cannot be
 read, from then on, after one warning (``text_reasons`` says why, for doctor).
-Between cycles, ``pending_managed()`` is one small squeue of the pending jobs'
-ids and comments.
+Between cycles, ``look()`` is one small squeue of the pending and running jobs'
+ids, states and comments.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .. import collector
 from . import names, parse_json, parse_text
 from .backend import Backend
 from .errors import SlurmCommandError, SlurmParseError
-from .state import SlurmJob, SlurmNode, SlurmState
+from .state import Look, SlurmJob, SlurmNode, SlurmState
 
 log = logging.getLogger("compass.slurm")
 
@@ -44,7 +44,7 @@ PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 VERSION = ["scontrol", "--version"]
 #: the daemon's look for new managed jobs between cycles: ids and comments of the pending jobs only
-PENDING_COMMENTS = ["squeue", "--noheader", "--states=PENDING", "--format=%i %k"]
+LOOK = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t %k"]
 
 #: runs an argv and returns (exit code, stdout, stderr); tests swap in recorded output
 Runner = Callable[[list[str], float], tuple[int, str, str]]
@@ -149,8 +149,8 @@ class CliBackend(Backend):
         # squeue exits 1 for a job id it has forgotten
         return (out.strip() or None) if code == 0 else None
 
-    def pending_managed(self) -> frozenset[str] | None:
-        return parse_text.pending_managed(self._run(PENDING_COMMENTS))
+    def look(self) -> Look | None:
+        return parse_text.look(self._run(LOOK))
 
     def scontrol(self, argv: list[str]) -> None:
         self._run(argv)

@@ -17,7 +17,7 @@ from datetime import datetime
 from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
-from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
+from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
 from .values import duration_s, held, memory_mb, node_state
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=")
@@ -263,11 +263,18 @@ def version(output: str) -> str:
     return match.group(1)
 
 
-def pending_managed(output: str) -> frozenset[str]:
-    """``squeue --noheader --states=PENDING --format=%i %k``: the ids whose comment carries the marker."""
-    out = set()
+def look(output: str) -> Look:
+    """``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k``: the pending ids whose
+    comment carries the marker, and the ids of the jobs that hold nodes (R, CG)."""
+    pending, holding = set(), set()
     for line in output.splitlines():
-        job_id, _, comment = line.strip().partition(" ")
-        if job_id and marked(comment):
-            out.add(job_id)
-    return frozenset(out)
+        job_id, _, rest = line.strip().partition(" ")
+        state, _, comment = rest.partition(" ")
+        if not job_id:
+            continue
+        if state == "PD":
+            if marked(comment):
+                pending.add(job_id)
+        else:
+            holding.add(job_id)
+    return Look(frozenset(pending), frozenset(holding))

@@ -53,6 +53,16 @@ def marked(comment: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class Look:
+    """The daemon's cheap look between cycles (one small squeue): what may call for a cycle now."""
+
+    #: pending jobs that carry the marker (a new one waits for a placement)
+    pending_managed: frozenset[str]
+    #: running or completing jobs, any kind (one of the daemon's that left them has freed its GPUs)
+    holding: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmNode:
     """One node: ``state`` is the base state in lower case (idle, mixed, allocated, down, ...),
     ``flags`` the upper-case modifiers (DRAIN, RESERVED, MAINTENANCE, NOT_RESPONDING, ...)."""

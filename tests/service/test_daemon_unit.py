@@ -24,7 +24,7 @@ from compass_slurm.slurm.backend import DryRunBackend, lease_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
-from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+from compass_slurm.slurm.state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from compass_slurm.service.store import Store
 from compass_slurm.slurm.translate import Request
 
@@ -572,27 +572,45 @@ def test_slurm_requests_map_to_instances(kw, expected):
 
 
 class Watched(SnapshotBackend):
-    """A snapshot whose cheap look between cycles answers ``looks`` (None: no such look)."""
+    """A snapshot whose cheap look between cycles finds ``looks`` pending and ``holding`` on nodes (None: no look)."""
 
-    def __init__(self, state: SlurmState, looks: frozenset[str] | None) -> None:
+    def __init__(self, state: SlurmState, looks: frozenset[str] | None, holding: frozenset[str] = frozenset()) -> None:
         super().__init__(state, out=None)
-        self.looks = looks
+        self.looks, self.holding = looks, holding
 
-    def pending_managed(self) -> frozenset[str] | None:
-        return self.looks
+    def look(self) -> Look | None:
+        return None if self.looks is None else Look(self.looks, self.holding)
 
 
 def test_a_new_managed_pending_job_found_between_cycles_starts_one(tmp_path):
     state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=1, comment=""), running("5", {"n2": 1})])
-    backend = Watched(state, frozenset({"90"}))
+    backend = Watched(state, frozenset({"90"}), frozenset({"5"}))
     daemon = Daemon(Config(anchors="", watch=0.01), backend, None)
     daemon.cycle()
     assert daemon.seen_pending == {"90"}  # managed and pending: the unmanaged 91 is no one's business
-    assert not daemon._new_pending()
+    assert not daemon._news()
     backend.looks = frozenset({"90", "93"})  # a hook-marked job nobody told the daemon about
-    assert daemon._new_pending() and not daemon._new_pending()
+    assert daemon._news() and not daemon._news()
     backend.looks = None
-    assert not daemon._new_pending() and not daemon.watching  # no cheap look: the interval alone
+    assert not daemon._news() and not daemon.watching  # no cheap look: the interval alone
+
+
+def test_a_gpu_job_that_left_its_nodes_between_cycles_starts_one(tmp_path):
+    """Its GPUs are free: the queue need not wait for the next interval to have them."""
+    state = cluster(nodes(2), [pending("90", per_node=8, nodes=2), running("5", {"n2": 1}), running("6", {"n1": 1})])
+    backend = Watched(state, frozenset({"90"}), frozenset({"5", "6", "7"}))
+    daemon = Daemon(Config(anchors="", watch=0.01), backend, None)
+    daemon.cycle()
+    assert daemon.seen_running == {"5", "6"}
+    assert not daemon._news()
+    backend.holding = frozenset({"5", "6"})  # 7 is no GPU job of the daemon's: no cycle for it
+    assert not daemon._news()
+    backend.holding = frozenset({"6", "8"})  # 5 ended (8: a job that started meanwhile)
+    assert daemon._news() and not daemon._news()  # told once
+    backend.holding = frozenset({"5-0"})  # 6 left too
+    assert daemon._news()
+    daemon.cycle()  # the read still shows 5 and 6 running: the look spells their ids otherwise
+    assert not daemon._news() and not daemon._news()  # which never wakes a cycle
 
 
 def test_the_watch_wakes_the_loop_long_before_the_interval(tmp_path):

@@ -213,20 +213,24 @@ def test_missing_binary_and_timeout_are_command_errors():
         run_process(["sleep", "5"], 0.1)
 
 
-#: ``squeue --noheader --states=PENDING --format=%i %k`` on the dev cluster (22.05), with the hook installed
-PENDING_COMMENTS = "19 compass nightly\n20 compass:migratable\n22_[0-3] compass\n23 compass compass:requeue\n" \
-                   "24 a,compass;b\n21 (null)\n25 compass:requeue\n26 compassion\n"
+#: ``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k`` on the dev cluster (22.05), with the hook
+LOOK = "19 PD compass nightly\n20 PD compass:migratable\n22_[0-3] PD compass\n23 PD compass compass:requeue\n" \
+       "24 PD a,compass;b\n21 PD (null)\n25 PD compass:requeue\n26 PD compassion\n30 R compass\n31 R (null)\n" \
+       "22_4 CG compass\n"
+LOOK_ARGV = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t %k"]
 
 
-def test_pending_managed_is_one_small_squeue(mixed):
-    mixed.override["squeue --noheader --states=PENDING --format=%i %k"] = (0, PENDING_COMMENTS, "")
-    assert CliBackend(runner=mixed).pending_managed() == {"19", "20", "22_[0-3]", "23", "24"}
-    assert mixed.calls == [["squeue", "--noheader", "--states=PENDING", "--format=%i %k"]]
+def test_the_look_is_one_small_squeue(mixed):
+    mixed.override[" ".join(LOOK_ARGV)] = (0, LOOK, "")
+    look = CliBackend(runner=mixed).look()
+    assert look.pending_managed == {"19", "20", "22_[0-3]", "23", "24"}
+    assert look.holding == {"30", "31", "22_4"}  # completing jobs still hold their GPUs
+    assert mixed.calls == [LOOK_ARGV]
 
 
-def test_pending_managed_failing_is_a_command_error(mixed):
-    with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING"):
-        CliBackend(runner=mixed).pending_managed()
+def test_the_look_failing_is_a_command_error(mixed):
+    with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING,RUNNING,COMPLETING"):
+        CliBackend(runner=mixed).look()
 
 
 def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
