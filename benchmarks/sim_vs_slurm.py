@@ -11,11 +11,12 @@ trace carries them as ``time_limit_s`` for the simulator). A seeded share ``--mi
 of the jobs is migratable (the trace's ``migratable`` column). Then:
 
 - live: a 64-node dev cluster (COMPASS_DEV_DIR/sim-vs-slurm, port COMPASS_DEV_PORT), the
-  real daemon (policy compass, queue backfill, ``--interval``, ``--migrations-per-hour``),
+  real daemon (its defaults: policy compass-easy, queue backfill, a look every 0.5 s between
+  cycles; and ``--interval``, ``--migrations-per-hour``),
   every job through the real wrapper at its compressed submit time, sleeping its
   duration (a migratable job checkpoints, so a requeue costs its restart only);
 - simulated: ``compass simulate`` on the same compressed trace, 64 nodes, the same
-  policy, queue, budget and cycle interval.
+  policy, queue, budget, cycle interval and look (``--watch``).
 
 Prints AJCT, mean wait per class and max partial nodes from both, and their gaps
 (target: within 10% on AJCT and waits).
@@ -41,6 +42,7 @@ sys.path[:0] = [str(TESTS), str(TESTS / "faults")]
 from harness import DaemonProcess  # noqa: E402
 from live_workload import Cluster, LiveJob, cancel_all, replay  # noqa: E402
 
+from compass_slurm.config import Config  # noqa: E402
 from compass_slurm.sim import workloads  # noqa: E402
 
 NODES, GPUS = 64, 8
@@ -121,13 +123,14 @@ def live(rows: list[dict], workdir: Path, interval: float, budget: int) -> dict:
 def simulated(trace: Path, workdir: Path, interval: float, budget: int) -> dict:
     out = workdir / "sim"
     argv = [str(REPO / ".venv" / "bin" / "compass"), "simulate", "--trace", str(trace), "--nodes", str(NODES),
-            "--gpus-per-node", str(GPUS), "--policy", "compass", "--queue", "backfill",
-            "--migrations-per-hour", str(budget), "--cycle-interval", f"{interval:g}", "--output", str(out), "--json"]
+            "--gpus-per-node", str(GPUS), "--policy", Config.policy, "--queue", Config.queue,
+            "--migrations-per-hour", str(budget), "--cycle-interval", f"{interval:g}", "--watch", f"{Config.watch:g}",
+            "--output", str(out), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"compass simulate failed: {done.stderr.strip()}")
     row = json.loads(done.stdout)[0]
-    with open(out / "timeline-compass.csv") as fh:
+    with open(out / f"timeline-{Config.policy}.csv") as fh:
         row["max_partial"] = max(int(r["partial"]) for r in csv.DictReader(fh))
     return row
 
@@ -165,8 +168,9 @@ def main() -> int:
         sim = simulated(trace, workdir, args.interval, args.migrations_per_hour)
         real = live(rows, workdir, args.interval, args.migrations_per_hour)
     print(f"Philly {args.window} first {len(rows)} jobs, time / {args.factor:g} (durations {args.min_duration}-"
-          f"{args.max_duration} s), {args.migratable:.0%} migratable, {NODES} nodes x {GPUS} GPUs, compass, "
-          f"backfill, {args.migrations_per_hour} migrations/h, cycle {args.interval:g} s\n")
+          f"{args.max_duration} s), {args.migratable:.0%} migratable, {NODES} nodes x {GPUS} GPUs, {Config.policy}, "
+          f"{Config.queue}, {args.migrations_per_hour} migrations/h, cycle {args.interval:g} s, look every "
+          f"{Config.watch:g} s; load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| figure | daemon on Slurm | compass simulate | gap (live vs sim) |")
     print("|---|---:|---:|---:|")
     print(f"| AJCT (s) | {real['ajct_s']:.1f} | {sim['ajct_s']:.1f} | {gap(real['ajct_s'], sim['ajct_s'])} |")

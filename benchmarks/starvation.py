@@ -1,4 +1,4 @@
-"""Issue 9's starvation scenario on two 16-node dev clusters at once: the compass daemon against plain Slurm.
+"""Issue 9's starvation scenario on two 16-node dev clusters at once: the daemon (its defaults) against plain Slurm.
 
     export COMPASS_DEV_PORT=22817 COMPASS_DEV_DIR=$PWD/run/bench
     .venv/bin/python benchmarks/starvation.py [--scale 1] [--migratable 0] [--seed 1] [--repeat 1]
@@ -25,6 +25,8 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS), str(TESTS / "faults")]
 from live_workload import Cluster  # noqa: E402
 from starvation_scenario import GPUS, NODES, side_by_side, workload  # noqa: E402
+
+from compass_slurm.config import Config  # noqa: E402
 
 PLAIN_PORT_OFFSET = 250
 
@@ -63,7 +65,8 @@ def main() -> int:
             c.stop()
     print(f"Starvation scenario, {NODES} nodes x {GPUS} GPUs, scale 1/{args.scale:g}, "
           f"{args.migratable:.0%} of 1-GPU jobs migratable, budget {args.migrations_per_hour}/h, "
-          f"daemon side through the {args.way}\n")
+          f"daemon ({Config.policy}, {Config.queue}, look every {Config.watch:g} s) through the {args.way}; "
+          f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| run | way | 4-node job wait (s) | stream 1-GPU mean wait (s) | all 1-GPU mean wait (s) | AJCT (s) "
           "| max partial nodes | mean partial nodes | requeues | unfinished |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

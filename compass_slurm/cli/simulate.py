@@ -50,6 +50,9 @@ DEFAULT_BUDGET = Config.migrations_per_hour
                    "and adopted pinned [default: 1].")
 @click.option("--cycle-interval", type=click.FloatRange(min=0), default=0.0, metavar="S",
               help="Act on departures every S seconds, as the daemon's cycle does (0: at once) [default: 0].")
+@click.option("--watch", type=click.FloatRange(min=0), default=Config.watch, metavar="S",
+              help="With --cycle-interval: the daemon's look every S seconds notices a departure and cycles at once "
+                   f"(0: no look) [default: {Config.watch:g}, the daemon's].")
 @click.option("--limit", type=click.IntRange(min=1),
               help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
@@ -63,7 +66,7 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
-            estimate_factor, migratable, migrations_per_hour, managed, cycle_interval, limit, window, cluster,
+            estimate_factor, migratable, migrations_per_hour, managed, cycle_interval, watch, limit, window, cluster,
             skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
     if sweep_file or sbatch:
@@ -103,7 +106,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         raise UserError(str(err)) from None
     configs = [
         SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
-                  estimate_factor=factor, migrations_per_hour=budget, cycle_interval=cycle_interval)
+                  estimate_factor=factor, migrations_per_hour=budget, cycle_interval=cycle_interval,
+                  watch=watch)
         for p in chosen
     ]
     try:
@@ -128,6 +132,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "queue": queue,
             "estimate_factor": factor,
             "cycle_interval_s": cycle_interval,
+            "watch_s": watch if cycle_interval else None,
             "migrations_per_hour": budget,
             "migratable": share_migratable,
             "managed": share_managed,

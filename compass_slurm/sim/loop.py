@@ -12,6 +12,11 @@ later. A job is paused once per event even if several of its instances moved
 in it (they restart together), and pauses from successive events add up.
 The whole gang waits, so the GPU-seconds lost are delay x the job's GPUs.
 
+The daemon in time (``cycle_interval``, ``watch``): arrivals are acted on at once (the
+wrapper's notice, or the look that finds a new managed job, wakes a cycle), departures
+at the daemon's next look (``watch``: its cheap look notices the job gone and starts a
+cycle) or next cycle, whichever comes first; the cycle then sees every event so far.
+
 The queue discipline is the Scheduler's (``fifo`` or ``backfill``, see
 scheduler.py): the simulator only tells it the time, each job's run-time estimate
 (its real duration; the Scheduler multiplies by ``estimate_factor``), and which jobs
@@ -59,6 +64,9 @@ class SimConfig:
     #: the daemon's cycle: departures are acted on at the next multiple of this many seconds (0: at once);
     #: arrivals at once, as the wrapper's notice wakes the daemon
     cycle_interval: float = 0.0
+    #: with a cycle: the daemon's look between cycles, every this many seconds, notices a departure and
+    #: starts a cycle at once (the next multiple of it, when sooner than the next cycle; 0: no look)
+    watch: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class Simulation:
         scheduler, check = self.scheduler, self.config.check
         completion = self._next_completion()
         cycle, tick = self.config.cycle_interval, math.inf  # tick: the next daemon cycle with work to do
+        look = self.config.watch if 0 < self.config.watch < cycle else cycle
         while True:
             arrival = jobs[i].submit if i < n else math.inf
             if tick < min(completion, arrival):
@@ -147,7 +156,7 @@ class Simulation:
                 self._finished(job_id)
                 if cycle:
                     step = Step(migrations=scheduler.finish(job_id, self.rate.budget(t)))
-                    tick = min(tick, math.ceil(t / cycle) * cycle)
+                    tick = min(tick, math.ceil(t / look) * look)
                 else:
                     step = scheduler.depart(job_id, now=t, budget=self.rate.budget(t))
             elif i < n:

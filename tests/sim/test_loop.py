@@ -150,6 +150,15 @@ def test_a_cycle_interval_acts_on_departures_at_the_next_cycle_and_arrivals_at_o
     assert event_driven.metrics.mean_wait_s == pytest.approx((0 + 9 + 0) / 3)
 
 
+def test_the_daemons_look_between_cycles_notices_a_departure_before_the_next_cycle():
+    nodes = make_nodes([(8, 1)])
+    jobs = [SimJob(0.0, 10.2, Job("a", 1, 8)), SimJob(1.0, 5.0, Job("b", 1, 8))]
+    looked = Simulation(jobs, SimConfig("best-fit", nodes, queue="backfill", cycle_interval=4.0, watch=0.5)).run()
+    assert looked.metrics.mean_wait_s == pytest.approx((0 + 9.5) / 2)  # a ends at 10.2, the look at 10.5
+    blind = Simulation(jobs, SimConfig("best-fit", nodes, queue="backfill", cycle_interval=4.0, watch=0.0)).run()
+    assert blind.metrics.mean_wait_s == pytest.approx((0 + 11) / 2)  # the next cycle, at 12
+
+
 def test_time_limits_from_the_trace_are_the_estimates_backfill_plans_with():
     nodes = make_nodes([(8, 2)])
     # a holds one node until 100; b (two nodes) waits for it; c would end by 50 but its limit says 200
