@@ -116,7 +116,9 @@ def test_dry_run_prints_the_commands_and_changes_nothing(idle_cluster, tmp_path)
 @pytest.mark.releases("22.05")  # 40 s of engine behaviour; placement and migration run on every release above
 def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster, tmp_path):
     rng = random.Random(7)
-    daemon = make_daemon(tmp_path, migrations_per_hour=1000)
+    # compass's bound: Compact after every departure (the default, compass-easy, compacts only while a job
+    # waits, so nothing here makes it hold two partial nodes; README "The daemon")
+    daemon = make_daemon(tmp_path, policy="compass", migrations_per_hour=1000)
     sizes = [1] * 10 + [2] * 3 + [4] * 3 + [8] * 2 + [3]
     backend = CliBackend()
     samples = []
@@ -268,7 +270,7 @@ def test_a_migrated_job_s_latest_decision_names_where_slurm_runs_it(idle_cluster
     stay = [submit(slurm, "--gpus=1", "--nodelist=node02", managed="compass:migratable") for _ in range(3)]
     subprocess.run(["scontrol", "update", f"JobId={','.join(movable + stay)}", "StartTime=now"], check=True)
     assert all(j in wait_running(backend, movable + stay) for j in movable + stay)
-    daemon = make_daemon(tmp_path, migrations_per_hour=100)
+    daemon = make_daemon(tmp_path, policy="compass", migrations_per_hour=100)  # Compact without a waiting job
     report = daemon.cycle()  # adopts all five, then Compact moves node01's two into node02
     assert sorted(report.adopted) == sorted(movable + stay)
     assert sorted(m.job_id for m in report.migrations if m.status == "done") == sorted(movable)
