@@ -51,6 +51,7 @@ def wait_running(backend: CliBackend, jobs: list[str], timeout: float = 30.0) ->
 
 
 def make_daemon(tmp_path: Path, **config) -> Daemon:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = Config(anchors=str(tmp_path / "anchors"), lease=LEASE, interval=1, **config)
     return Daemon(cfg, CliBackend(), f"sqlite:///{tmp_path / 'log.db'}")
 
@@ -145,6 +146,23 @@ def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster,
         assert len(store.samples()) == len(samples)
         assert {d.job_id for d in store.decisions()} <= set(submitted)
     assert not [j.id for j in backend.read_state().jobs if j.held]  # no requeue left a job held
+
+
+def test_the_queue_setting_decides_whether_a_blocked_head_stops_later_jobs(idle_cluster, tmp_path):
+    """``queue = "fifo"``: nothing starts past the head; ``"backfill"`` (the default) starts what fits around it."""
+    slurm = idle_cluster
+    backend = CliBackend()
+    names = sorted(n.name for n in backend.read_state().nodes)
+    blockers = [submit(slurm, "--gpus=1", f"--nodelist={name}") for name in names]  # one GPU taken on every node
+    assert all(j in wait_running(backend, blockers) for j in blockers)
+    head = submit(slurm, "--gpus=8", managed="compass")  # a whole node: none is free
+    small = submit(slurm, "--gpus=1", managed="compass")
+    fifo = make_daemon(tmp_path / "fifo", queue="fifo").cycle()
+    assert fifo.errors == [] and fifo.decisions == []
+    backfill = make_daemon(tmp_path / "backfill").cycle()
+    assert backfill.errors == [] and [d.job_id for d in backfill.decisions] == [small]
+    assert wait_running(backend, [small])[small] == backfill.decisions[0].gpus_per_node
+    assert head not in gpus_by_job(backend)
 
 
 # -- request forms: arrays, --exclusive, --mem-per-gpu, a later --begin ---------------------------
