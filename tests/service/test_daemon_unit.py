@@ -448,6 +448,12 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
     assert done.exit_code == 2 and "not JSON" in done.stderr and "Traceback" not in done.output
     done = runner.invoke(cli, ["daemon", "--policy", "nonesuch", "--once"])
     assert done.exit_code == 2 and "unknown policy 'nonesuch'" in done.stderr
+    config = tmp_path / "compass.toml"
+    config.write_text('[compass]\nqueue = "easy"\n')
+    done = runner.invoke(cli, ["daemon", "--config", str(config), "--once"])
+    assert done.exit_code == 2 and "Traceback" not in done.output
+    assert f"queue = 'easy' (from {config}) is not one of backfill, fifo" in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2  # the error line (and its hint)
 
 
 # -- the loop, the control socket, signals ----------------------------------------------------
