@@ -63,9 +63,10 @@ def main() -> int:
     finally:
         for c in clusters:
             c.stop()
+    watch = float(os.environ.get("COMPASS_WATCH") or Config.watch)  # the daemon's, as DaemonProcess passes it on
     print(f"Starvation scenario, {NODES} nodes x {GPUS} GPUs, scale 1/{args.scale:g}, "
           f"{args.migratable:.0%} of 1-GPU jobs migratable, budget {args.migrations_per_hour}/h, "
-          f"daemon ({Config.policy}, {Config.queue}, look every {Config.watch:g} s) through the {args.way}; "
+          f"daemon ({Config.policy}, {Config.queue}, look every {watch:g} s) through the {args.way}; "
           f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| run | way | 4-node job wait (s) | stream 1-GPU mean wait (s) | all 1-GPU mean wait (s) | AJCT (s) "
           "| max partial nodes | mean partial nodes | requeues | unfinished |")
