@@ -36,8 +36,6 @@ the same way; it does no I/O and reads no clock):
   the lowest priority. ``eligible`` limits its nodes (partition, CPUs, memory);
   None means any node. ``managed=False``: the job is placed as Slurm itself would
   (``foreign``) and adopted pinned, as the daemon does with plain sbatch jobs.
-- ``prioritize(job_ids)``: the queue order from now on (the daemon passes Slurm's
-  priority order each cycle); queued jobs not named keep their order behind.
 - ``adopt(job, nodes, start, limit)``: a running job the scheduler did not start.
 - ``requeue(jobs)``: the queue from now on is exactly ``jobs`` in that order (the daemon
   passes Slurm's pending jobs in priority order each cycle); a job queued already as it
@@ -183,12 +181,6 @@ class Scheduler:
             if heap is None:
                 heap = self._shortest[shape] = []
             heapq.heappush(heap, (self._estimate(entry), job.id))
-
-    def prioritize(self, job_ids: Sequence[str]) -> None:
-        """Reorder the queue: ``job_ids`` first in that order, other queued jobs after, as they were."""
-        named = {j: None for j in job_ids if j in self.queue}
-        rest = [j for j in self.queue if j not in named]
-        self.queue = {j: self.queue[j] for j in [*named, *rest]}
 
     def requeue(self, jobs: Iterable[tuple[Job, frozenset[str] | None, float | None]]) -> None:
         """The queue is ``jobs`` (job, eligible nodes, limit) in this order; queued jobs not named leave it.

@@ -105,16 +105,6 @@ def test_a_job_past_its_estimate_is_expected_to_end_now():
     assert s.reservation.shadow == 50
 
 
-def test_prioritize_sets_the_order_the_daemon_reads_from_slurm():
-    s = scheduler(1, queue="fifo")
-    s.arrive(Job("a", 1, 8), now=0, limit=10)
-    for job_id in ("x", "y", "z"):
-        s.submit(Job(job_id, 1, 8), limit=10)
-    s.prioritize(["z", "unknown", "x"])
-    assert list(s.queue) == ["z", "x", "y"]
-    assert started(s.depart("a", now=10)) == ["z"]
-
-
 def test_requeue_keeps_unchanged_entries_and_replaces_the_rest():
     s = scheduler(1)
     s.arrive(Job("a", 1, 8), now=0, limit=10)
