@@ -304,3 +304,21 @@ def test_a_migrated_job_s_latest_decision_names_where_slurm_runs_it(idle_cluster
         last = json.loads(done.stdout)[-1]
         assert (last["action"], last["nodes"], last["from"]) == ("migrated", ["node02"], ["node01"])
         assert last["gpus_per_node"] == gpus_by_job(backend)[job] == {"node02": 1}
+
+
+def test_the_look_between_cycles_sees_a_new_managed_job_and_one_that_ended(idle_cluster, tmp_path):
+    slurm = idle_cluster
+    backend = CliBackend()
+    short = submit(slurm, "--gpus=1")
+    assert short in wait_running(backend, [short])
+    daemon = make_daemon(tmp_path)
+    assert daemon.cycle().adopted == [short]
+    assert not daemon._news()  # the look agrees with the cycle's read: nothing new
+    waiting = submit(slurm, "--gpus=1", managed="compass")
+    assert daemon._news() and not daemon._news()  # the new managed job, told once
+    subprocess.run(["scancel", short], check=True)
+    deadline = time.monotonic() + 30
+    while not daemon._news():  # until the ended job has left its node
+        assert time.monotonic() < deadline, f"the look never saw job {short} end"
+        time.sleep(0.3)
+    assert waiting in backend.look().pending_managed and short not in backend.look().holding
