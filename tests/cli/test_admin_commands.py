@@ -135,6 +135,7 @@ def test_the_shipped_example_config_loads() -> None:
     settings = json_of("config", "show", "--config", str(etc))["settings"]
     assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
+    assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
 
 
 def test_policies_lists_every_registered_policy() -> None:
