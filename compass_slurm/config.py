@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+# The budget's words live with the rate limit that resolves them, a module of plain Python (no policy is loaded).
+from .engine.rate_limit import DEFAULT as DEFAULT_BUDGET, parse_setting
+
 DEFAULT_FILE = Path("/etc/compass/config.toml")
 
 
@@ -52,8 +55,9 @@ class Config:
     interactive: str = "managed"
     #: the lease of an interactive allocation through the hook: short, so it starts within a cycle or two.
     interactive_lease: float = 10.0
-    #: at most this many instance migrations (requeues) per hour; 0 disables migration.
-    migrations_per_hour: int = 12
+    #: the migration budget over a sliding hour: a whole number (0 disables migration), "unlimited", or
+    #: "per-node": one per managed GPU node, at least 12, following the nodes (engine/rate_limit.py).
+    migrations_per_hour: int | str = DEFAULT_BUDGET
     #: partitions the daemon manages; empty means every partition with GPU nodes.
     partitions: tuple[str, ...] = ()
     #: Prometheus textfile written every cycle; empty disables it.
@@ -71,14 +75,20 @@ def _settings() -> dict[str, type]:
     return {f.name: f.type for f in fields(Config) if f.name != "sources"}
 
 
-#: settings that take one of a few words ("queue": engine.scheduler.QUEUES, not imported here: the wrapper
-#: reads the config on every submission and must not load the engine; tests/test_config.py holds them equal)
+#: settings that take one of a few words ("queue": engine.scheduler.QUEUES, not imported here: the wrapper reads
+#: the config on every submission and must not load the scheduler and its policies; tests/test_config.py holds
+#: them equal)
 CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged"),
            "queue": ("backfill", "fifo")}
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:
     kind = _settings()[name]
+    if name == "migrations_per_hour":
+        try:
+            return parse_setting(value)
+        except ValueError as err:
+            raise ConfigError(f"{name} = {value!r} (from {origin}) is {err}") from None
     if name in CHOICES and value not in CHOICES[name]:
         raise ConfigError(f"{name} = {value!r} (from {origin}) is not one of {', '.join(CHOICES[name])}")
     try:

@@ -87,6 +87,7 @@ class Doctor:
             ("backend", self.backend_check),
             ("--json support", self.json_support),
             ("GPU usage source", self.gpu_source),
+            ("migration budget", self.migration_budget),
             ("decision log", self.database),
             ("daemon socket", self.daemon_socket),
             ("submit hook", self.submit_hook),
@@ -196,6 +197,22 @@ class Doctor:
         used = sum(n.gpus_used for n in gpus)
         return (f"per-node GresUsed and per-job GRES detail (no slurmdbd needed): "
                 f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
+
+    def migration_budget(self) -> str:
+        """The ``migrations_per_hour`` setting and what it comes to on the GPU nodes the daemon would manage."""
+        from ..engine.rate_limit import PER_NODE, PER_NODE_FLOOR
+        from ..service.status import managed_budget
+        from .status import budget_text
+
+        setting = self.config.migrations_per_hour
+        if self.state is None:
+            if setting == PER_NODE:
+                raise Info(f"{PER_NODE}: one migration per managed GPU node per hour, at least {PER_NODE_FLOOR}; "
+                           "the node count needs Slurm (see the backend check)", SLURM_HINT)
+            return f"migrations_per_hour = {setting!r}"
+        resolved = managed_budget(self.state, setting, self.config.partitions)
+        scope = ", ".join(self.config.partitions) or "all partitions"
+        return f"migrations_per_hour = {setting!r}: {budget_text(setting, resolved)} ({scope})"
 
     def database(self) -> str:
         from ..service.store import SCHEMA_VERSION as CODE_SCHEMA

@@ -43,8 +43,9 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--migratable", metavar="FRACTION",
               help="Share of jobs that may be migrated, drawn with --seed [default: the trace's 'migratable' "
                    "column, else all].")
-@click.option("--migrations-per-hour", metavar="N|unlimited",
-              help=f"Migration budget over a sliding hour, as the daemon's [default: {DEFAULT_BUDGET}].")
+@click.option("--migrations-per-hour", metavar="N|unlimited|per-node",
+              help="Migration budget over a sliding hour, as the daemon's; per-node: one per node, at least 12 "
+                   f"[default: {DEFAULT_BUDGET}].")
 @click.option("--managed", metavar="FRACTION", default="1",
               help="Share of jobs submitted through the wrapper; the rest are placed as Slurm places them "
                    "and adopted pinned [default: 1].")
@@ -73,6 +74,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         _sweep(sweep_file, sbatch, as_json)
         return
     from ..engine.policies.base import policy_names
+    from ..engine.rate_limit import per_hour
     from ..sim import sizing, synthetic as synth, workloads
     from ..sim.loop import InvariantError, SimConfig
 
@@ -133,7 +135,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "estimate_factor": factor,
             "cycle_interval_s": cycle_interval,
             "watch_s": watch if cycle_interval else None,
-            "migrations_per_hour": budget,
+            "migrations_per_hour": per_hour(budget, len(cluster_nodes)),
+            "migrations_per_hour_setting": budget,
             "migratable": share_migratable,
             "managed": share_managed,
             "seed": seed,
@@ -179,18 +182,15 @@ def _fraction(option: str, text: str) -> float:
     return value
 
 
-def _budget(text: str | None) -> int | None:
+def _budget(text: str | None) -> int | str:
+    from ..engine.rate_limit import parse_setting
+
     if text is None:
         return DEFAULT_BUDGET
-    if text.strip().lower() == "unlimited":
-        return None
     try:
-        value = int(text)
-    except ValueError:
-        raise UserError(f"--migrations-per-hour {text!r} is not a whole number or 'unlimited'") from None
-    if value < 0:
-        raise UserError(f"--migrations-per-hour {text!r} is negative: give 0 (no migrations) or more")
-    return value
+        return parse_setting(text)
+    except ValueError as err:
+        raise UserError(f"--migrations-per-hour {text!r} is {err}") from None
 
 
 def _policies(text: str | None, known: list[str]) -> list[str]:
@@ -293,12 +293,13 @@ def _table(rows: list[dict], skipped) -> None:
         out.width = 200  # a pipe or file gets the whole table, not an 80-column squeeze
     out.print(table)
     window = "the time the queue was non-empty" if first["averaged_over"] == "queued" else "the whole run"
-    budget = first["migrations_per_hour"]
+    budget, setting = first["migrations_per_hour"], first["migrations_per_hour_setting"]
     migratable = "as in the trace" if first["migratable"] is None else f"{first['migratable']:g}"
     notes = [
         f"AFR, AGU, SIF<=2/N and WCC averaged over {window}",
         f"queue {first['queue']}, estimates x{first['estimate_factor']:g}, "
-        f"{'unlimited' if budget is None else budget} migrations per hour, migratable {migratable}, "
+        f"{'unlimited' if budget is None else budget} migrations per hour"
+        f"{f' ({setting})' if setting == 'per-node' else ''}, migratable {migratable}, "
         f"managed {first['managed']:g}",
     ]
     mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}

@@ -53,7 +53,8 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     state = read_slurm(snapshot)
     try:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
-            status = build_status(state, partition, config.policy, config.migratable, config.queue)
+            status = build_status(state, partition, config.policy, config.migratable, config.queue,
+                                  config.migrations_per_hour, config.partitions)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
@@ -93,6 +94,7 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     read = datetime.fromtimestamp(status.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     parts: list[RenderableType] = [
         Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue} · "
+             f"{budget_text(status.migrations_per_hour_setting, status.migrations_per_hour)} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
         Text(),
@@ -109,6 +111,13 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     elif note != "not asked for":
         parts.append(Text(f"decisions: not shown ({note})", style="bright_black"))
     return parts
+
+
+def budget_text(setting: int | str, per_hour: int | None) -> str:
+    """The migration budget as the admin set it and what it comes to: "59 migrations/h (per-node)"."""
+    if per_hour is None:
+        return "unlimited migrations"
+    return f"{per_hour} migrations/h" + (f" ({setting})" if setting != per_hour else "")
 
 
 def _summary_line(status: Status) -> Any:

@@ -9,7 +9,8 @@ A cycle reads Slurm's state once and then runs four steps:
   Slurm's time limits as run-time estimates: the highest-priority job that does not fit
   gets a reservation, and lower jobs start only where they do not delay it;
 - actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
-  (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour),
+  (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour: by default one per
+  managed GPU node, at least 12, re-resolved when the nodes change),
   renew the begin-time leases of managed jobs still waiting;
 - publish (``publish.py``): log decisions, migrations, errors and a sample to the
   decision log in one transaction, rewrite the Prometheus textfile and the anchors file.
@@ -190,6 +191,7 @@ class Daemon:
             if policy is not None:
                 log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
+            self.rate.resize(len(obs.nodes))  # a per-node budget follows the GPU nodes managed
             self.books.forget()
             self._take_over(obs, policy, now)
         report.budget = self.rate.budget(now)

@@ -18,6 +18,7 @@ from ..config import Config
 from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, NodeView
 from ..engine.policies.base import Policy, make_policy
+from ..engine.rate_limit import per_hour
 from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.translate import Request, Translator, adoption_order, array_tasks, priority_order, request
 
@@ -89,6 +90,10 @@ class Status:
     policy: str
     #: the daemon's queue discipline (the config's ``queue``), shown beside its policy
     queue: str
+    #: the daemon's migration budget: the config's ``migrations_per_hour`` and what it comes to on the
+    #: GPU nodes the daemon manages (None: unlimited)
+    migrations_per_hour_setting: int | str
+    migrations_per_hour: int | None
     partition: str | None
     slurm_version: str
     read_at: float
@@ -118,6 +123,8 @@ class Status:
             "within_bound": self.fragmentation.within_bound,
             "policy": self.policy,
             "queue": self.queue,
+            "migrations_per_hour": self.migrations_per_hour,
+            "migrations_per_hour_setting": self.migrations_per_hour_setting,
             "partition": self.partition,
             "slurm_version": self.slurm_version,
             "read_at": self.read_at,
@@ -138,7 +145,11 @@ class StatusError(ValueError):
 
 
 def build_status(state: SlurmState, partition: str | None = None, policy: str = Config.policy,
-                 migratable: str = Config.migratable, queue: str = Config.queue) -> Status:
+                 migratable: str = Config.migratable, queue: str = Config.queue,
+                 migrations_per_hour: int | str = Config.migrations_per_hour,
+                 partitions: tuple[str, ...] = Config.partitions) -> Status:
+    """The cluster as ``state`` shows it (``partition``: only that one); ``partitions`` are the daemon's, whose
+    GPU nodes a per-node migration budget counts whatever ``partition`` shows."""
     if partition is not None and partition not in {p.name for p in state.partitions}:
         known = ", ".join(p.name for p in state.partitions) or "none"
         raise StatusError(f"no partition {partition!r} (partitions: {known})")
@@ -155,6 +166,8 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         fragmentation=measure(adopted.cluster),
         policy=policy,
         queue=queue,
+        migrations_per_hour_setting=migrations_per_hour,
+        migrations_per_hour=managed_budget(state, migrations_per_hour, partitions),
         partition=partition,
         slurm_version=state.version,
         read_at=state.read_at,
@@ -164,6 +177,11 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         abs_violations=violations,
         orphans=adopted.orphans(),
     )
+
+
+def managed_budget(state: SlurmState, setting: int | str, partitions: tuple[str, ...]) -> int | None:
+    """The daemon's migrations per hour on ``state``: ``setting`` resolved on the GPU nodes of ``partitions``."""
+    return per_hour(setting, len(Translator(state, partitions).nodes))
 
 
 def adopt(translator: Translator, policy: str) -> Policy:

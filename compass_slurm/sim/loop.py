@@ -36,7 +36,7 @@ from ..engine.fragmentation import measure
 from ..engine.model import Node
 from ..engine.policies.base import make_policy
 from ..engine.policies.slurm_like import slurm_nodes
-from ..engine.rate_limit import RateLimit
+from ..engine.rate_limit import RateLimit, Setting
 from ..engine.scheduler import Scheduler, Step
 from ..native_stdout import native_stdout_silenced
 from .metrics import Metrics, Timeline, summarize
@@ -59,8 +59,8 @@ class SimConfig:
     check: bool = False
     keep_timeline: bool = True
     estimate_factor: float = 1.0
-    #: the daemon's sliding-hour budget; None: unlimited
-    migrations_per_hour: int | None = None
+    #: the daemon's sliding-hour budget, a ``migrations_per_hour`` setting (engine/rate_limit.py); None: unlimited
+    migrations_per_hour: Setting | None = None
     #: the daemon's cycle: departures are acted on at the next multiple of this many seconds (0: at once);
     #: arrivals at once, as the wrapper's notice wakes the daemon
     cycle_interval: float = 0.0
@@ -112,7 +112,7 @@ class Simulation:
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
         self.scheduler = Scheduler(self.policy, config.queue, config.estimate_factor, foreign=slurm_nodes)
-        self.rate = RateLimit(config.migrations_per_hour)
+        self.rate = RateLimit(config.migrations_per_hour, len(config.nodes))
         self.by_id = {sj.job.id: sj for sj in jobs}
         self.total_gpus = sum(n.gpus for n in config.nodes)
         self.now = 0.0
@@ -270,7 +270,7 @@ class Simulation:
             self.scheduler.check()
         except AssertionError as err:
             raise InvariantError(f"{where}: scheduler: {err}") from None
-        budget = self.config.migrations_per_hour
+        budget = self.rate.per_hour
         if budget is not None and self.rate.budget(self.now) is not None and len(self.rate.times) > budget:
             raise InvariantError(f"{where}: {len(self.rate.times)} migrations in the last hour exceed {budget}")
         try:

@@ -6,7 +6,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     policies = ["compass", "best-fit"]    # required
     eta = [0.85, 0.90]                    # default 0.90
     queue = ["backfill", "fifo"]          # default backfill
-    migrations_per_hour = [12, "unlimited"]  # the migration budget; default 12
+    migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
 
     [[windows]]                           # at least one
@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import write_atomic
+from ..engine.rate_limit import DEFAULT as DEFAULT_BUDGET, parse_setting
 
 if TYPE_CHECKING:
     from ..slurm.cli_backend import Runner
@@ -57,8 +58,6 @@ TASKS = "tasks"
 QUEUES = ("fifo", "backfill")
 DEFAULT_ETA = 0.90
 DEFAULT_QUEUE = "backfill"
-DEFAULT_BUDGET = 12
-UNLIMITED = "unlimited"
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--json", "--output",
@@ -155,10 +154,12 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
-    budgets = _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad)
-    for b in budgets:
-        if b != UNLIMITED and (isinstance(b, str) or b < 0):
-            raise bad(f"migrations_per_hour {b!r} is not a whole number >= 0 or {UNLIMITED!r}")
+    budgets = []
+    for b in _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad):
+        try:
+            budgets.append(parse_setting(b))
+        except ValueError as err:
+            raise bad(f"migrations_per_hour {b!r} is {err}") from None
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
         if opt.split("=")[0] in OWN_OPTIONS:
@@ -360,7 +361,7 @@ def collect(plan: Plan) -> Collected:
             failed.append((task, _failure(plan, task)))
             continue
         coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
-                       "queue": task.queue, "migrations_per_hour": task.migrations_per_hour}
+                       "queue": task.queue, "migrations_per_hour_setting": task.migrations_per_hour}
         rows += [{**row, **coordinates} for row in found]
     return Collected(rows, failed)
 
@@ -390,7 +391,7 @@ def write_results(plan: Plan, collected: Collected) -> str:
 
 COLUMNS = (
     ("window", "window", str), ("policy", "policy", str), ("eta", "eta", "{:g}".format),
-    ("queue", "queue", str), ("budget/h", "migrations_per_hour", str), ("nodes", "nodes", str),
+    ("queue", "queue", str), ("budget/h", "migrations_per_hour_setting", str), ("nodes", "nodes", str),
     ("AJCT (s)", "ajct_s", "{:,.0f}".format), ("mean wait (s)", "mean_wait_s", "{:,.0f}".format),
     ("AFR", "afr", "{:.4f}".format), ("time SIF <= 2/N", "sif_bound_frac", "{:.2%}".format),
     ("AGU", "agu", "{:.4f}".format), ("migrations", "migrations", "{:,}".format),
@@ -425,7 +426,7 @@ def plot(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
         by_window.setdefault(row["window"], []).append(row)
     fig, axes = plt.subplots(len(by_window), 1, figsize=(10, 2.8 * len(by_window)), squeeze=False)
     for ax, (window, group) in zip(axes[:, 0], by_window.items()):
-        labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour']}" for r in group]
+        labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour_setting']}" for r in group]
         ax.bar(range(len(group)), [r["ajct_s"] for r in group])
         ax.set_xticks(range(len(group)), labels, fontsize=7)
         ax.set_ylabel("AJCT (s)")

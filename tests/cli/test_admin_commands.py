@@ -26,7 +26,9 @@ def test_doctor_without_slurm_fails_each_check_with_a_hint(monkeypatch, isolated
     checks = {c["name"]: c for c in doc["checks"]}
     assert doc["ok"] is False and doc["schema_version"] == 1
     assert list(checks) == ["installation", "config file", "Slurm version", "backend", "--json support",
-                            "GPU usage source", "decision log", "daemon socket", "submit hook"]
+                            "GPU usage source", "migration budget", "decision log", "daemon socket", "submit hook"]
+    # the default budget counts the managed GPU nodes, which only Slurm can tell: said, not failed
+    assert checks["migration budget"]["level"] == "info" and "per-node" in checks["migration budget"]["detail"]
     assert checks["config file"]["ok"] is True  # the isolated config file exists
     assert checks["installation"]["ok"] is True
     for name in ("Slurm version", "backend", "GPU usage source", "decision log", "daemon socket"):
@@ -90,11 +92,50 @@ def test_config_show_bad_value_is_a_clear_error(isolated: Path) -> None:
     assert "interval = -1" in result.stderr and "hint: " in result.stderr and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(("text", "value"), [("", "per-node"), ('"per-node"', "per-node"), ("48", 48), ("0", 0),
+                                           ('"unlimited"', "unlimited"), ('"Unlimited"', "unlimited")])
+def test_the_migration_budget_is_a_number_unlimited_or_per_node(isolated: Path, text: str, value) -> None:
+    isolated.write_text(f"[compass]\nmigrations_per_hour = {text}\n" if text else "[compass]\n")
+    assert json_of("config", "show")["settings"]["migrations_per_hour"]["value"] == value
+
+
+@pytest.mark.parametrize(("where", "text"), [("file", "-1"), ("file", '"lots"'), ("file", "1.5"), ("env", "per_node")])
+def test_a_bad_migration_budget_is_one_line_and_exit_2(isolated: Path, where: str, text: str) -> None:
+    if where == "file":
+        isolated.write_text(f"[compass]\nmigrations_per_hour = {text}\n")
+        result = invoke("config", "show")
+    else:
+        result = invoke("config", "show", env={"COMPASS_MIGRATIONS_PER_HOUR": text})
+    assert result.exit_code == 2
+    (error, *_) = result.stderr.splitlines()
+    assert error.startswith("compass: error: migrations_per_hour = ") and "Traceback" not in result.output
+    assert "'unlimited' or 'per-node'" in error or "negative" in error
+
+
+def test_doctor_says_the_budget_and_what_it_comes_to_on_the_managed_nodes(isolated: Path, monkeypatch) -> None:
+    from compass_slurm.cli import doctor
+    from compass_slurm.slurm import snapshot
+
+    def read(self):
+        self.state = snapshot.load(MIXED)  # 16 GPU nodes
+        return "recorded"
+
+    monkeypatch.setattr(doctor.Doctor, "backend_check", read)
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    budget = checks["migration budget"]
+    assert (budget["level"], budget["detail"]) == ("pass", "migrations_per_hour = 'per-node': 16 migrations/h "
+                                                           "(per-node) (all partitions)")
+    isolated.write_text('[compass]\nmigrations_per_hour = 12\npartitions = ["gpu"]\n')
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert checks["migration budget"]["detail"] == "migrations_per_hour = 12: 12 migrations/h (gpu)"
+
+
 def test_the_shipped_example_config_loads() -> None:
     etc = Path(__file__).resolve().parents[2] / "etc" / "config.toml"
     settings = json_of("config", "show", "--config", str(etc))["settings"]
     assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
+    assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
 
 
 def test_policies_lists_every_registered_policy() -> None:

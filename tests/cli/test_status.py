@@ -38,6 +38,21 @@ def test_json_on_the_recorded_16_node_cluster() -> None:
     assert doc["decisions"] is None and doc["decisions_note"].startswith("no decision log at ")
 
 
+def test_status_says_the_migration_budget_and_what_it_comes_to(isolated: Path, large: Path) -> None:
+    doc = json_of("status", "--snapshot", str(MIXED))
+    assert (doc["migrations_per_hour_setting"], doc["migrations_per_hour"]) == ("per-node", 16)  # 16 GPU nodes
+    assert "16 migrations/h (per-node)" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
+    # --partition narrows the map, not the daemon's budget: it counts the GPU nodes the daemon manages
+    doc = json_of("status", "--snapshot", str(large), "--partition", "h100")
+    assert (doc["nodes"], doc["migrations_per_hour"]) == (500, 2000)
+    isolated.write_text('[compass]\npartitions = ["h100"]\n')
+    assert json_of("status", "--snapshot", str(large))["migrations_per_hour"] == 500
+    isolated.write_text('[compass]\nmigrations_per_hour = "unlimited"\n')
+    doc = json_of("status", "--snapshot", str(MIXED))
+    assert (doc["migrations_per_hour_setting"], doc["migrations_per_hour"]) == ("unlimited", None)
+    assert "unlimited migrations" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
+
+
 def test_json_on_2000_nodes(large: Path) -> None:
     state = snapshot.load(large)
     doc = json_of("status", "--snapshot", str(large))

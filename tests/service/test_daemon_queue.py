@@ -70,7 +70,10 @@ def test_the_daemon_defaults_are_the_simulators():
     from compass_slurm.cli import simulate
 
     assert (Config.policy, Config.queue) == ("compass-easy", "backfill")
+    from compass_slurm.sim import sweep
+
     assert simulate.DEFAULT_QUEUE == Config.queue and simulate.DEFAULT_BUDGET == Config.migrations_per_hour
+    assert sweep.DEFAULT_BUDGET == Config.migrations_per_hour == "per-node"
     assert set(CHOICES["queue"]) == set(QUEUES)  # the config cannot import the engine: the names are held equal
 
 

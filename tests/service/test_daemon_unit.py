@@ -367,6 +367,19 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
         assert [d.action for d in store.decisions(job="8")] == ["migrated"]
 
 
+def test_the_default_budget_is_one_migration_per_managed_gpu_node_and_follows_the_nodes(tmp_path):
+    daemon, backend, _ = daemon_for(cluster(nodes(3), []), tmp_path)
+    assert Config().migrations_per_hour == "per-node"
+    assert daemon.cycle().budget == 12  # at least 12
+    backend.state = cluster(nodes(20), [])
+    assert daemon.cycle().budget == 20 and daemon.rate.per_hour == 20
+    backend.state = cluster(nodes(16), [])  # four nodes left
+    assert daemon.cycle().budget == 16
+    (tmp_path / "fixed").mkdir()
+    fixed, _, _ = daemon_for(cluster(nodes(20), []), tmp_path / "fixed", migrations_per_hour=12)
+    assert fixed.cycle().budget == 12
+
+
 def test_pinned_jobs_never_migrate(tmp_path):
     jobs = [running(str(i), {"n1": 1}, comment="compass") for i in range(1, 3)]
     jobs += [running(str(i), {"n2": 1}) for i in range(3, 9)]

@@ -13,7 +13,7 @@ CONTRACT = {
     "policy", "nodes", "gpus_per_node", "jobs", "afr", "ajct_s", "agu", "max_sif", "sif_bound_frac",
     "wcc_frac", "migrations", "mean_wait_s", "p99_wait_s", "wall_s", "mean_wait_by_class_s",
     "p99_wait_by_class_s", "bounded_slowdown", "migrations_per_hour_max", "queue", "estimate_factor",
-    "migrations_per_hour", "migratable", "managed",
+    "migrations_per_hour", "migrations_per_hour_setting", "migratable", "managed",
 }
 CLASSES = {"1", "2-4", "5-7", "whole-node"}
 
@@ -47,8 +47,11 @@ def test_json_has_the_contract_keys_per_policy(trace):
         assert row["instance_mapping"] == {"divisor": 1, "single": 3}  # 12 GPUs -> 2 x 6
         assert row["skipped_rows"] == 0
         assert row["mean_wait_by_class_s"].keys() == row["p99_wait_by_class_s"].keys() == CLASSES
-        # the daemon's defaults: EASY backfill, 12 migrations per sliding hour, estimates as given
-        assert (row["queue"], row["migrations_per_hour"], row["estimate_factor"]) == ("backfill", 12, 1.0)
+        # the daemon's defaults: EASY backfill, one migration per node per sliding hour but at least 12
+        # (2 nodes: 12), estimates as given
+        assert (row["queue"], row["migrations_per_hour_setting"], row["migrations_per_hour"]) == (
+            "backfill", "per-node", 12)
+        assert row["estimate_factor"] == 1.0
         assert (row["migratable"], row["managed"]) == (None, 1.0)
 
 
@@ -63,7 +66,24 @@ def test_queue_budget_and_shares_reach_the_simulation(trace):
     result = simulate("--trace", str(trace), "--policy", "compass", "--nodes", "2", "--json",
                       "--migrations-per-hour", "unlimited", "--backfill")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)[0]["migrations_per_hour"] is None
+    (row,) = json.loads(result.stdout)
+    assert (row["migrations_per_hour_setting"], row["migrations_per_hour"]) == ("unlimited", None)
+
+
+@pytest.mark.parametrize(("setting", "nodes", "parsed", "resolved"), [
+    ("per-node", 3, "per-node", 12), ("per-node", 20, "per-node", 20), ("PER-NODE", 20, "per-node", 20),
+    ("12", 20, 12, 12)])
+def test_the_per_node_budget_is_resolved_on_the_simulated_cluster(tmp_path, setting, nodes, parsed, resolved):
+    """What the JSON says the run used is what the simulation spent: never more in an hour."""
+    rows = "".join(f"j{i},{i * 10},{100 + i % 7 * 50},{1 + i % 3}\n" for i in range(60))
+    path = tmp_path / "many.csv"
+    path.write_text("job_id,submit_time_s,duration_s,num_gpus\n" + rows)
+    result = simulate("--trace", str(path), "--policy", "compass", "--nodes", str(nodes), "--json", "--check",
+                      "--migrations-per-hour", setting)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["migrations_per_hour"] == resolved and row["migrations_per_hour_max"] <= resolved
+    assert row["migrations_per_hour_setting"] == parsed
 
 
 def test_migratable_column_is_read_unless_a_share_is_given(tmp_path):
@@ -124,7 +144,9 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
         (["--managed", "-0.1"], "--managed '-0.1' is outside [0, 1]"),
         (["--migratable", "half"], "--migratable 'half' is not a number"),
         (["--migrations-per-hour", "-1"], "--migrations-per-hour '-1' is negative"),
-        (["--migrations-per-hour", "lots"], "--migrations-per-hour 'lots' is not a whole number or 'unlimited'"),
+        (["--migrations-per-hour", "lots"],
+         "--migrations-per-hour 'lots' is not a whole number >= 0, 'unlimited' or 'per-node'"),
+        (["--migrations-per-hour", "1.5"], "--migrations-per-hour '1.5' is not a whole number >= 0"),
         (["--estimate-factor", "0"], "--estimate-factor '0' must be a finite number > 0"),
     ],
 )

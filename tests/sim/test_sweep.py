@@ -25,7 +25,7 @@ GOOD = """
 policies = ["best-fit", "compass"]
 eta = [0.9, 1.0]
 queue = "backfill"
-migrations_per_hour = [0, "unlimited"]
+migrations_per_hour = [0, "per-node"]
 options = ["--migration-delay", "4"]
 
 [[windows]]
@@ -72,9 +72,9 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
     ('policies = "best-fit"\neta = "high"\n[[windows]]\ntrace = "t.csv"\n', "'eta': 'high' is not an int or float"),
     ('policies = "best-fit"\nqueue = "lifo"\n[[windows]]\ntrace = "t.csv"\n', "unknown queue 'lifo'"),
     ('policies = "best-fit"\nmigrations_per_hour = -1\n[[windows]]\ntrace = "t.csv"\n',
-     "migrations_per_hour -1 is not a whole number >= 0 or 'unlimited'"),
+     "migrations_per_hour -1 is negative: give 0 (no migrations) or more"),
     ('policies = "best-fit"\nmigrations_per_hour = "lots"\n[[windows]]\ntrace = "t.csv"\n',
-     "migrations_per_hour 'lots' is not a whole number"),
+     "migrations_per_hour 'lots' is not a whole number >= 0, 'unlimited' or 'per-node'"),
     ('policies = "best-fit"\npolicy = "x"\n[[windows]]\ntrace = "t.csv"\n', "unknown key 'policy'"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "missing.csv"\n', "windows #1: trace missing.csv not found"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nwindow = "9d:2d"\n', "START must be before END"),
@@ -108,8 +108,9 @@ def test_a_local_sweep_merges_what_ran_and_names_what_failed(sweep_dir):
     out = sweep_dir / "s-results"
     rows = json.loads((out / "results.json").read_text())
     assert len(rows) == 8 and {r["window"] for r in rows} == {"all"}
-    assert {(r["policy"], r["eta"], r["migrations_per_hour"]) for r in rows} == {
-        (p, e, b) for p in ("best-fit", "compass") for e in (0.9, 1.0) for b in (0, "unlimited")}
+    # the grid's coordinate is the setting; each row keeps what it came to (per-node: at least 12 on a few nodes)
+    assert {(r["policy"], r["eta"], r["migrations_per_hour_setting"], r["migrations_per_hour"]) for r in rows} == {
+        (p, e, *b) for p in ("best-fit", "compass") for e in (0.9, 1.0) for b in ((0, 0), ("per-node", 12))}
     assert all(r["jobs"] == 5 and r["queue"] == "backfill" for r in rows)
     failed = json.loads((out / "failed.json").read_text())
     assert [f["task"] for f in failed] == list(range(8, 16))
