@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from compass_slurm.engine.model import Job, Migration
@@ -11,7 +13,7 @@ from compass_slurm.sim import loop
 from compass_slurm.sim.loop import InvariantError, SimConfig, Simulation, simulate
 from compass_slurm.sim.sizing import make_nodes
 from compass_slurm.sim.synthetic import generate
-from compass_slurm.sim.workloads import SimJob, to_jobs
+from compass_slurm.sim.workloads import SimJob, load_csv, to_jobs
 
 
 def sim_job(job_id: str, submit: float, duration: float, instances: int, gpus: int) -> SimJob:
@@ -169,3 +171,23 @@ def test_time_limits_from_the_trace_are_the_estimates_backfill_plans_with():
     trusting = [*jobs[:2], SimJob(2.0, 50.0, Job("c", 1, 8))]
     assert Simulation(trusting, SimConfig("best-fit", nodes, queue="backfill")).run().metrics.mean_wait_s == (
         pytest.approx((0 + 99 + 0) / 3))
+
+
+def _orphan_churn(seed: int) -> tuple[list[SimJob], int]:
+    """Small clusters, jobs of 1-16 GPUs arriving close together: orphans and vacancies on several nodes at once."""
+    rng = random.Random(seed)
+    nodes = rng.randint(2, 6)
+    rows = ["job_id,submit_time_s,duration_s,num_gpus"]
+    for k in range(rng.randint(20, 120)):
+        rows.append(f"j{k},{k * rng.randint(1, 30)},{rng.randint(30, 900)},{rng.choice((1, 1, 1, 2, 3, 4, 8, 16))}")
+    jobs, _ = to_jobs(load_csv("\n".join(rows) + "\n").records, 8)
+    return jobs, nodes
+
+
+@pytest.mark.parametrize(("seed", "budget", "queue"), [(19, 30, "fifo"), (45, 20, "backfill"), (90, 29, "backfill"),
+                                                       (124, 11, "fifo"), (134, 27, "backfill")])
+def test_compass_easy_under_a_scarce_budget_never_overfills_a_slot(seed, budget, queue):
+    # Re-homing orphans kept one destination for all of them; a vacancy that an orphan of a later
+    # node filled in place stayed that destination, and the next orphan overfilled the slot.
+    jobs, nodes = _orphan_churn(seed)
+    run(jobs, nodes, "compass-easy", queue=queue, migrations_per_hour=budget)

@@ -324,6 +324,10 @@ class Compass(Policy):
                     continue
                 if homeless or self._left == 0:
                     continue
+                # The spot kept from an earlier node may be a vacancy that one of this node's
+                # orphans has just filled in place: a full slot takes no one.
+                if spot is not None and spot[1] is Rule.VACANCY and spot[2].vacancy == 0:
+                    spot = None
                 # Opening an empty node for an orphan would add a partial node, not remove one.
                 spot = spot or self._spot(1, None, {i})
                 if spot is None or spot[1] not in (Rule.VACANCY, Rule.POOL):
