@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..config import Config
 from ..engine.model import EngineError, Node
 from .common import UserError, emit_json
 
@@ -20,7 +21,8 @@ def cluster_nodes(count: int, gpus: int) -> list[Node]:
 @click.argument("events", type=click.File("r"))
 @click.option("--nodes", "node_count", type=click.IntRange(min=1), required=True, help="Number of nodes.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--policy", default="compass", show_default=True, help="Placement policy (see compass policies).")
+@click.option("--policy", default=Config.policy, show_default=True,
+              help="Placement policy (see compass policies); the default is the daemon's.")
 @click.option("--states", is_flag=True, help="Print one JSON line per input event: the cluster after it.")
 def command(events, node_count: int, gpus_per_node: int, policy: str, states: bool) -> None:
     """Replay arrival/departure EVENTS (JSON Lines, '-' for stdin) through a policy."""

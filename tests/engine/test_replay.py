@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from test_properties import streams
 
 from compass_slurm.cli import cli
+from compass_slurm.config import Config
 from compass_slurm.engine.model import Node
 from compass_slurm.engine.policies.base import policy_names
 from compass_slurm.engine.replay import states as replay_states
@@ -51,7 +52,7 @@ def test_states_follow_the_contract_exactly():
         depart(4, "big"),  # a queued job leaving the queue lets s start
         depart(5, "t"),  # its filler goes back to the pool node
     )
-    result = replay(events, "--nodes", "2", "--states")
+    result = replay(events, "--nodes", "2", "--states", "--policy", "compass")
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     states = [json.loads(line) for line in result.stdout.splitlines()]
@@ -196,6 +197,7 @@ def test_without_states_a_summary_is_printed():
     assert result.exit_code == 0
     summary = json.loads(result.stdout)
     assert summary["events"] == len(example_events())
+    assert summary["policy"] == Config.policy  # the daemon's policy unless --policy says otherwise
     assert set(summary) == {
         "policy", "nodes", "gpus_per_node", "events", "migrations", "max_partial", "max_sif", "pending_at_end"
     }
