@@ -172,7 +172,7 @@ class CliBackend(Backend):
                 self.narrow_reason = str(err)
                 self._lines = {}
                 jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
-                log.warning("cannot read %s (%s); reading jobs with squeue --json from now on", argv[-1], err)
+                log.warning("cannot read jobs narrow (%s); reading them with squeue --json from now on", err)
                 return jobs
             if jobs is not None:
                 return jobs
