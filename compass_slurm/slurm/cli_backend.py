@@ -192,22 +192,22 @@ class CliBackend(Backend):
         two reads is left out; a job changed between them shows a new line next time and is read again.
         """
         exclusive = self._exclusive_gone
-        lines = parse_narrow.lines(output, exclusive)
+        lines = parse_narrow.lines(output, exclusive, self._lines)
         if lines is None:
             self._lines = {}
             return None
-        known = self._lines
-        wanted = {line.array or line.id for line in lines if line.text not in known}
-        fresh = self._json_jobs_of(wanted) if wanted else {}
+        new = [(job_id, line) for job_id, line, job in lines if job is None]
+        fresh = self._json_jobs_of({parse_narrow.array_or_id(job_id) for job_id, _ in new}) if new else {}
         if exclusive and fresh:
-            fresh = {job.id: job for job in _with_exclusive(
-                fresh.values(), {line.id for line in lines if line.field(parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"})}
+            owners = {job_id for job_id, line in new
+                      if parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, exclusive) == "NODE"}
+            fresh = {job.id: job for job in _with_exclusive(fresh.values(), owners)}
         jobs, self._lines = [], {}
-        for line in lines:
-            job = known.get(line.text) or fresh.get(line.id)
+        for job_id, line, job in lines:
+            job = job or fresh.get(job_id)
             if job is not None:
                 jobs.append(job)
-                self._lines[line.text] = job
+                self._lines[line] = job
         return jobs
 
     def _json_jobs_of(self, ids: set[str]) -> dict[str, SlurmJob]:

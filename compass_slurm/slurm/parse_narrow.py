@@ -10,15 +10,18 @@ the field: squeue truncates to the width otherwise). The comment, the one field 
 user writes freely, comes last and the id is printed again after it: a line ends
 with ``|<its id>|``, so a ``|`` in a comment cannot shift a field, and a comment
 holding a line break shows as a record over several lines, whose lines could
-pose as other jobs: then the read is not trusted (``None``) and the caller reads
-all of ``squeue --json`` that once.
+pose as other jobs (so could a repeated id): then the read is not trusted
+(``None``) and the caller reads all of ``squeue --json`` that once. Only new lines
+are split and checked: an unchanged one costs a dict lookup.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from .errors import SlurmParseError
+from .state import SlurmJob
 
 #: fields (24.11 names) whose change a job's line must show; the comment and the id follow them
 FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", "NumNodes", "NumCPUs", "NumTasks",
@@ -39,58 +42,54 @@ def argv(exclusive: bool) -> list[str]:
     return ["squeue", "--noheader", "--Format=" + ",".join(f"{name}:|" for name in fields(exclusive))]
 
 
-class Line:
-    """One job's line: its id, the fields before the comment, and the whole text (the key for the memo)."""
-
-    __slots__ = ("id", "fixed", "text")
-
-    def __init__(self, job_id: str, fixed: list[str], text: str) -> None:
-        self.id = job_id
-        self.fixed = fixed
-        self.text = text
-
-    @property
-    def array(self) -> str:
-        """The array job id of an array record ("" for other jobs): a changed record re-reads its whole array,
-        whose throttle its split tasks share."""
-        return self.id.split("_")[0] if "_" in self.id else ""
-
-    def field(self, name: str, exclusive: bool) -> str:
-        return self.fixed[fields(exclusive).index(name)]
+def array_or_id(job_id: str) -> str:
+    """What to ask squeue --json for when a job's line changed: an array record's whole array (its split tasks
+    share its throttle), else the job."""
+    return job_id.split("_")[0]
 
 
-def lines(output: str, exclusive: bool) -> list[Line] | None:
-    """The jobs' lines, in squeue's order; None when a comment holds a line break (or an id repeats).
+def field(line: str, name: str, exclusive: bool) -> str:
+    """One field of a line (not the comment)."""
+    names = fields(exclusive)
+    return line.split("|", len(names) - 2)[names.index(name)]
 
-    Raises SlurmParseError naming the line when a line is not one of ours.
+
+def lines(output: str, exclusive: bool,
+          known: Mapping[str, SlurmJob]) -> list[tuple[str, str, SlurmJob | None]] | None:
+    """(job id, line, ``known[line]``) per job in squeue's order; None when a comment holds a line break or an
+    id repeats (the lines cannot be trusted). A line in ``known`` was checked when it was new.
+
+    Raises SlurmParseError naming the line when a new line is not one of ours.
     """
     command = " ".join(argv(exclusive))
-    fixed_count = len(fields(exclusive)) - 2
-    rows = output.splitlines()
-    out: list[Line] = []
-    seen: set[str] = set()
-    trusted = True
+    separators = len(fields(exclusive))
+    rows = output.split("\n")
+    out: list[tuple[str, str, SlurmJob | None]] = []
+    ids: set[str] = set()
     at = 0
     while at < len(rows):
         line, lineno = rows[at], at + 1
         at += 1
-        if not line.strip():
+        before = known.get(line)
+        if before is not None:
+            job_id = before.id
+        elif not line.strip():
             continue
-        job_id = line.split("|", 1)[0]
-        if not _ID.fullmatch(job_id):
-            raise SlurmParseError(f"{command}: line {lineno}: no job id: {line[:80]!r}")
-        end = f"|{job_id}|"
-        text = line
-        while not text.endswith(end) and at < len(rows):  # a line break in the comment: join its lines
-            text += "\n" + rows[at]
-            at += 1
-            trusted = False
-        parts = text.split("|", fixed_count)
-        if not text.endswith(end) or len(parts) <= fixed_count:
-            raise SlurmParseError(f"{command}: line {lineno}: not {len(fields(exclusive))} fields ending in the "
-                                  f"job id: {line[:80]!r}")
-        if job_id in seen:
-            trusted = False
-        seen.add(job_id)
-        out.append(Line(job_id, parts[:fixed_count], text))
-    return out if trusted else None
+        else:
+            job_id = line.split("|", 1)[0]
+            if not _ID.fullmatch(job_id):
+                if out:
+                    return None  # the rest of a comment with a line break
+                raise SlurmParseError(f"{command}: line {lineno}: no job id: {line[:80]!r}")
+            end = f"|{job_id}|"
+            if not line.endswith(end):
+                if any(row.endswith(end) for row in rows[at:]):
+                    return None  # a comment with a line break
+                raise SlurmParseError(f"{command}: line {lineno}: does not end in |{job_id}|: {line[:80]!r}")
+            if line.count("|") < separators:
+                raise SlurmParseError(f"{command}: line {lineno}: fewer than {separators} fields: {line[:80]!r}")
+        if job_id in ids:
+            return None
+        ids.add(job_id)
+        out.append((job_id, line, before))
+    return out

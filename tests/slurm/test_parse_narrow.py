@@ -82,45 +82,67 @@ def test_a_long_list_of_changed_jobs_reads_all_of_squeue_json(narrow_queue, monk
     assert [*JOBS_JSON] in queue.calls and [*JOBS_JSON, f"--jobs={ALL_IDS}"] not in queue.calls
 
 
-def with_line(queue, release: str, line: str) -> None:
-    queue.override[" ".join(narrow_argv(release))] = (0, queue.text("narrow.txt") + line, "")
+def with_line(queue, release: str, line: str, first: bool = False) -> None:
+    text = line + queue.text("narrow.txt") if first else queue.text("narrow.txt") + line
+    queue.override[" ".join(narrow_argv(release))] = (0, text, "")
 
 
-def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_queue, caplog):
-    """Its lines could pose as other jobs: nothing of that read is trusted."""
+@pytest.mark.parametrize("tail", ["{fake}|compass\n{fake}|x|12|\n", "{fake}|x|12|\nmore|12|\n",
+                                  "{fake}|x|12|\n{fake}|x|12|\n"])
+def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_queue, caplog, tail):
+    """Its lines could pose as other jobs: nothing of that read is trusted (nor when an id repeats)."""
     queue, release = narrow_queue, narrow_queue.release
     fake = "12|RUNNING|mallory|1000|gpu|node05|1|1|1|N/A|gres/gpu:8" + "|N/A" * 15 + ("|NO" if release >= "26.05" else "")
-    with_line(queue, release, f"{fake}|compass\n{fake}|x|12|\n")
+    with_line(queue, release, tail.format(fake=fake))
     backend = CliBackend(runner=queue, narrow=True)
     with caplog.at_level(logging.INFO, "compass.slurm"):
         jobs = backend.read_jobs()
     assert {j.id for j in jobs} == {j.id for j in CliBackend(runner=type(queue)("narrow-8x8", release)).read_jobs()}
     assert [*JOBS_JSON] in queue.calls and backend.narrow_reason is None and backend.uses_narrow
     assert "line break" in caplog.text
+    queue.calls.clear()
+    del queue.override[" ".join(narrow_argv(release))]
+    again = backend.read_jobs()
+    assert {j.id: j for j in again} == {j.id: j for j in jobs} and [*JOBS_JSON, f"--jobs={ALL_IDS}"] in queue.calls
 
 
 def test_lines_split_only_before_the_comment():
-    fixed = "|".join(["4", *["x"] * (len(parse_narrow.FIELDS) - 1)])
-    (line,) = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", exclusive=False)
-    assert line.id == "4" and line.fixed[-1] == "x" and line.text.endswith("|a|4|b|4|")
-    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", exclusive=False) is None  # an id twice
+    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
+    ((job_id, line, known),) = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, {})
+    assert (job_id, line, known) == ("4", f"{fixed}|a|4|b|4|", None)
+    assert parse_narrow.field(line, "ArrayTaskID", False) == f"f{len(parse_narrow.FIELDS) - 1}"
+    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, {}) is None  # an id twice
 
 
 @pytest.mark.parametrize("bad", ["garbage", "4|RUNNING|root|comment|4", "4|too|few|4|"])
 def test_a_malformed_line_names_it(bad):
     with pytest.raises(SlurmParseError, match=r"^squeue --noheader --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
-        parse_narrow.lines(f"\n{bad}\n", exclusive=False)
+        parse_narrow.lines(f"\n{bad}\n", False, {})
 
 
 def test_a_malformed_narrow_output_falls_back_to_json_with_one_warning(narrow_queue, caplog):
     queue, release = narrow_queue, narrow_queue.release
-    with_line(queue, release, "garbage\n")
+    with_line(queue, release, "garbage\n", first=True)
     backend = CliBackend(runner=queue, narrow=True)
     with caplog.at_level(logging.WARNING, "compass.slurm"):
         jobs = backend.read_jobs()
         queue.calls.clear()
         assert backend.read_jobs() == jobs
-    assert len(jobs) == 11 and not backend.uses_narrow and "line 12" in backend.narrow_reason
+    assert len(jobs) == 11 and not backend.uses_narrow and "line 1: no job id: 'garbage'" in backend.narrow_reason
     assert [r.getMessage() for r in caplog.records if "from now on" in r.getMessage()] == [
         f"cannot read jobs narrow ({backend.narrow_reason}); reading them with squeue --json from now on"]
     assert queue.calls[0] == JOBS_JSON and backend.read_commands()["jobs"] == JOBS_JSON
+
+
+def test_doctor_says_jobs_are_read_narrow(narrow_queue):
+    from compass_slurm.cli.doctor import Doctor
+
+    doctor = Doctor(None)
+    doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
+    doctor.backend.read_jobs()
+    assert doctor.json_support().startswith("JSON: nodes by sinfo --Node --json, jobs by squeue --json of the jobs "
+                                            "whose line in the narrow read (squeue --Format) changed (Slurm ")
+    with_line(narrow_queue, narrow_queue.release, "garbage\n", first=True)
+    doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
+    doctor.backend.read_jobs()
+    assert "jobs by squeue --json (not the narrow read: squeue --noheader --Format=" in doctor.json_support()
