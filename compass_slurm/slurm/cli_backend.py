@@ -72,11 +72,6 @@ def _with_exclusive(jobs: Iterable[SlurmJob], exclusive: Set[str]) -> list[Slurm
     return [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
 
 
-def _id_key(job_id: str) -> tuple[int, str]:
-    head, _, rest = job_id.partition("_")
-    return int(head), rest
-
-
 def _version_tuple(version: str) -> tuple[int, int]:
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
@@ -176,7 +171,8 @@ class CliBackend(Backend):
                 return jobs
             if jobs is not None:
                 return jobs
-            log.info("a job comment holds a line break: reading all of squeue --json this cycle")
+            log.info("the narrow read cannot stand for every job (a comment with a line break, or a heterogeneous "
+                     "job): reading all of squeue --json this cycle")
         return self._read_json_jobs()
 
     def _read_json_jobs(self) -> list[SlurmJob]:
@@ -196,15 +192,18 @@ class CliBackend(Backend):
         if lines is None:
             self._lines = {}
             return None
-        new = [(job_id, line) for job_id, line, job in lines if job is None]
-        fresh = self._json_jobs_of({parse_narrow.array_or_id(job_id) for job_id, _ in new}) if new else {}
+        wanted = {parse_narrow.array_or_id(job_id) for job_id, _, job in lines if job is None}
+        fresh = self._json_jobs_of(wanted) if wanted else {}
         if exclusive and fresh:
-            owners = {job_id for job_id, line in new
-                      if parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, exclusive) == "NODE"}
+            owners = {job_id for job_id, line, _ in lines if job_id in fresh
+                      and parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, exclusive) == "NODE"}
             fresh = {job.id: job for job in _with_exclusive(fresh.values(), owners)}
+        # an array one of whose lines is new is read whole: its other records are taken from that read too
+        arrays = {parse_narrow.array_or_id(job_id) for job_id, _, job in lines if job is None and "_" in job_id}
         jobs, self._lines = [], {}
         for job_id, line, job in lines:
-            job = job or fresh.get(job_id)
+            if job is None or (arrays and "_" in job_id and parse_narrow.array_or_id(job_id) in arrays):
+                job = fresh.get(job_id)
             if job is not None:
                 jobs.append(job)
                 self._lines[line] = job
@@ -212,7 +211,7 @@ class CliBackend(Backend):
 
     def _json_jobs_of(self, ids: set[str]) -> dict[str, SlurmJob]:
         """The jobs (or whole arrays) ``ids`` from ``squeue --json --jobs=..``; all of squeue --json for many."""
-        listed = ",".join(sorted(ids, key=_id_key))
+        listed = ",".join(sorted(ids, key=int))
         whole = len(listed) > JOBS_ARG_MAX
         argv = JOBS_JSON if whole else [*JOBS_JSON, f"--jobs={listed}"]
         code, out, err = self.runner(argv, self.timeout)

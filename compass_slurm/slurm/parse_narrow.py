@@ -11,7 +11,9 @@ user writes freely, comes last and the id is printed again after it: a line ends
 with ``|<its id>|``, so a ``|`` in a comment cannot shift a field, and a comment
 holding a line break shows as a record over several lines, whose lines could
 pose as other jobs (so could a repeated id): then the read is not trusted
-(``None``) and the caller reads all of ``squeue --json`` that once. Only new lines
+(``None``) and the caller reads all of ``squeue --json`` that once; so it does
+while a heterogeneous job is queued (squeue prints ``7+1``, its JSON the
+component's own id). Only new lines
 are split and checked: an unchanged one costs a dict lookup.
 """
 
@@ -30,7 +32,7 @@ FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", 
           "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID")
 #: 26.05's squeue --json no longer says which jobs are --exclusive: its line does
 EXCLUSIVE_FIELD = "Exclusive"
-_ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\]))?")
+_ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\])|\+\d+)?")
 
 
 def fields(exclusive: bool) -> tuple[str, ...]:
@@ -88,7 +90,7 @@ def lines(output: str, exclusive: bool,
                 raise SlurmParseError(f"{command}: line {lineno}: does not end in |{job_id}|: {line[:80]!r}")
             if line.count("|") < separators:
                 raise SlurmParseError(f"{command}: line {lineno}: fewer than {separators} fields: {line[:80]!r}")
-        if job_id in ids:
+        if job_id in ids or "+" in job_id:  # a heterogeneous job's component: squeue --json names it otherwise
             return None
         ids.add(job_id)
         out.append((job_id, line, before))

@@ -146,3 +146,28 @@ def test_doctor_says_jobs_are_read_narrow(narrow_queue):
     doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
     doctor.backend.read_jobs()
     assert "jobs by squeue --json (not the narrow read: squeue --noheader --Format=" in doctor.json_support()
+
+
+def test_a_changed_array_task_re_reads_its_whole_array(narrow_queue):
+    """Its tasks share the array's throttle, which only some of their lines show."""
+    queue, release = narrow_queue, narrow_queue.release
+    backend = CliBackend(runner=queue, narrow=True)
+    first = {j.id: j for j in backend.read_jobs()}
+    changed = [line.replace("|None|", "|Prolog|") if line.startswith("7_1|") else line
+               for line in queue.text("narrow.txt").splitlines()]
+    queue.override[" ".join(narrow_argv(release))] = (0, "\n".join(changed) + "\n", "")
+    queue.override[" ".join([*JOBS_JSON, "--jobs=7"])] = (0, queue.text("jobs.json"), "")
+    queue.calls.clear()
+    again = {j.id: j for j in backend.read_jobs()}
+    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=7"]]
+    assert again == first
+    assert [i for i in again if again[i] is not first[i]] == ["7_1", "7_2"]
+
+
+def test_a_heterogeneous_job_reads_all_of_squeue_json(narrow_queue):
+    """squeue prints its components as 12+0, 12+1; squeue --json by their own ids."""
+    queue, release = narrow_queue, narrow_queue.release
+    component = "|".join(["12+1", *["x"] * (len(parse_narrow.fields(release >= "26.05")) - 3), "c", "12+1"]) + "|"
+    with_line(queue, release, component + "\n")
+    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 11
+    assert [*JOBS_JSON] in queue.calls

@@ -131,7 +131,7 @@ def narrow_cluster(release: str) -> None:
     prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
     (a '|' in the comment), pending, held and throttled ones."""
     sys.path.insert(0, str(REPO))
-    from compass_slurm.slurm import cli_backend, parse_narrow
+    from compass_slurm.slurm import parse_narrow
 
     restart(release, "--nodes", "8", "--gpus-per-node", "8")
     running = [
@@ -153,8 +153,8 @@ def narrow_cluster(release: str) -> None:
     narrow = parse_narrow.argv(exclusive)
     extra = {"squeue.json": ["squeue", "--json"], **({"exclusive.txt": EXCLUSIVE} if exclusive else {})}
     if release >= "24.11":
-        lines = parse_narrow.lines(sh(*narrow) + "\n", exclusive)
-        wanted = ",".join(sorted({line.array or line.id for line in lines}, key=cli_backend._id_key))
+        lines = parse_narrow.lines(sh(*narrow) + "\n", exclusive, {})
+        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for job_id, _, _ in lines}, key=int))
         extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
     else:
         extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]}"]}
