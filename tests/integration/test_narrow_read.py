@@ -53,6 +53,13 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
         calls.append(argv)
         return run_process(argv, timeout)
 
+    # a field's width cuts it short (Comment's default is 20 characters); ':|' (no width, then '|') does not
+    comment = "compass:migratable a|b, c"
+    job = next(j for j in CliBackend().read_jobs() if j.comment == comment).id
+    cut, whole = (subprocess.run(["squeue", "--noheader", f"--jobs={job}", f"--Format={spec}"], check=True,
+                                 capture_output=True, text=True).stdout.rstrip("\n") for spec in ("Comment", "Comment:|"))
+    assert (cut, whole) == (comment[:20], comment + "|")
+
     narrow = CliBackend(runner=runner, narrow=None)
     if dev_cluster.release == "22.05":
         assert not narrow.uses_narrow and narrow.read_commands()["jobs"] == JOBS_JSON
