@@ -72,6 +72,21 @@ def _with_exclusive(jobs: Iterable[SlurmJob], exclusive: Set[str]) -> list[Slurm
     return [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
 
 
+def _owners(lines: list[tuple[str, str, SlurmJob | None]], arrays: dict[str, list[tuple[str, str]]],
+            fresh: list[SlurmJob]) -> set[str]:
+    """The jobs of ``fresh`` whose narrow line says they own their nodes (26.05: ``Exclusive`` NODE); an array's
+    record of the tasks not split off yet (``A_[..]``) by its elements' lines that are not split records."""
+    def owns(line: str) -> bool:
+        return parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"
+
+    ids = {job.id for job in fresh}
+    out = {job_id for job_id, line, _ in lines if job_id in ids and owns(line)}
+    for job in fresh:
+        if job.array_pending and any(owns(line) for job_id, line in arrays.get(job.array_job, ()) if job_id not in ids):
+            out.add(job.id)
+    return out
+
+
 def _version_tuple(version: str) -> tuple[int, int]:
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
@@ -88,8 +103,9 @@ class CliBackend(Backend):
         self.runner = runner
         self._json = json
         self._narrow = narrow
-        #: the last narrow read's jobs by their line
+        #: the last narrow read's jobs by their line, and its arrays' records by the array's lines
         self._lines: dict[str, SlurmJob] = {}
+        self._arrays: dict[str, tuple[str, list[SlurmJob]]] = {}
         #: why jobs are read with squeue --json although this Slurm has the narrow read
         self.narrow_reason: str | None = None
         self._version: str | None = None
@@ -165,7 +181,7 @@ class CliBackend(Backend):
                 jobs = self._read_narrow(self._run(argv))
             except SlurmParseError as err:
                 self.narrow_reason = str(err)
-                self._lines = {}
+                self._lines, self._arrays = {}, {}
                 jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
                 log.warning("cannot read jobs narrow (%s); reading them with squeue --json from now on", err)
                 return jobs
@@ -184,45 +200,62 @@ class CliBackend(Backend):
     def _read_narrow(self, output: str) -> list[SlurmJob] | None:
         """The jobs of a narrow read: unchanged lines as parsed before, the others from squeue --json.
 
-        None when the lines cannot be trusted (a comment with a line break). A job gone between the
-        two reads is left out; a job changed between them shows a new line next time and is read again.
+        An array is one unit: its element lines (``--array``) are compared as a whole, and its
+        records are squeue --json's (which prints the tasks not split off yet as one record
+        ``A_[..]``, and the split ones as ``A_T``). None when the lines cannot be trusted (a
+        comment with a line break). A job gone between the two reads is left out; a job changed
+        between them shows a new line next time and is read again.
         """
         exclusive = self._exclusive_gone
         lines = parse_narrow.lines(output, exclusive, self._lines)
         if lines is None:
-            self._lines = {}
+            self._lines, self._arrays = {}, {}
             return None
-        wanted = {parse_narrow.array_or_id(job_id) for job_id, _, job in lines if job is None}
-        fresh = self._json_jobs_of(wanted) if wanted else {}
+        arrays: dict[str, list[tuple[str, str]]] = {}
+        for job_id, line, _ in lines:
+            if "_" in job_id:
+                arrays.setdefault(parse_narrow.array_or_id(job_id), []).append((job_id, line))
+        texts = {array: "\n".join(line for _, line in elements) for array, elements in arrays.items()}
+        wanted = {job_id for job_id, _, job in lines if job is None and "_" not in job_id}
+        wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
+        fresh = self._json_jobs_of(wanted) if wanted else []
         if exclusive and fresh:
-            owners = {job_id for job_id, line, _ in lines if job_id in fresh
-                      and parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, exclusive) == "NODE"}
-            fresh = {job.id: job for job in _with_exclusive(fresh.values(), owners)}
-        # an array one of whose lines is new is read whole: its other records are taken from that read too
-        arrays = {parse_narrow.array_or_id(job_id) for job_id, _, job in lines if job is None and "_" in job_id}
-        jobs, self._lines = [], {}
+            fresh = _with_exclusive(fresh, _owners(lines, arrays, fresh))
+        by_id = {job.id: job for job in fresh if not job.array_job}
+        by_array: dict[str, list[SlurmJob]] = {}
+        for job in fresh:
+            if job.array_job:
+                by_array.setdefault(job.array_job, []).append(job)
+        known_arrays, self._arrays, self._lines = self._arrays, {}, {}
+        jobs: list[SlurmJob] = []
         for job_id, line, job in lines:
-            if job is None or (arrays and "_" in job_id and parse_narrow.array_or_id(job_id) in arrays):
-                job = fresh.get(job_id)
-            if job is not None:
-                jobs.append(job)
-                self._lines[line] = job
+            if "_" not in job_id:
+                job = job or by_id.get(job_id)
+                if job is not None:
+                    jobs.append(job)
+                    self._lines[line] = job
+                continue
+            array = parse_narrow.array_or_id(job_id)
+            if array in self._arrays:
+                continue  # its records stand where its first line does
+            records = by_array.get(array, []) if array in wanted else known_arrays[array][1]
+            self._arrays[array] = (texts[array], records)
+            jobs += records
         return jobs
 
-    def _json_jobs_of(self, ids: set[str]) -> dict[str, SlurmJob]:
+    def _json_jobs_of(self, ids: set[str]) -> list[SlurmJob]:
         """The jobs (or whole arrays) ``ids`` from ``squeue --json --jobs=..``; all of squeue --json for many."""
         listed = ",".join(sorted(ids, key=int))
         whole = len(listed) > JOBS_ARG_MAX
         argv = JOBS_JSON if whole else [*JOBS_JSON, f"--jobs={listed}"]
         code, out, err = self.runner(argv, self.timeout)
         if code == 1 and "Invalid job id" in err:
-            return {}  # every one of them ended since the narrow read
+            return []  # every one of them ended since the narrow read
         if code != 0:
             raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
         with collector.paused():
             doc = parse_json.load(out, " ".join(JOBS_JSON))
-            jobs = parse_json.jobs(doc, self._memo["jobs"] if whole else None)
-        return {job.id: job for job in jobs}
+            return parse_json.jobs(doc, self._memo["jobs"] if whole else None)
 
     def read_state(self) -> SlurmState:
         read_at = time.time()

@@ -5,7 +5,10 @@ narrow read prints, per job, only the fields ``SlurmJob`` is made of, a few
 percent of those bytes, and far less work for slurmctld. A line equal to one of
 the last read stands for the job parsed then; only the jobs whose line is new are
 read again with ``squeue --json --jobs=...`` and the JSON parser, so each job is
-still built from JSON, field for field. Widths are ``:|`` (no limit, ``|`` after
+still built from JSON, field for field. ``--array`` prints one line per array
+element (without it squeue folds an array's pending tasks into one line, also those
+split off and changed, which squeue --json prints as records of their own): an
+array is re-read whole when any of its elements' lines changed. Widths are ``:|`` (no limit, ``|`` after
 the field: squeue truncates to the width otherwise). The comment, the one field a
 user writes freely, comes last and the id is printed again after it: a line ends
 with ``|<its id>|``, so a ``|`` in a comment cannot shift a field, and a comment
@@ -41,12 +44,11 @@ def fields(exclusive: bool) -> tuple[str, ...]:
 
 
 def argv(exclusive: bool) -> list[str]:
-    return ["squeue", "--noheader", "--Format=" + ",".join(f"{name}:|" for name in fields(exclusive))]
+    return ["squeue", "--noheader", "--array", "--Format=" + ",".join(f"{name}:|" for name in fields(exclusive))]
 
 
 def array_or_id(job_id: str) -> str:
-    """What to ask squeue --json for when a job's line changed: an array record's whole array (its split tasks
-    share its throttle), else the job."""
+    """The array job id of an array element's line (``7_3`` -> ``7``), else the job id."""
     return job_id.split("_")[0]
 
 

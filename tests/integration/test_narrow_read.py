@@ -26,7 +26,7 @@ def sbatch(slurm, *args: str) -> str:
 
 def a_mixed_queue(slurm) -> list[str]:
     """Running single- and multi-node (uniform and not), array, --exclusive and comment-marked jobs; pending,
-    held and throttled ones."""
+    held and throttled ones (one task of the throttled array split off)."""
     running = [
         sbatch(slurm, "--gpus=2"),
         sbatch(slurm, "--nodes=2", "--gpus-per-node=3"),
@@ -36,7 +36,8 @@ def a_mixed_queue(slurm) -> list[str]:
         sbatch(slurm, "--exclusive", "--gpus=1"),
         sbatch(slurm, "--array=1-2", "--gpus=1"),
     ]
-    sbatch(slurm, "--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2")
+    throttled = sbatch(slurm, "--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2")
+    subprocess.run(["scontrol", "update", f"JobId={throttled}_3", "TimeLimit=600"], check=True)  # split off
     sbatch(slurm, "--hold", "--gpus=8", "--comment=compass")
     sbatch(slurm, "--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08")
     for job in running:

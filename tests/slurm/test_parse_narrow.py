@@ -15,19 +15,19 @@ FIELDS_24_11 = ("JobArrayID:|,State:|,UserName:|,UserID:|,Partition:|,NodeList:|
                 "tres-per-node:|,tres-per-job:|,tres-per-task:|,MinMemory:|,mem-per-tres:|,OverSubscribe:|,"
                 "ReqNodes:|,ExcNodes:|,Reason:|,Reservation:|,PriorityLong:|,TimeLimit:|,StartTime:|,SubmitTime:|,"
                 "EligibleTime:|,ArrayJobID:|,ArrayTaskID:|")
-ALL_IDS = "1,2,3,4,5,6,7,9,10,11"  # arrays 7 and 9 by their array id
+ALL_IDS = "1,2,3,4,5,6,7,9,11,12"  # arrays 7 and 9 by their array id (9_3 is job 10)
 
 
 def narrow_argv(release: str) -> list[str]:
     exclusive = ",Exclusive:|" if release >= "26.05" else ""
-    return ["squeue", "--noheader", f"--Format={FIELDS_24_11}{exclusive},Comment:|,JobArrayID:|"]
+    return ["squeue", "--noheader", "--array", f"--Format={FIELDS_24_11}{exclusive},Comment:|,JobArrayID:|"]
 
 
 def test_the_exact_command_lines(queue):
     assert parse_narrow.argv(queue.release >= "26.05") == narrow_argv(queue.release)
     backend = CliBackend(runner=queue, narrow=None)
     if queue.release == "22.05":  # its squeue --json prints every job whatever --jobs says: nothing to narrow
-        assert len(CliBackend(runner=queue).read_jobs()) == 11
+        assert len(CliBackend(runner=queue).read_jobs()) == 12
         assert not backend.uses_narrow and backend.read_commands()["jobs"] == JOBS_JSON
         return
     backend.read_jobs()
@@ -52,14 +52,14 @@ def test_unchanged_lines_are_not_read_again_and_a_changed_one_alone_is(narrow_qu
     assert backend.read_jobs() == first
     assert queue.calls == [narrow_argv(release)]
     lines = queue.text("narrow.txt").splitlines()
-    changed = [line.replace("|JobHeldUser|", "|Priority|") for line in lines]  # jobs 10 and the array 9 released
+    changed = [line.replace("|JobHeldUser|", "|Priority|") for line in lines]  # job 11 and the array 9 released
     queue.override[" ".join(narrow_argv(release))] = (0, "\n".join(changed) + "\n", "")
-    queue.override[" ".join([*JOBS_JSON, "--jobs=9,10"])] = (0, queue.text("jobs.json"), "")
+    queue.override[" ".join([*JOBS_JSON, "--jobs=9,11"])] = (0, queue.text("jobs.json"), "")
     queue.calls.clear()
     again = backend.read_jobs()
-    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=9,10"]]
+    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=9,11"]]
     assert [j.id for j in again] == [j.id for j in first]
-    assert all(a is b for a, b in zip(again, first) if not a.id.startswith(("9", "10")))
+    assert all(a is b for a, b in zip(again, first) if not a.id.startswith(("9", "11")))
 
 
 def test_an_empty_queue_asks_no_json(narrow_queue):
@@ -78,7 +78,7 @@ def test_jobs_gone_before_the_json_read_are_left_out(narrow_queue):
 def test_a_long_list_of_changed_jobs_reads_all_of_squeue_json(narrow_queue, monkeypatch):
     queue, release = narrow_queue, narrow_queue.release
     monkeypatch.setattr(cli_backend, "JOBS_ARG_MAX", 5)
-    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 11
+    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
     assert [*JOBS_JSON] in queue.calls and [*JOBS_JSON, f"--jobs={ALL_IDS}"] not in queue.calls
 
 
@@ -116,7 +116,7 @@ def test_lines_split_only_before_the_comment():
 
 @pytest.mark.parametrize("bad", ["garbage", "4|RUNNING|root|comment|4", "4|too|few|4|"])
 def test_a_malformed_line_names_it(bad):
-    with pytest.raises(SlurmParseError, match=r"^squeue --noheader --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
+    with pytest.raises(SlurmParseError, match=r"^squeue --noheader --array --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
         parse_narrow.lines(f"\n{bad}\n", False, {})
 
 
@@ -128,7 +128,7 @@ def test_a_malformed_narrow_output_falls_back_to_json_with_one_warning(narrow_qu
         jobs = backend.read_jobs()
         queue.calls.clear()
         assert backend.read_jobs() == jobs
-    assert len(jobs) == 11 and not backend.uses_narrow and "line 1: no job id: 'garbage'" in backend.narrow_reason
+    assert len(jobs) == 12 and not backend.uses_narrow and "line 1: no job id: 'garbage'" in backend.narrow_reason
     assert [r.getMessage() for r in caplog.records if "from now on" in r.getMessage()] == [
         f"cannot read jobs narrow ({backend.narrow_reason}); reading them with squeue --json from now on"]
     assert queue.calls[0] == JOBS_JSON and backend.read_commands()["jobs"] == JOBS_JSON
@@ -145,7 +145,7 @@ def test_doctor_says_jobs_are_read_narrow(narrow_queue):
     with_line(narrow_queue, narrow_queue.release, "garbage\n", first=True)
     doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
     doctor.backend.read_jobs()
-    assert "jobs by squeue --json (not the narrow read: squeue --noheader --Format=" in doctor.json_support()
+    assert "jobs by squeue --json (not the narrow read: squeue --noheader --array --Format=" in doctor.json_support()
 
 
 def test_a_changed_array_task_re_reads_its_whole_array(narrow_queue):
@@ -169,5 +169,5 @@ def test_a_heterogeneous_job_reads_all_of_squeue_json(narrow_queue):
     queue, release = narrow_queue, narrow_queue.release
     component = "|".join(["12+1", *["x"] * (len(parse_narrow.fields(release >= "26.05")) - 3), "c", "12+1"]) + "|"
     with_line(queue, release, component + "\n")
-    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 11
+    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
     assert [*JOBS_JSON] in queue.calls

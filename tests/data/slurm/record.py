@@ -129,7 +129,7 @@ def typed_cluster(release: str) -> None:
 def narrow_cluster(release: str) -> None:
     """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (22.05: of one, which
     prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
-    (a '|' in the comment), pending, held and throttled ones."""
+    (a '|' in the comment), pending, held and throttled ones, one task of the throttled array split off."""
     sys.path.insert(0, str(REPO))
     from compass_slurm.slurm import parse_narrow
 
@@ -145,7 +145,8 @@ def narrow_cluster(release: str) -> None:
         sbatch("--array=1-2", "--gpus=1", "--wrap", "sleep 600"),
     ]
     wait_running([job.split(";")[0] for job in running])
-    sbatch("--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2", "--wrap", "sleep 600")
+    throttled = sbatch("--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2", "--wrap", "sleep 600")
+    sh("scontrol", "update", f"JobId={throttled}_3", "TimeLimit=600")  # split off: a record of its own
     sbatch("--hold", "--gpus=8", "--comment=compass", "--wrap", "sleep 600")
     sbatch("--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08", "--wrap", "sleep 600")
     time.sleep(3)  # one more scheduler pass, so the pending reasons are final
