@@ -36,7 +36,6 @@ from compass_slurm.config import Config
 from compass_slurm.engine.model import Job, Node
 from compass_slurm.engine.policies.base import make_policy
 from compass_slurm.service.daemon import Daemon
-from compass_slurm.slurm import parse_narrow
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.hostlist import compress
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
@@ -148,7 +147,10 @@ def _render(state: SlurmState) -> tuple[dict[str, str], list[dict]]:
             "scontrol --version": "slurm-wlm 22.05.8\n"}, jobs
 
 
-NARROW = " ".join(parse_narrow.argv(exclusive=False))
+def narrow_command() -> str:
+    from compass_slurm.slurm import parse_narrow  # imported only for --read narrow: --read json runs on older code
+
+    return " ".join(parse_narrow.argv(exclusive=False))
 
 
 def _when(t: int) -> str:
@@ -183,7 +185,7 @@ class Narrow:
         self.texts = {i: self.texts[i] if self.entries.get(i) == job else json.dumps(job, indent=2)
                       for i, job in entries.items()}
         self.entries = entries
-        return {**texts, NARROW: "\n".join(map(narrow_line, jobs)) + "\n"}
+        return {**texts, narrow_command(): "\n".join(map(narrow_line, jobs)) + "\n"}
 
     def jobs_json(self, ids: list[str]) -> str:
         return self.head + ",\n".join(self.texts[i] for i in ids if i in self.texts) + self.tail
@@ -226,6 +228,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="steady cycles to time (the median is reported)")
     parser.add_argument("--read", choices=("json", "narrow"), default="json",
                         help="jobs by squeue --json, or by the narrow read (the CLI backend's from Slurm 24.11)")
+    parser.add_argument("--migrations-per-hour", help="the daemon's migration budget (default: the config's)")
     args = parser.parse_args()
 
     state = build(args.nodes, args.jobs, args.busy, args.history, seed=1)
@@ -235,12 +238,12 @@ def main() -> None:
         return render(state) if narrow is None else narrow.render(*_render(state))
 
     runner = Recorded(texts(state), narrow)
-    reads = {"sinfo --json", NARROW if narrow else "squeue --json", "scontrol show partition --oneliner",
+    reads = {"sinfo --json", narrow_command() if narrow else "squeue --json", "scontrol show partition --oneliner",
              "scontrol show reservation --oneliner"}
     size_mb = sum(len(text) for key, text in runner.texts.items() if key in reads) / 1e6
     # The runner never carries out the migrations the daemon asks for, so it reports mismatches: expected here.
     logging.getLogger("compass.daemon").setLevel(logging.CRITICAL)
-    backend = CliBackend(runner=runner, narrow=narrow is not None)
+    backend = CliBackend(runner=runner, **({"narrow": True} if narrow else {}))
     reads_s: list[float] = []
     read_state = backend.read_state
 
@@ -254,7 +257,9 @@ def main() -> None:
     backend.read_state = timed_read  # type: ignore[method-assign]  # the cycle's own read, timed
     # A clock that advances one second per cycle, so no run re-plans a decision for being old
     # (Slurm never starts the jobs here) however long the machine takes: every run does the same work.
-    config = Config(policy=args.policy, anchors="")
+    budget = {} if args.migrations_per_hour is None else {"migrations_per_hour": (
+        int(args.migrations_per_hour) if args.migrations_per_hour.isdigit() else args.migrations_per_hour)}
+    config = Config(policy=args.policy, anchors="", **budget)
     now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
     cold, cold_n = timed(daemon)
@@ -270,7 +275,8 @@ def main() -> None:
     target = TARGETS_S.get((args.nodes, args.jobs))
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady <= target else 'MISSED'}"
     print(f"| daemon cycle, {args.nodes:,} nodes, {len(state.jobs):,} jobs ({running:,} running), {args.policy}, "
-          f"history {args.history}, jobs read by {args.read}, Slurm output {size_mb:.1f} MB read per cycle "
+          f"history {args.history}, jobs read by {args.read}, migrations_per_hour {config.migrations_per_hour}, "
+          f"Slurm output {size_mb:.1f} MB read per cycle "
           f"| cold (restart, adopts all) {cold:.3f} s ({cold_n} placed) "
           f"| steady median of {args.repeat} {steady:.3f} s ({steady_n} placed) "
           f"| of which reading and parsing {read:.3f} s{verdict} | CPU time |")
