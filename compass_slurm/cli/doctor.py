@@ -170,11 +170,15 @@ class Doctor:
         from ..slurm import SlurmError
         from ..slurm.cli_backend import JSON_SINCE, CliBackend
 
-        backend = self.backend if type(self.backend) is CliBackend else CliBackend(timeout=10)
+        backend = self.backend if type(self.backend) is CliBackend else CliBackend(timeout=10, narrow=None)
         try:
             if backend is not self.backend:
                 backend.read_state()  # a first read finds the documents it cannot read
             commands = {kind: " ".join(argv) for kind, argv in backend.read_commands().items()}
+            if backend.uses_narrow:
+                commands["jobs"] = "squeue --json of the jobs whose line in the narrow read (squeue --Format) changed"
+            elif backend.narrow_reason is not None:
+                commands["jobs"] += f" (not the narrow read: {backend.narrow_reason})"
         except (SlurmError, ValueError) as err:
             raise Failed(f"cannot tell: {err}", SLURM_HINT) from None
         since = ".".join(f"{part:02d}" if k else str(part) for k, part in enumerate(JSON_SINCE))

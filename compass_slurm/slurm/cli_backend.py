@@ -7,6 +7,10 @@ reservations (``scontrol show ... --oneliner``). Slurm older than 21.08 (no
 --json), or ``json=False``, reads nodes and jobs with ``scontrol show node|job
 --details --oneliner`` instead; so does a command whose JSON document cannot be
 read, from then on, after one warning (``text_reasons`` says why, for doctor).
+From 24.11 on (whose ``squeue --json --jobs=..`` prints only those jobs), jobs are
+read narrow (``parse_narrow.py``): one line per job, and ``squeue --json`` only for
+the jobs whose line changed since the last read; a narrow output that cannot be
+read switches to ``squeue --json`` from then on, after one warning (``narrow_reason``).
 Between cycles, ``look()`` is one small squeue of the pending and running jobs'
 ids, states and comments.
 """
@@ -16,11 +20,11 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import replace
 
 from .. import collector
-from . import names, parse_json, parse_text
+from . import names, parse_json, parse_narrow, parse_text
 from .backend import Backend
 from .errors import SlurmCommandError, SlurmParseError
 from .state import Look, SlurmJob, SlurmNode, SlurmState
@@ -43,6 +47,10 @@ JOBS_TEXT = ["scontrol", "show", "job", "--details", "--oneliner"]
 PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 VERSION = ["scontrol", "--version"]
+#: the first Slurm whose squeue --json prints only the jobs --jobs names (22.05 prints all): the narrow read's
+NARROW_SINCE = (24, 11)
+#: a longer --jobs list reads all of squeue --json instead (one argument may hold at most 128 KiB)
+JOBS_ARG_MAX = 100_000
 #: the daemon's look for new managed jobs between cycles: ids and comments of the pending jobs only
 LOOK = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t %k"]
 
@@ -60,6 +68,25 @@ def run_process(argv: list[str], timeout: float) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def _with_exclusive(jobs: Iterable[SlurmJob], exclusive: Set[str]) -> list[SlurmJob]:
+    return [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
+
+
+def _owners(lines: list[tuple[str, str, SlurmJob | None]], arrays: dict[str, list[tuple[str, str]]],
+            fresh: list[SlurmJob]) -> set[str]:
+    """The jobs of ``fresh`` whose narrow line says they own their nodes (26.05: ``Exclusive`` NODE); an array's
+    record of the tasks not split off yet (``A_[..]``) by its elements' lines that are not split records."""
+    def owns(line: str) -> bool:
+        return parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"
+
+    ids = {job.id for job in fresh}
+    out = {job_id for job_id, line, _ in lines if job_id in ids and owns(line)}
+    for job in fresh:
+        if job.array_pending and any(owns(line) for job_id, line in arrays.get(job.array_job, ()) if job_id not in ids):
+            out.add(job.id)
+    return out
+
+
 def _version_tuple(version: str) -> tuple[int, int]:
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
@@ -68,11 +95,19 @@ def _version_tuple(version: str) -> tuple[int, int]:
 class CliBackend(Backend):
     name = "cli"
 
-    def __init__(self, timeout: float = 30.0, json: bool | None = None, runner: Runner = run_process) -> None:
-        """``json``: None picks by Slurm's version. The commands find the cluster as usual (SLURM_CONF)."""
+    def __init__(self, timeout: float = 30.0, json: bool | None = None, runner: Runner = run_process,
+                 narrow: bool | None = False) -> None:
+        """``json``, ``narrow`` (the narrow job read): None picks by Slurm's version. The commands find the cluster
+        as usual (SLURM_CONF)."""
         self.timeout = timeout
         self.runner = runner
         self._json = json
+        self._narrow = narrow
+        #: the last narrow read's jobs by their line, and its arrays' records by the array's lines
+        self._lines: dict[str, SlurmJob] = {}
+        self._arrays: dict[str, tuple[str, list[SlurmJob]]] = {}
+        #: why jobs are read with squeue --json although this Slurm has the narrow read
+        self.narrow_reason: str | None = None
         self._version: str | None = None
         # Jobs and nodes unchanged since the last read are not parsed again.
         self._memo = {"nodes": parse_json.Memo(), "jobs": parse_json.Memo()}
@@ -100,13 +135,28 @@ class CliBackend(Backend):
     def nodes_json(self) -> list[str]:
         return NODES_JSON_PER_NODE if _version_tuple(self.version()) >= GROUPED_SINCE else NODES_JSON
 
+    @property
+    def uses_narrow(self) -> bool:
+        if self._narrow is None:
+            self._narrow = self.uses_json and _version_tuple(self.version()) >= NARROW_SINCE
+        return self._narrow and self.narrow_reason is None and "jobs" not in self.text_reasons
+
+    @property
+    def _exclusive_gone(self) -> bool:
+        return _version_tuple(self.version()) >= EXCLUSIVE_GONE_SINCE
+
     def read_commands(self) -> dict[str, list[str]]:
-        """What each kind is read with now: "nodes" and "jobs" (JSON or text), as argv."""
+        """What each kind is read with now: "nodes" and "jobs" (JSON, narrow or text), as argv."""
+        commands = self._whole_commands()
+        return {**commands, "jobs": parse_narrow.argv(self._exclusive_gone)} if self.uses_narrow else commands
+
+    def _whole_commands(self) -> dict[str, list[str]]:
+        """The commands that read all of each kind: JSON, or text."""
         use = {kind: self.uses_json and kind not in self.text_reasons for kind in ("nodes", "jobs")}
         return {"nodes": self.nodes_json if use["nodes"] else NODES_TEXT, "jobs": JOBS_JSON if use["jobs"] else JOBS_TEXT}
 
     def _read(self, kind: str, parse_doc: Callable[[dict], list], parse_text_output: Callable[[str], list]) -> list:
-        argv = self.read_commands()[kind]
+        argv = self._whole_commands()[kind]
         if argv in (NODES_TEXT, JOBS_TEXT):
             return parse_text_output(self._run(argv))
         command = " ".join(argv)
@@ -117,7 +167,7 @@ class CliBackend(Backend):
             self.text_reasons[kind] = str(err) if str(err).startswith(command) else f"{command}: {err}"
             reason = err
         # Warn only once text works: a Slurm that cannot be reached fails both ways, and says so once.
-        out = parse_text_output(self._run(self.read_commands()[kind]))
+        out = parse_text_output(self._run(self._whole_commands()[kind]))
         log.warning("cannot read %s (%s); reading %s as text from now on", command, reason, kind)
         return out
 
@@ -125,11 +175,87 @@ class CliBackend(Backend):
         return self._read("nodes", lambda doc: parse_json.nodes(doc, self._memo["nodes"]), parse_text.nodes)
 
     def read_jobs(self) -> list[SlurmJob]:
+        if self.uses_narrow:
+            argv = self.read_commands()["jobs"]
+            try:
+                jobs = self._read_narrow(self._run(argv))
+            except SlurmParseError as err:
+                self.narrow_reason = str(err)
+                self._lines, self._arrays = {}, {}
+                jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
+                log.warning("cannot read jobs narrow (%s); reading them with squeue --json from now on", err)
+                return jobs
+            if jobs is not None:
+                return jobs
+            log.info("the narrow read cannot stand for every job (a comment with a line break, or a heterogeneous "
+                     "job): reading all of squeue --json this cycle")
+        return self._read_json_jobs()
+
+    def _read_json_jobs(self) -> list[SlurmJob]:
         jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)
-        if self.read_commands()["jobs"] == JOBS_JSON and _version_tuple(self.version()) >= EXCLUSIVE_GONE_SINCE:
-            exclusive = parse_text.exclusive_jobs(self._run(EXCLUSIVE))
-            jobs = [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
+        if self._whole_commands()["jobs"] == JOBS_JSON and self._exclusive_gone:
+            jobs = _with_exclusive(jobs, parse_text.exclusive_jobs(self._run(EXCLUSIVE)))
         return jobs
+
+    def _read_narrow(self, output: str) -> list[SlurmJob] | None:
+        """The jobs of a narrow read: unchanged lines as parsed before, the others from squeue --json.
+
+        An array is one unit: its element lines (``--array``) are compared as a whole, and its
+        records are squeue --json's (which prints the tasks not split off yet as one record
+        ``A_[..]``, and the split ones as ``A_T``). None when the lines cannot be trusted (a
+        comment with a line break). A job gone between the two reads is left out; a job changed
+        between them shows a new line next time and is read again.
+        """
+        exclusive = self._exclusive_gone
+        lines = parse_narrow.lines(output, exclusive, self._lines)
+        if lines is None:
+            self._lines, self._arrays = {}, {}
+            return None
+        arrays: dict[str, list[tuple[str, str]]] = {}
+        for job_id, line, _ in lines:
+            if "_" in job_id:
+                arrays.setdefault(parse_narrow.array_or_id(job_id), []).append((job_id, line))
+        texts = {array: "\n".join(line for _, line in elements) for array, elements in arrays.items()}
+        wanted = {job_id for job_id, _, job in lines if job is None and "_" not in job_id}
+        wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
+        fresh = self._json_jobs_of(wanted) if wanted else []
+        if exclusive and fresh:
+            fresh = _with_exclusive(fresh, _owners(lines, arrays, fresh))
+        by_id = {job.id: job for job in fresh if not job.array_job}
+        by_array: dict[str, list[SlurmJob]] = {}
+        for job in fresh:
+            if job.array_job:
+                by_array.setdefault(job.array_job, []).append(job)
+        known_arrays, self._arrays, self._lines = self._arrays, {}, {}
+        jobs: list[SlurmJob] = []
+        for job_id, line, job in lines:
+            if "_" not in job_id:
+                job = job or by_id.get(job_id)
+                if job is not None:
+                    jobs.append(job)
+                    self._lines[line] = job
+                continue
+            array = parse_narrow.array_or_id(job_id)
+            if array in self._arrays:
+                continue  # its records stand where its first line does
+            records = by_array.get(array, []) if array in wanted else known_arrays[array][1]
+            self._arrays[array] = (texts[array], records)
+            jobs += records
+        return jobs
+
+    def _json_jobs_of(self, ids: set[str]) -> list[SlurmJob]:
+        """The jobs (or whole arrays) ``ids`` from ``squeue --json --jobs=..``; all of squeue --json for many."""
+        listed = ",".join(sorted(ids, key=int))
+        whole = len(listed) > JOBS_ARG_MAX
+        argv = JOBS_JSON if whole else [*JOBS_JSON, f"--jobs={listed}"]
+        code, out, err = self.runner(argv, self.timeout)
+        if code == 1 and "Invalid job id" in err:
+            return []  # every one of them ended since the narrow read
+        if code != 0:
+            raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
+        with collector.paused():
+            doc = parse_json.load(out, " ".join(JOBS_JSON))
+            return parse_json.jobs(doc, self._memo["jobs"] if whole else None)
 
     def read_state(self) -> SlurmState:
         read_at = time.time()

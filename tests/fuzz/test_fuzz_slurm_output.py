@@ -16,7 +16,7 @@ import pytest
 from fuzzing import CASES, NASTY, clear, garbage, json_values, mutated_json, mutated_text, recorded, target
 from hypothesis import strategies as st
 
-from compass_slurm.slurm import parse_json, parse_text
+from compass_slurm.slurm import parse_json, parse_narrow, parse_text
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
 
@@ -143,6 +143,14 @@ def test_version_line_reads_or_raises(text):
     version = clear(lambda: parse_text.version(text), SlurmParseError)
     if isinstance(version, str):
         assert re.fullmatch(r"\d+\.\d+\.\S+", version)
+
+
+@target("squeue --Format (narrow)", st.one_of(mutated_text("narrow.txt"), garbage))
+def test_mutated_narrow_lines_read_or_raise(text):
+    lines = clear(lambda: parse_narrow.lines(text, False, {}), SlurmParseError)
+    if isinstance(lines, list):  # a trusted read: each line one job's, ending in its id
+        assert all(line.endswith(f"|{job_id}|") and "\n" not in line for job_id, line, _ in lines)
+        assert len({job_id for job_id, _, _ in lines}) == len(lines)
 
 
 @target("squeue --format=%T", st.integers(0, 255), st.one_of(mutated_text("squeue-state.txt"), garbage))

@@ -12,6 +12,8 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 RELEASES = ("22.05", "24.11", "26.05")
+#: the first release the CLI backend reads jobs narrow on (cli_backend.NARROW_SINCE)
+NARROW_SINCE = "24.11"
 
 
 class RecordedSlurm:
@@ -45,3 +47,15 @@ def mixed(request: pytest.FixtureRequest) -> RecordedSlurm:
 @pytest.fixture(params=RELEASES)
 def typed(request: pytest.FixtureRequest) -> RecordedSlurm:
     return RecordedSlurm("typed-4x4", request.param)
+
+
+@pytest.fixture(params=RELEASES)
+def queue(request: pytest.FixtureRequest) -> RecordedSlurm:
+    """The narrow read's scenario (record.py --only narrow), on every release."""
+    return RecordedSlurm("narrow-8x8", request.param)
+
+
+@pytest.fixture(params=[r for r in RELEASES if r >= NARROW_SINCE])
+def narrow_queue(request: pytest.FixtureRequest) -> RecordedSlurm:
+    """The narrow read's scenario on the releases that read narrow."""
+    return RecordedSlurm("narrow-8x8", request.param)

@@ -5,7 +5,8 @@
 
 Each scenario directory holds one file per command plus commands.json, which
 maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
-``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases.
+``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases;
+``narrow-8x8`` the narrow job read (``--only narrow`` records just that one).
 The cluster is left running.
 """
 
@@ -65,8 +66,9 @@ def wait_running(job_ids: list[str]) -> None:
     sys.exit(f"jobs {job_ids} did not all start")
 
 
+EXCLUSIVE = ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
 #: what the CLI backend asks only of later releases
-SINCE = {"26.05": {"exclusive.txt": ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]}}
+SINCE = {"26.05": {"exclusive.txt": EXCLUSIVE}}
 
 
 def scenario_dir(name: str, release: str) -> Path:
@@ -124,9 +126,54 @@ def typed_cluster(release: str) -> None:
     record("typed-4x4", release)
 
 
+def narrow_cluster(release: str) -> None:
+    """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (22.05: of one, which
+    prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
+    (a '|' in the comment), pending, held and throttled ones, one task of the throttled array split off."""
+    sys.path.insert(0, str(REPO))
+    from compass_slurm.slurm import parse_narrow
+
+    restart(release, "--nodes", "8", "--gpus-per-node", "8")
+    running = [
+        sbatch("--gpus=2", "--wrap", "sleep 600"),
+        sbatch("--nodes=2", "--gpus-per-node=3", "--wrap", "sleep 600"),
+        sbatch("--nodes=2", "--gpus=5", "--wrap", "sleep 600"),
+        sbatch("--gpus=3", "--cpus-per-task=2", "--mem=1000", "--comment=compass:migratable a|b, c",
+               "--wrap", "sleep 600"),
+        sbatch("--gpus=1", "--mem-per-gpu=700", "--wrap", "sleep 600"),
+        sbatch("--exclusive", "--gpus=1", "--wrap", "sleep 600"),
+        sbatch("--array=1-2", "--gpus=1", "--wrap", "sleep 600"),
+    ]
+    wait_running([job.split(";")[0] for job in running])
+    throttled = sbatch("--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2", "--wrap", "sleep 600")
+    sh("scontrol", "update", f"JobId={throttled}_3", "TimeLimit=600")  # split off: a record of its own
+    sbatch("--hold", "--gpus=8", "--comment=compass", "--wrap", "sleep 600")
+    sbatch("--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08", "--wrap", "sleep 600")
+    time.sleep(3)  # one more scheduler pass, so the pending reasons are final
+    exclusive = release >= "26.05"
+    narrow = parse_narrow.argv(exclusive)
+    extra = {"squeue.json": ["squeue", "--json"], **({"exclusive.txt": EXCLUSIVE} if exclusive else {})}
+    if release >= "24.11":
+        lines = parse_narrow.lines(sh(*narrow) + "\n", exclusive, {})
+        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for job_id, _, _ in lines}, key=int))
+        extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
+    else:
+        extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]}"]}
+    out = scenario_dir("narrow-8x8", release)
+    out.mkdir(exist_ok=True)
+    manifest = {}
+    for filename, argv in {"version.txt": ["scontrol", "--version"], **extra}.items():
+        (out / filename).write_text(sh(*argv) + "\n")
+        manifest[" ".join(argv)] = filename
+    (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
-    release = parser.parse_args().slurm
-    typed_cluster(release)
-    mixed_cluster(release)
+    parser.add_argument("--only", choices=("narrow",), help="record only this scenario")
+    args = parser.parse_args()
+    if args.only is None:
+        typed_cluster(args.slurm)
+        mixed_cluster(args.slurm)
+    narrow_cluster(args.slurm)

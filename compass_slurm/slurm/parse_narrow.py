@@ -1,0 +1,99 @@
+"""The narrow job read: one ``squeue --Format`` line per job, used to tell which jobs changed.
+
+``squeue --json`` prints every field of every job (390 MB at 100,000 jobs); the
+narrow read prints, per job, only the fields ``SlurmJob`` is made of, a few
+percent of those bytes, and far less work for slurmctld. A line equal to one of
+the last read stands for the job parsed then; only the jobs whose line is new are
+read again with ``squeue --json --jobs=...`` and the JSON parser, so each job is
+still built from JSON, field for field. ``--array`` prints one line per array
+element (without it squeue folds an array's pending tasks into one line, also those
+split off and changed, which squeue --json prints as records of their own): an
+array is re-read whole when any of its elements' lines changed. Widths are ``:|`` (no limit, ``|`` after
+the field: squeue truncates to the width otherwise). The comment, the one field a
+user writes freely, comes last and the id is printed again after it: a line ends
+with ``|<its id>|``, so a ``|`` in a comment cannot shift a field, and a comment
+holding a line break shows as a record over several lines, whose lines could
+pose as other jobs (so could a repeated id): then the read is not trusted
+(``None``) and the caller reads all of ``squeue --json`` that once; so it does
+while a heterogeneous job is queued (squeue prints ``7+1``, its JSON the
+component's own id). Only new lines
+are split and checked: an unchanged one costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .errors import SlurmParseError
+from .state import SlurmJob
+
+#: fields (24.11 names) whose change a job's line must show; the comment and the id follow them
+FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", "NumNodes", "NumCPUs", "NumTasks",
+          "tres-per-node", "tres-per-job", "tres-per-task", "MinMemory", "mem-per-tres", "OverSubscribe",
+          "ReqNodes", "ExcNodes", "Reason", "Reservation", "PriorityLong", "TimeLimit", "StartTime",
+          "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID")
+#: 26.05's squeue --json no longer says which jobs are --exclusive: its line does
+EXCLUSIVE_FIELD = "Exclusive"
+_ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\])|\+\d+)?")
+
+
+def fields(exclusive: bool) -> tuple[str, ...]:
+    """The fields of a line, in order, the comment and the id last."""
+    return (*FIELDS, *((EXCLUSIVE_FIELD,) if exclusive else ()), "Comment", "JobArrayID")
+
+
+def argv(exclusive: bool) -> list[str]:
+    return ["squeue", "--noheader", "--array", "--Format=" + ",".join(f"{name}:|" for name in fields(exclusive))]
+
+
+def array_or_id(job_id: str) -> str:
+    """The array job id of an array element's line (``7_3`` -> ``7``), else the job id."""
+    return job_id.split("_")[0]
+
+
+def field(line: str, name: str, exclusive: bool) -> str:
+    """One field of a line (not the comment)."""
+    names = fields(exclusive)
+    return line.split("|", len(names) - 2)[names.index(name)]
+
+
+def lines(output: str, exclusive: bool,
+          known: Mapping[str, SlurmJob]) -> list[tuple[str, str, SlurmJob | None]] | None:
+    """(job id, line, ``known[line]``) per job in squeue's order; None when a comment holds a line break or an
+    id repeats (the lines cannot be trusted). A line in ``known`` was checked when it was new.
+
+    Raises SlurmParseError naming the line when a new line is not one of ours.
+    """
+    command = " ".join(argv(exclusive))
+    separators = len(fields(exclusive))
+    rows = output.split("\n")
+    out: list[tuple[str, str, SlurmJob | None]] = []
+    ids: set[str] = set()
+    at = 0
+    while at < len(rows):
+        line, lineno = rows[at], at + 1
+        at += 1
+        before = known.get(line)
+        if before is not None:
+            job_id = before.id
+        elif not line.strip():
+            continue
+        else:
+            job_id = line.split("|", 1)[0]
+            if not _ID.fullmatch(job_id):
+                if out:
+                    return None  # the rest of a comment with a line break
+                raise SlurmParseError(f"{command}: line {lineno}: no job id: {line[:80]!r}")
+            end = f"|{job_id}|"
+            if not line.endswith(end):
+                if any(row.endswith(end) for row in rows[at:]):
+                    return None  # a comment with a line break
+                raise SlurmParseError(f"{command}: line {lineno}: does not end in |{job_id}|: {line[:80]!r}")
+            if line.count("|") < separators:
+                raise SlurmParseError(f"{command}: line {lineno}: fewer than {separators} fields: {line[:80]!r}")
+        if job_id in ids or "+" in job_id:  # a heterogeneous job's component: squeue --json names it otherwise
+            return None
+        ids.add(job_id)
+        out.append((job_id, line, before))
+    return out

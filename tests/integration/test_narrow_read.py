@@ -1,0 +1,84 @@
+"""The narrow job read (one squeue --Format line per job, squeue --json only for the changed) on the real cluster.
+
+From 24.11 it yields the very SlurmJobs the whole ``squeue --json`` read does, and the daemon places on it;
+22.05 (whose squeue --json ignores --jobs, and whose --Format has no ExcNodes) keeps the JSON read.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from compass_slurm.config import Config
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.slurm.cli_backend import JOBS_JSON, CliBackend, run_process
+
+pytestmark = pytest.mark.slurm
+
+
+def sbatch(slurm, *args: str) -> str:
+    out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 300"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    slurm.submitted.append(out.split(";")[0])
+    return slurm.submitted[-1]
+
+
+def a_mixed_queue(slurm) -> list[str]:
+    """Running single- and multi-node (uniform and not), array, --exclusive and comment-marked jobs; pending,
+    held and throttled ones (one task of the throttled array split off)."""
+    running = [
+        sbatch(slurm, "--gpus=2"),
+        sbatch(slurm, "--nodes=2", "--gpus-per-node=3"),
+        sbatch(slurm, "--nodes=2", "--gpus=5"),
+        sbatch(slurm, "--gpus=3", "--cpus-per-task=2", "--mem=1000", "--comment=compass:migratable a|b, c"),
+        sbatch(slurm, "--gpus=1", "--mem-per-gpu=700"),
+        sbatch(slurm, "--exclusive", "--gpus=1"),
+        sbatch(slurm, "--array=1-2", "--gpus=1"),
+    ]
+    throttled = sbatch(slurm, "--hold", "--array=1-4%2", "--gpus-per-task=1", "--ntasks=2")
+    subprocess.run(["scontrol", "update", f"JobId={throttled}_3", "TimeLimit=600"], check=True)  # split off
+    sbatch(slurm, "--hold", "--gpus=8", "--comment=compass")
+    sbatch(slurm, "--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08")
+    for job in running:
+        slurm.wait(job, "RUNNING")
+    return running
+
+
+def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it(idle_cluster, dev_cluster, tmp_path):
+    slurm = idle_cluster
+    a_mixed_queue(slurm)
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], timeout: float) -> tuple[int, str, str]:
+        calls.append(argv)
+        return run_process(argv, timeout)
+
+    # a field's width cuts it short (Comment's default is 20 characters); ':|' (no width, then '|') does not
+    comment = "compass:migratable a|b, c"
+    job = next(j for j in CliBackend().read_jobs() if j.comment == comment).id
+    cut, whole = (subprocess.run(["squeue", "--noheader", f"--jobs={job}", f"--Format={spec}"], check=True,
+                                 capture_output=True, text=True).stdout.rstrip("\n") for spec in ("Comment", "Comment:|"))
+    assert (cut, whole) == (comment[:20], comment + "|")
+
+    narrow = CliBackend(runner=runner, narrow=None)
+    if dev_cluster.release == "22.05":
+        assert not narrow.uses_narrow and narrow.read_commands()["jobs"] == JOBS_JSON
+        return
+    assert narrow.uses_narrow
+    by_narrow = narrow.read_jobs()
+    by_json = CliBackend().read_jobs()
+    assert {j.id: j for j in by_narrow} == {j.id: j for j in by_json}  # field by field
+    assert narrow.narrow_reason is None
+    calls.clear()
+    assert narrow.read_jobs() == by_narrow
+    assert [c[:2] for c in calls] == [["squeue", "--noheader"]]  # nothing changed: no JSON at all
+
+    managed = sbatch(slurm, "--gpus=2", "--comment=compass", "--begin=now+60")
+    daemon = Daemon(Config(anchors="", lease=60, interval=1), narrow, None)
+    calls.clear()
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [(managed, "placed")]
+    assert [c for c in calls if c[:2] == JOBS_JSON] == [[*JOBS_JSON, f"--jobs={managed}"]]  # only the new job
+    assert {j.id: j for j in narrow.read_jobs()} == {j.id: j for j in CliBackend().read_jobs()}
+    slurm.wait(managed, "RUNNING")

@@ -1,0 +1,173 @@
+"""The narrow job read on output recorded from the dev cluster (tests/data/slurm/record.py --only narrow)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from compass_slurm.slurm import cli_backend, parse_narrow
+from compass_slurm.slurm.cli_backend import JOBS_JSON, CliBackend
+from compass_slurm.slurm.errors import SlurmParseError
+
+
+FIELDS_24_11 = ("JobArrayID:|,State:|,UserName:|,UserID:|,Partition:|,NodeList:|,NumNodes:|,NumCPUs:|,NumTasks:|,"
+                "tres-per-node:|,tres-per-job:|,tres-per-task:|,MinMemory:|,mem-per-tres:|,OverSubscribe:|,"
+                "ReqNodes:|,ExcNodes:|,Reason:|,Reservation:|,PriorityLong:|,TimeLimit:|,StartTime:|,SubmitTime:|,"
+                "EligibleTime:|,ArrayJobID:|,ArrayTaskID:|")
+ALL_IDS = "1,2,3,4,5,6,7,9,11,12"  # arrays 7 and 9 by their array id (9_3 is job 10)
+
+
+def narrow_argv(release: str) -> list[str]:
+    exclusive = ",Exclusive:|" if release >= "26.05" else ""
+    return ["squeue", "--noheader", "--array", f"--Format={FIELDS_24_11}{exclusive},Comment:|,JobArrayID:|"]
+
+
+def test_the_exact_command_lines(queue):
+    assert parse_narrow.argv(queue.release >= "26.05") == narrow_argv(queue.release)
+    backend = CliBackend(runner=queue, narrow=None)
+    if queue.release == "22.05":  # its squeue --json prints every job whatever --jobs says: nothing to narrow
+        assert len(CliBackend(runner=queue).read_jobs()) == 12
+        assert not backend.uses_narrow and backend.read_commands()["jobs"] == JOBS_JSON
+        return
+    backend.read_jobs()
+    assert queue.calls == [["scontrol", "--version"], narrow_argv(queue.release), [*JOBS_JSON, f"--jobs={ALL_IDS}"]]
+    assert backend.read_commands()["jobs"] == narrow_argv(queue.release)
+
+
+def test_the_narrow_read_is_the_json_read_field_by_field(narrow_queue):
+    queue, release = narrow_queue, narrow_queue.release
+    by_json = CliBackend(runner=queue).read_jobs()
+    by_narrow = CliBackend(runner=queue, narrow=True).read_jobs()
+    assert sorted(by_narrow, key=lambda j: j.id) == sorted(by_json, key=lambda j: j.id)
+    assert {j.id for j in by_narrow if j.exclusive} == {"6"}
+    assert [j.comment for j in by_narrow if j.id == "4"] == ["compass:migratable a|b, c"]  # the delimiter, kept
+
+
+def test_unchanged_lines_are_not_read_again_and_a_changed_one_alone_is(narrow_queue):
+    queue, release = narrow_queue, narrow_queue.release
+    backend = CliBackend(runner=queue, narrow=True)
+    first = backend.read_jobs()
+    queue.calls.clear()
+    assert backend.read_jobs() == first
+    assert queue.calls == [narrow_argv(release)]
+    lines = queue.text("narrow.txt").splitlines()
+    changed = [line.replace("|JobHeldUser|", "|Priority|") for line in lines]  # job 11 and the array 9 released
+    queue.override[" ".join(narrow_argv(release))] = (0, "\n".join(changed) + "\n", "")
+    queue.override[" ".join([*JOBS_JSON, "--jobs=9,11"])] = (0, queue.text("jobs.json"), "")
+    queue.calls.clear()
+    again = backend.read_jobs()
+    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=9,11"]]
+    assert [j.id for j in again] == [j.id for j in first]
+    assert all(a is b for a, b in zip(again, first) if not a.id.startswith(("9", "11")))
+
+
+def test_an_empty_queue_asks_no_json(narrow_queue):
+    queue, release = narrow_queue, narrow_queue.release
+    queue.override[" ".join(narrow_argv(release))] = (0, "", "")
+    assert CliBackend(runner=queue, narrow=True).read_jobs() == []
+    assert queue.calls == [["scontrol", "--version"], narrow_argv(release)]
+
+
+def test_jobs_gone_before_the_json_read_are_left_out(narrow_queue):
+    queue, release = narrow_queue, narrow_queue.release
+    queue.override[" ".join([*JOBS_JSON, f"--jobs={ALL_IDS}"])] = (1, "", "slurm_load_jobs error: Invalid job id specified")
+    assert CliBackend(runner=queue, narrow=True).read_jobs() == []
+
+
+def test_a_long_list_of_changed_jobs_reads_all_of_squeue_json(narrow_queue, monkeypatch):
+    queue, release = narrow_queue, narrow_queue.release
+    monkeypatch.setattr(cli_backend, "JOBS_ARG_MAX", 5)
+    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
+    assert [*JOBS_JSON] in queue.calls and [*JOBS_JSON, f"--jobs={ALL_IDS}"] not in queue.calls
+
+
+def with_line(queue, release: str, line: str, first: bool = False) -> None:
+    text = line + queue.text("narrow.txt") if first else queue.text("narrow.txt") + line
+    queue.override[" ".join(narrow_argv(release))] = (0, text, "")
+
+
+@pytest.mark.parametrize("tail", ["{fake}|compass\n{fake}|x|12|\n", "{fake}|x|12|\nmore|12|\n",
+                                  "{fake}|x|12|\n{fake}|x|12|\n"])
+def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_queue, caplog, tail):
+    """Its lines could pose as other jobs: nothing of that read is trusted (nor when an id repeats)."""
+    queue, release = narrow_queue, narrow_queue.release
+    fake = "12|RUNNING|mallory|1000|gpu|node05|1|1|1|N/A|gres/gpu:8" + "|N/A" * 15 + ("|NO" if release >= "26.05" else "")
+    with_line(queue, release, tail.format(fake=fake))
+    backend = CliBackend(runner=queue, narrow=True)
+    with caplog.at_level(logging.INFO, "compass.slurm"):
+        jobs = backend.read_jobs()
+    assert {j.id for j in jobs} == {j.id for j in CliBackend(runner=type(queue)("narrow-8x8", release)).read_jobs()}
+    assert [*JOBS_JSON] in queue.calls and backend.narrow_reason is None and backend.uses_narrow
+    assert "line break" in caplog.text
+    queue.calls.clear()
+    del queue.override[" ".join(narrow_argv(release))]
+    again = backend.read_jobs()
+    assert {j.id: j for j in again} == {j.id: j for j in jobs} and [*JOBS_JSON, f"--jobs={ALL_IDS}"] in queue.calls
+
+
+def test_lines_split_only_before_the_comment():
+    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
+    ((job_id, line, known),) = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, {})
+    assert (job_id, line, known) == ("4", f"{fixed}|a|4|b|4|", None)
+    assert parse_narrow.field(line, "ArrayTaskID", False) == f"f{len(parse_narrow.FIELDS) - 1}"
+    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, {}) is None  # an id twice
+
+
+@pytest.mark.parametrize("bad", ["garbage", "4|RUNNING|root|comment|4", "4|too|few|4|"])
+def test_a_malformed_line_names_it(bad):
+    with pytest.raises(SlurmParseError, match=r"^squeue --noheader --array --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
+        parse_narrow.lines(f"\n{bad}\n", False, {})
+
+
+def test_a_malformed_narrow_output_falls_back_to_json_with_one_warning(narrow_queue, caplog):
+    queue, release = narrow_queue, narrow_queue.release
+    with_line(queue, release, "garbage\n", first=True)
+    backend = CliBackend(runner=queue, narrow=True)
+    with caplog.at_level(logging.WARNING, "compass.slurm"):
+        jobs = backend.read_jobs()
+        queue.calls.clear()
+        assert backend.read_jobs() == jobs
+    assert len(jobs) == 12 and not backend.uses_narrow and "line 1: no job id: 'garbage'" in backend.narrow_reason
+    assert [r.getMessage() for r in caplog.records if "from now on" in r.getMessage()] == [
+        f"cannot read jobs narrow ({backend.narrow_reason}); reading them with squeue --json from now on"]
+    assert queue.calls[0] == JOBS_JSON and backend.read_commands()["jobs"] == JOBS_JSON
+
+
+def test_doctor_says_jobs_are_read_narrow(narrow_queue):
+    from compass_slurm.cli.doctor import Doctor
+
+    doctor = Doctor(None)
+    doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
+    doctor.backend.read_jobs()
+    assert doctor.json_support().startswith("JSON: nodes by sinfo --Node --json, jobs by squeue --json of the jobs "
+                                            "whose line in the narrow read (squeue --Format) changed (Slurm ")
+    with_line(narrow_queue, narrow_queue.release, "garbage\n", first=True)
+    doctor.backend = CliBackend(runner=narrow_queue, narrow=True)
+    doctor.backend.read_jobs()
+    assert "jobs by squeue --json (not the narrow read: squeue --noheader --array --Format=" in doctor.json_support()
+
+
+def test_a_changed_array_task_re_reads_its_whole_array(narrow_queue):
+    """Its tasks share the array's throttle, which only some of their lines show."""
+    queue, release = narrow_queue, narrow_queue.release
+    backend = CliBackend(runner=queue, narrow=True)
+    first = {j.id: j for j in backend.read_jobs()}
+    changed = [line.replace("|None|", "|Prolog|") if line.startswith("7_1|") else line
+               for line in queue.text("narrow.txt").splitlines()]
+    queue.override[" ".join(narrow_argv(release))] = (0, "\n".join(changed) + "\n", "")
+    queue.override[" ".join([*JOBS_JSON, "--jobs=7"])] = (0, queue.text("jobs.json"), "")
+    queue.calls.clear()
+    again = {j.id: j for j in backend.read_jobs()}
+    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=7"]]
+    assert again == first
+    assert [i for i in again if again[i] is not first[i]] == ["7_1", "7_2"]
+
+
+def test_a_heterogeneous_job_reads_all_of_squeue_json(narrow_queue):
+    """squeue prints its components as 12+0, 12+1; squeue --json by their own ids."""
+    queue, release = narrow_queue, narrow_queue.release
+    component = "|".join(["12+1", *["x"] * (len(parse_narrow.fields(release >= "26.05")) - 3), "c", "12+1"]) + "|"
+    with_line(queue, release, component + "\n")
+    assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
+    assert [*JOBS_JSON] in queue.calls
