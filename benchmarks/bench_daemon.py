@@ -358,7 +358,8 @@ def main() -> None:
     errors = sum((c.errors for c in cycles), Counter())
     minute = cycles[:int(60 / config.interval)]  # cycles 0, 5, .. 55 s: the takeover's first minute
     print(f"cycles every {config.interval:g} s: "
-          + ", ".join(f"{c.placed} placed/{c.migrated} migrated/{c.requeues} requeued" for c in cycles)
+          + ", ".join(f"{c.seconds:.3f} s: {c.placed} placed/{c.migrated} migrated/{c.requeues} requeued"
+                      for c in cycles)
           + f"; requeues in the first {len(minute) * config.interval:g} s {sum(c.requeues for c in minute)}"
           + f"; Slurm started {started} pinned jobs, {waiting} waited; errors {dict(errors) or 'none'}")
 
