@@ -1,0 +1,55 @@
+"""benchmarks/bench_daemon.py's Slurm side: what the daemon asks is carried out as slurmctld would, and the
+daemon's next cycle sees its moves done (no mismatch), so the benchmark's steady cycle is the churn's work."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_daemon import Recorded, build, carry_out, churn, render, timed  # noqa: E402
+
+from compass_slurm.config import Config  # noqa: E402
+from compass_slurm.service.daemon import Daemon  # noqa: E402
+from compass_slurm.slurm.cli_backend import CliBackend  # noqa: E402
+from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState  # noqa: E402
+
+
+def _state(*jobs: SlurmJob) -> SlurmState:
+    nodes = tuple(SlurmNode(n, "idle", frozenset(), ("gpu",), 8) for n in ("gpu0001", "gpu0002"))
+    return SlurmState(nodes, jobs, (SlurmPartition("gpu", ("gpu0001", "gpu0002")),), (), "22.05.8", 0.0)
+
+
+def test_a_requeued_job_runs_where_it_was_repinned_and_a_lease_keeps_a_job_waiting():
+    state = _state(SlurmJob("1", "u", "RUNNING", "gpu", ("gpu0001",), {"gpu0001": 4}, gpus_per_node=4),
+                   SlurmJob("2", "u", "PENDING", "gpu", gpus_per_job=8), SlurmJob("3", "u", "PENDING", "gpu"))
+    changes = [["scontrol", "requeuehold", "1"],
+               ["scontrol", "update", "JobId=1", "ReqNodeList=gpu0002", "NumNodes=1", "TresPerJob=",
+                "TresPerNode=gres:gpu:4", "StartTime=now"],
+               ["scontrol", "release", "1"],
+               ["scontrol", "update", "JobId=2", "ReqNodeList=gpu0002", "NumNodes=1", "TresPerJob=",
+                "TresPerNode=gres:gpu:8", "StartTime=now"],  # gpu0002 has 4 GPUs left: it waits
+               ["scontrol", "update", "JobId=3", "StartTime=now+300"]]
+    after, started, waiting = carry_out(state, changes, now=100.0)
+    jobs = {j.id: j for j in after.jobs}
+    assert (jobs["1"].state, jobs["1"].gpus_alloc, jobs["1"].start_time, jobs["1"].held) == (
+        "RUNNING", {"gpu0002": 4}, 100, False)
+    assert (jobs["2"].state, jobs["2"].required_nodes, jobs["2"].gpus_per_node) == ("PENDING", ("gpu0002",), 8)
+    assert jobs["3"] == state.jobs[2]
+    assert (started, waiting) == (1, 1)
+    assert [(n.name, n.state, n.gpus_used) for n in after.nodes] == [("gpu0001", "idle", 0), ("gpu0002", "mixed", 4)]
+
+
+def test_the_daemon_sees_its_placements_and_migrations_done():
+    state = build(64, 320, 0.97, "first-fit", seed=1)
+    runner = Recorded(render(state))
+    now = [1_000_000.0]
+    daemon = Daemon(Config(policy="compass", anchors=""), CliBackend(runner=runner), None, clock=lambda: now[0])
+    first = timed(daemon, runner)
+    assert first.placed and first.migrated and first.requeues and not first.errors
+    state, started, waiting = carry_out(state, runner.take(), now[0])
+    assert (started, waiting) == (first.placed + first.migrated, 0)
+    now[0] += 5
+    runner.texts = render(churn(state, 0.01, seed=2))
+    second = daemon.cycle()
+    assert second.errors == [] and second.adopted == []
