@@ -47,6 +47,11 @@ def parse_setting(value: object) -> Setting:
     return value
 
 
+def remaining(budget: int | None, spent: int) -> int | None:
+    """What is left of a budget (None: unlimited) after ``spent`` of it."""
+    return None if budget is None else max(0, budget - spent)
+
+
 def per_hour(setting: Setting | None, nodes: int) -> int | None:
     """The migrations allowed per sliding hour on ``nodes`` GPU nodes; None: no limit (``None`` is unlimited too)."""
     if setting is None or setting == UNLIMITED:

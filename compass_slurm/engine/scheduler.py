@@ -66,6 +66,7 @@ from dataclasses import dataclass, field, replace
 from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
 from .policies.base import Compaction, Policy
+from .rate_limit import remaining
 
 QUEUES = ("fifo", "backfill")
 
@@ -285,7 +286,7 @@ class Scheduler:
             self.withdraw(job_id)
             return self.drain(now, budget)
         step = self._finish(job_id, budget)
-        step.extend(self.drain(now, _less(budget, step.spent)))
+        step.extend(self.drain(now, remaining(budget, step.spent)))
         return step
 
     # -- the disciplines ---------------------------------------------------------------------
@@ -435,7 +436,7 @@ class Scheduler:
 
     def _left(self, step: Step) -> int | None:
         """What is left of the drain's budget after what ``step`` spent."""
-        return _less(self._budget, step.spent)
+        return remaining(self._budget, step.spent)
 
     def _within_spare(self, job_id: str, res: Reservation) -> bool:
         c = self.policy.cluster
@@ -589,11 +590,6 @@ class Scheduler:
 def _compacted(step: Step, done: Compaction) -> None:
     step.migrations.extend(done.moves)
     step.spent += done.spent
-
-
-def _less(budget: int | None, spent: int) -> int | None:
-    """What is left of ``budget`` after ``spent``."""
-    return None if budget is None else max(0, budget - spent)
 
 
 def _shape(entry: Entry) -> tuple:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..engine.model import Decision, Job, Migration
 from ..engine.policies.base import Policy
+from ..engine.rate_limit import remaining
 from .store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord
 
 log = logging.getLogger("compass.daemon")
@@ -30,8 +31,9 @@ class CycleReport:
     departed: list[str] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     sample: SampleRecord | None = None
-    #: migrations the engine may still plan this cycle: the rate limit's budget at the start, less what it spent
-    budget: int = 0
+    #: migrations the engine may still plan this cycle (None: unlimited): the rate limit's budget at the start,
+    #: less what it spent
+    budget: int | None = 0
 
     def error(self, kind: str, message: str) -> None:
         log.error("%s: %s", kind, message)
@@ -40,8 +42,11 @@ class CycleReport:
     def compact(self, policy: Policy) -> tuple[Migration, ...]:
         """Compact within what is left of the cycle's migration budget."""
         moves, spent = policy.compact(self.budget)
-        self.budget -= spent
+        self.spend(spent)
         return moves
+
+    def spend(self, spent: int) -> None:
+        self.budget = remaining(self.budget, spent)
 
 
 @dataclass

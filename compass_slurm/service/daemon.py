@@ -248,7 +248,7 @@ class Daemon:
             report.error("engine", f"{err}; rebuilding the engine state next cycle")
             self.policy = None
             return []
-        report.budget -= step.spent
+        report.spend(step.spent)
         if scheduler.reservation is not None:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,

@@ -367,6 +367,20 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
         assert [d.action for d in store.decisions(job="8")] == ["migrated"]
 
 
+def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
+    # "unlimited" is a budget of None all through the cycle: sync's Compact and the drain spend from it.
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, _ = daemon_for(cluster(nodes(3), jobs), tmp_path, policy="compass",
+                                    migrations_per_hour="unlimited")
+    assert daemon.cycle().budget is None
+    backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
+    report = daemon.cycle()
+    assert report.errors == [] and report.budget is None
+    assert sorted((m.job_id, m.src, m.dst, m.status) for m in report.migrations) == [
+        ("7", "n1", "n2", "done"), ("8", "n1", "n2", "done")]
+
+
 def test_the_default_budget_is_one_migration_per_managed_gpu_node_and_follows_the_nodes(tmp_path):
     daemon, backend, _ = daemon_for(cluster(nodes(3), []), tmp_path)
     assert Config().migrations_per_hour == "per-node"
