@@ -329,8 +329,14 @@ def main() -> None:
 
     backend.read_state = timed_read  # type: ignore[method-assign]  # the cycle's own read, timed
     # The daemon's clock advances one interval per cycle, as when it runs (the migration budget is per sliding hour).
-    budget = {} if args.migrations_per_hour is None else {"migrations_per_hour": (
-        int(args.migrations_per_hour) if args.migrations_per_hour.isdigit() else args.migrations_per_hour)}
+    budget = {}
+    if args.migrations_per_hour is not None:
+        from compass_slurm.engine.rate_limit import parse_setting  # only when given: runs on code before the setting
+
+        try:
+            budget["migrations_per_hour"] = parse_setting(args.migrations_per_hour)
+        except ValueError as err:
+            parser.error(f"--migrations-per-hour {args.migrations_per_hour!r} is {err}")
     config = Config(policy=args.policy, anchors="", **budget)
     now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
