@@ -204,7 +204,7 @@ class CliBackend(Backend):
         records are squeue --json's (which prints the tasks not split off yet as one record
         ``A_[..]``, and the split ones as ``A_T``). None when the lines cannot be trusted (a
         comment with a line break). A job gone between the two reads is left out; a job changed
-        between them shows a new line next time and is read again.
+        between them is not kept under its line (``parse_narrow.agrees``): the next read asks for it again.
         """
         exclusive = self._exclusive_gone
         lines = parse_narrow.lines(output, exclusive, self._lines)
@@ -228,18 +228,23 @@ class CliBackend(Backend):
                 by_array.setdefault(job.array_job, []).append(job)
         known_arrays, self._arrays, self._lines = self._arrays, {}, {}
         jobs: list[SlurmJob] = []
-        for job_id, line, job in lines:
+        done: set[str] = set()
+        # A record read now that its line does not show changed in between: used this cycle, not kept under the line.
+        for job_id, line, known in lines:
             if "_" not in job_id:
-                job = job or by_id.get(job_id)
+                job = known or by_id.get(job_id)
                 if job is not None:
                     jobs.append(job)
-                    self._lines[line] = job
+                    if known is not None or parse_narrow.agrees(line, job, exclusive):
+                        self._lines[line] = job
                 continue
             array = parse_narrow.array_or_id(job_id)
-            if array in self._arrays:
+            if array in done:
                 continue  # its records stand where its first line does
+            done.add(array)
             records = by_array.get(array, []) if array in wanted else known_arrays[array][1]
-            self._arrays[array] = (texts[array], records)
+            if array not in wanted or parse_narrow.array_agrees(arrays[array], records, exclusive):
+                self._arrays[array] = (texts[array], records)
             jobs += records
         return jobs
 
