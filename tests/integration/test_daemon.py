@@ -258,6 +258,20 @@ def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cl
                                                                   second: decision.gpus_per_node}
 
 
+def test_two_memory_per_gpu_jobs_decided_in_one_cycle_go_to_two_nodes(idle_cluster, tmp_path):
+    """The same two jobs queued before one cycle: the engine counts GPUs only, the first decision's 200 GB count
+    against the second all the same, and both run where decided."""
+    slurm = idle_cluster
+    daemon = make_daemon(tmp_path)
+    backend = CliBackend()
+    jobs = [submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass") for _ in range(2)]
+    report = daemon.cycle()
+    placed = {d.job_id: d.gpus_per_node for d in report.decisions}
+    assert sorted(placed) == sorted(jobs) and set(placed[jobs[0]]).isdisjoint(placed[jobs[1]])
+    seen = wait_running(backend, jobs)
+    assert {job: seen.get(job) for job in jobs} == placed
+
+
 def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster, tmp_path):
     slurm = idle_cluster
     later = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass",
