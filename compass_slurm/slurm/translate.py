@@ -15,7 +15,8 @@ partitions, k the job's GPUs in all, w Slurm's node count for it:
 Arrays: the record of the tasks Slurm has not split off yet (``A_[0-5]``) stands for one
 pending job per task (``A_0`` ... ``A_5``); placing a task splits it off in Slurm. An
 array throttle (``%N``) lets the first N tasks minus the running ones be placed; the
-others stay leased, waiting their turn.
+others stay leased, waiting their turn. So does a job whose dependency is not met yet:
+Slurm would start it the moment it is, wherever Slurm likes, were its lease run out.
 
 A managed job whose start time (``--begin`` plus the lease, as the wrapper submits it)
 is still more than the lease away, counted from the later of the read and the job's
@@ -53,6 +54,8 @@ from .state import SlurmJob, SlurmNode, SlurmState
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
 #: the pending reason of array tasks beyond the array's throttle
 THROTTLED = "JobArrayTaskLimit"
+#: the pending reason of a job whose dependency is not met yet (DependencyNeverSatisfied: never will be)
+DEPENDENCY = "Dependency"
 #: seconds a job's begin time may lie past the read (or its submission) and still count as come:
 #: Slurm's times are whole seconds
 BEGIN_SLACK = 1.0
@@ -184,7 +187,7 @@ class Observation:
     queue_len: int = 0
     pending_gpus: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-    #: managed jobs that wait their turn (array throttle): not placed now, but kept leased
+    #: managed jobs that wait their turn (array throttle, a dependency not met yet): not placed now, but kept leased
     waiting: dict[str, str] = field(default_factory=dict)
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
@@ -359,7 +362,11 @@ class Translator:
                 why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
             why = why or facts.not_startable
             if why is not None:
-                out.skipped[job.id] = why
+                if facts.held_back is None and job.reason == DEPENDENCY and facts.req is not None:
+                    # Met, Slurm would start it at once if its lease had run out meanwhile: it stays leased.
+                    out.waiting[job.id] = "waits for its dependency"
+                else:
+                    out.skipped[job.id] = why
                 continue
             if facts.req is None:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"

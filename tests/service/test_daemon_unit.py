@@ -224,6 +224,24 @@ def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
     assert backend.commands[2:] == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
 
 
+def test_a_job_waiting_for_its_dependency_keeps_its_lease_and_is_placed_once_met(tmp_path):
+    # Met after its lease ran out, Slurm would start it at once, wherever it likes.
+    waiting = pending("60", gpus=2, reason="Dependency")
+    state = cluster(nodes(1), [waiting, pending("61", gpus=2, reason="DependencyNeverSatisfied"),
+                               pending("62", gpus=2, reason="Dependency", held=True)])  # held: the user's, not leased
+    daemon, backend, clock = daemon_for(state, tmp_path, lease=60)
+    report = daemon.cycle()
+    assert report.decisions == [] and backend.commands == [["scontrol", "update", "JobId=60", "StartTime=now+60"]]
+    assert daemon.observation.waiting == {"60": "waits for its dependency"}
+    clock.now += 30
+    daemon.cycle()
+    assert backend.commands[1:] == [["scontrol", "update", "JobId=60", "StartTime=now+60"]]  # every half lease
+    backend.state = replace(state, jobs=(replace(waiting, reason="BeginTime"),))  # met: its lease holds it
+    clock.now += 5
+    assert [(d.job_id, d.gpus_per_node) for d in daemon.cycle().decisions] == [("60", {"n1": 2})]
+    assert backend.commands[2:] == [update("60", "n1", 1, 2)]
+
+
 def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):
     """scontrol renews every job of a list it can, names the ones it cannot and fails: the rest count as
     renewed, and a batch without the bad job is renewed all the same."""
