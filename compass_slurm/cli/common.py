@@ -1,4 +1,4 @@
-"""What every subcommand shares: -h, --json, errors on stderr with a hint and exit code 2."""
+"""What every subcommand shares: -h, --json, errors on stderr with a hint and exit code 2 (1 for our own bugs)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ class UserError(click.ClickException):
         click.echo(f"compass: error: {self.message}", file=err)
         if self.hint:
             click.echo(f"hint: {self.hint}", file=err)
+
+
+class InternalError(click.ClickException):
+    """A bug in compass, not in the input: one line saying so and what to report, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"compass: internal error (a bug in compass, not in your input): {self.message}; please report it "
+                   "with the command line, `compass --version` and the input it read", file=file or sys.stderr)
 
 
 def json_option(func: Callable) -> Callable:

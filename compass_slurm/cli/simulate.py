@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..config import Config
-from .common import CONTEXT_SETTINGS, UserError, console, emit_json, json_option
+from .common import CONTEXT_SETTINGS, InternalError, UserError, console, emit_json, json_option
 
 #: Jobs in a synthetic workload when --limit does not say.
 SYNTHETIC_JOBS = 2000
@@ -73,6 +73,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     if sweep_file or sbatch:
         _sweep(sweep_file, sbatch, as_json)
         return
+    from ..engine.model import EngineError
     from ..engine.policies.base import policy_names
     from ..engine.rate_limit import per_hour
     from ..sim import sizing, synthetic as synth, workloads
@@ -115,8 +116,10 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     try:
         results = _run(jobs, configs, show_progress=not as_json)
     except InvariantError as err:
-        raise click.ClickException(f"invariant broken: {err}") from None
-    except ValueError as err:
+        raise InternalError(f"invariant broken: {err}") from None
+    except EngineError as err:  # the input was checked before the run: the engine refusing its own calls is a bug
+        raise InternalError(f"the engine refused a step of the simulation: {err}") from None
+    except ValueError as err:  # the workload as a whole (empty, or a job no node set can hold)
         raise UserError(str(err)) from None
     shape = node_spec if ":" in node_spec else node_gpus
     rows = [

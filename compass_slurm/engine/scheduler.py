@@ -134,6 +134,9 @@ class Scheduler:
         self.explain = explain
         #: called after each start and its Compact (the daemon measures fragmentation per decision)
         self.on_start = on_start
+        #: a job's eligible nodes as they stand when it is placed (None: as queued): the daemon takes off those
+        #: the jobs started before it in the drain left short of what the engine does not count (CPUs, memory)
+        self.refine: Callable[[Job, frozenset[str] | None], frozenset[str] | None] | None = None
         self.queue: dict[str, Entry] = {}
         #: the latest drain's reservation (backfill with a blocked head), else None.
         self.reservation: Reservation | None = None
@@ -384,6 +387,8 @@ class Scheduler:
         """Place one queued job; with ``res``, only within the reserved nodes' spare GPUs."""
         job = entry.job
         eligible = entry.eligible if allowed is None else allowed
+        if self.refine is not None:
+            eligible = self.refine(job, eligible)
         policy = self.policy
         if not entry.managed:
             return self._start_foreign(entry, eligible, now, step, res)

@@ -237,7 +237,15 @@ class Daemon:
         if self.scheduler is None or self.scheduler.policy is not policy:
             self.scheduler = Scheduler(policy, self.config.queue, explain=True)
         scheduler = self.scheduler
-        scheduler.on_start = lambda _: measured.append(fragmentation(policy))
+        by_id = {p.job.id: p for p in pending}
+
+        def started(decision: Decision) -> None:
+            measured.append(fragmentation(policy))
+            p, c = by_id[decision.job], policy.cluster  # its CPUs and memory, which the engine does not count
+            translator.decide(p.slurm, p.job, (c.nodes[i].name for _, i in c.instances_of(p.job.id)))
+
+        scheduler.on_start = started
+        scheduler.refine = lambda job, eligible: translator.narrowed(by_id[job.id].slurm, job, eligible)
         try:
             scheduler.expect(self._expected_ends(obs, policy, now))
             held = policy.cluster.jobs
@@ -253,7 +261,6 @@ class Daemon:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
-        by_id = {p.job.id: p for p in pending}
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))

@@ -38,8 +38,9 @@ GROUPED_SINCE = (23, 2)
 
 NODES_JSON = ["sinfo", "--json"]
 NODES_JSON_PER_NODE = ["sinfo", "--Node", "--json"]
-#: 26.05's squeue --json no longer says which jobs are --exclusive (``shared`` is empty for all); this does
-EXCLUSIVE = ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
+#: 26.05's squeue --json no longer says which jobs are --exclusive (``shared`` is empty for all); this does, one line
+#: per array element (folded, an array with a task split off is ``A_[1-3]``, which no JSON record is named)
+EXCLUSIVE = ["squeue", "--noheader", "--array", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
 EXCLUSIVE_GONE_SINCE = (26, 5)
 JOBS_JSON = ["squeue", "--json"]
 NODES_TEXT = ["scontrol", "show", "node", "--details", "--oneliner"]
@@ -72,19 +73,13 @@ def _with_exclusive(jobs: Iterable[SlurmJob], exclusive: Set[str]) -> list[Slurm
     return [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
 
 
-def _owners(lines: list[tuple[str, str, SlurmJob | None]], arrays: dict[str, list[tuple[str, str]]],
-            fresh: list[SlurmJob]) -> set[str]:
-    """The jobs of ``fresh`` whose narrow line says they own their nodes (26.05: ``Exclusive`` NODE); an array's
-    record of the tasks not split off yet (``A_[..]``) by its elements' lines that are not split records."""
-    def owns(line: str) -> bool:
-        return parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"
-
+def _owners(owning: Set[str], fresh: list[SlurmJob]) -> set[str]:
+    """The jobs of ``fresh`` that own their nodes, given the ids (``squeue --array``: one per array element) squeue
+    shows as owning them (26.05: ``Exclusive`` NODE): a record by its id, an array's record of the tasks not split
+    off yet (``A_[..]``) by its elements that are not records of their own."""
     ids = {job.id for job in fresh}
-    out = {job_id for job_id, line, _ in lines if job_id in ids and owns(line)}
-    for job in fresh:
-        if job.array_pending and any(owns(line) for job_id, line in arrays.get(job.array_job, ()) if job_id not in ids):
-            out.add(job.id)
-    return out
+    arrays = {parse_narrow.array_or_id(job_id) for job_id in owning - ids if "_" in job_id}
+    return (ids & owning) | {job.id for job in fresh if job.array_pending and job.array_job in arrays}
 
 
 def _version_tuple(version: str) -> tuple[int, int]:
@@ -194,7 +189,7 @@ class CliBackend(Backend):
     def _read_json_jobs(self) -> list[SlurmJob]:
         jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)
         if self._whole_commands()["jobs"] == JOBS_JSON and self._exclusive_gone:
-            jobs = _with_exclusive(jobs, parse_text.exclusive_jobs(self._run(EXCLUSIVE)))
+            jobs = _with_exclusive(jobs, _owners(parse_text.exclusive_jobs(self._run(EXCLUSIVE)), jobs))
         return jobs
 
     def _read_narrow(self, output: str) -> list[SlurmJob] | None:
@@ -204,7 +199,7 @@ class CliBackend(Backend):
         records are squeue --json's (which prints the tasks not split off yet as one record
         ``A_[..]``, and the split ones as ``A_T``). None when the lines cannot be trusted (a
         comment with a line break). A job gone between the two reads is left out; a job changed
-        between them shows a new line next time and is read again.
+        between them is not kept under its line (``parse_narrow.agrees``): the next read asks for it again.
         """
         exclusive = self._exclusive_gone
         lines = parse_narrow.lines(output, exclusive, self._lines)
@@ -220,7 +215,9 @@ class CliBackend(Backend):
         wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
         fresh = self._json_jobs_of(wanted) if wanted else []
         if exclusive and fresh:
-            fresh = _with_exclusive(fresh, _owners(lines, arrays, fresh))
+            owning = {job_id for job_id, line, _ in lines
+                      if parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
+            fresh = _with_exclusive(fresh, _owners(owning, fresh))
         by_id = {job.id: job for job in fresh if not job.array_job}
         by_array: dict[str, list[SlurmJob]] = {}
         for job in fresh:
@@ -228,18 +225,23 @@ class CliBackend(Backend):
                 by_array.setdefault(job.array_job, []).append(job)
         known_arrays, self._arrays, self._lines = self._arrays, {}, {}
         jobs: list[SlurmJob] = []
-        for job_id, line, job in lines:
+        done: set[str] = set()
+        # A record read now that its line does not show changed in between: used this cycle, not kept under the line.
+        for job_id, line, known in lines:
             if "_" not in job_id:
-                job = job or by_id.get(job_id)
+                job = known or by_id.get(job_id)
                 if job is not None:
                     jobs.append(job)
-                    self._lines[line] = job
+                    if known is not None or parse_narrow.agrees(line, job, exclusive):
+                        self._lines[line] = job
                 continue
             array = parse_narrow.array_or_id(job_id)
-            if array in self._arrays:
+            if array in done:
                 continue  # its records stand where its first line does
+            done.add(array)
             records = by_array.get(array, []) if array in wanted else known_arrays[array][1]
-            self._arrays[array] = (texts[array], records)
+            if array not in wanted or parse_narrow.array_agrees(arrays[array], records, exclusive):
+                self._arrays[array] = (texts[array], records)
             jobs += records
         return jobs
 

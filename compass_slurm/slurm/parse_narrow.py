@@ -18,6 +18,10 @@ pose as other jobs (so could a repeated id): then the read is not trusted
 while a heterogeneous job is queued (squeue prints ``7+1``, its JSON the
 component's own id). Only new lines
 are split and checked: an unchanged one costs a dict lookup.
+
+A job may change between its line and its JSON read: then the record does not stand
+for the line, and is not kept under it (``agrees``), so that the next read asks for it
+again even if its line has gone back to that text.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import re
 from collections.abc import Mapping
 
 from .errors import SlurmParseError
+from .hostlist import expand
 from .state import SlurmJob
+from .values import duration_s
 
 #: fields (24.11 names) whose change a job's line must show; the comment and the id follow them
 FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", "NumNodes", "NumCPUs", "NumTasks",
@@ -97,3 +103,29 @@ def lines(output: str, exclusive: bool,
         ids.add(job_id)
         out.append((job_id, line, before))
     return out
+
+
+def agrees(line: str, job: SlurmJob, exclusive: bool) -> bool:
+    """Whether ``job`` (from squeue --json) is what ``line`` shows, in the fields Slurm changes on its own (state,
+    nodes, reason, priority) and those users change most (time limit, partition, node count): a job that changed
+    between the two reads shows otherwise."""
+    names = fields(exclusive)
+    values = dict(zip(names, line.split("|", len(names) - 2)))
+    reason = "" if values["Reason"] == "None" else values["Reason"]
+    try:
+        return (values["State"] == job.state and tuple(expand(values["NodeList"])) == job.nodes
+                and reason == job.reason
+                and int(values["PriorityLong"]) == job.priority
+                and duration_s(values["TimeLimit"], "TimeLimit") == job.time_limit_s
+                and values["Partition"] == job.partition and int(values["NumNodes"]) == job.num_nodes)
+    except (SlurmParseError, ValueError):
+        return False
+
+
+def array_agrees(elements: list[tuple[str, str]], records: list[SlurmJob], exclusive: bool) -> bool:
+    """Whether an array's records (squeue --json) are what its element lines show: each line by its task's own
+    record, or by the record of the tasks not split off yet."""
+    by_id = {job.id: job for job in records}
+    rest = next((job for job in records if job.array_pending), None)
+    return all((job := by_id.get(job_id, rest)) is not None and agrees(line, job, exclusive)
+               for job_id, line in elements)

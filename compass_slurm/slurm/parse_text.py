@@ -152,15 +152,16 @@ def _memory(r: Record, key: str) -> int | None:
 
 
 def exclusive_jobs(output: str) -> frozenset[str]:
-    """Jobs (as squeue names them: ``7``, ``6_1``, ``11_[1-3]``) that ``squeue --Format=JobArrayID:|,Exclusive:|``
-    shows as owning their nodes (NODE; USER, MCS, TOPO and NO share)."""
+    """Jobs and array elements (``7``, ``6_1``) that ``squeue --array --Format=JobArrayID:|,Exclusive:|`` shows as
+    owning their nodes (NODE; USER, MCS, TOPO and NO share)."""
     found = set()
     for lineno, line in enumerate(output.splitlines(), 1):
         if not line.strip():
             continue
         fields = [part.strip() for part in line.strip().split("|")]
         if len(fields) != 3 or not fields[0]:
-            raise SlurmParseError(f"squeue --Format=JobArrayID:|,Exclusive:|: line {lineno}: cannot read {line[:80]!r}")
+            raise SlurmParseError(f"squeue --array --Format=JobArrayID:|,Exclusive:|: line {lineno}: "
+                                  f"cannot read {line[:80]!r}")
         if fields[1] == "NODE":
             found.add(fields[0])
     return frozenset(found)

@@ -15,7 +15,8 @@ partitions, k the job's GPUs in all, w Slurm's node count for it:
 Arrays: the record of the tasks Slurm has not split off yet (``A_[0-5]``) stands for one
 pending job per task (``A_0`` ... ``A_5``); placing a task splits it off in Slurm. An
 array throttle (``%N``) lets the first N tasks minus the running ones be placed; the
-others stay leased, waiting their turn.
+others stay leased, waiting their turn. So does a job whose dependency is not met yet:
+Slurm would start it the moment it is, wherever Slurm likes, were its lease run out.
 
 A managed job whose start time (``--begin`` plus the lease, as the wrapper submits it)
 is still more than the lease away, counted from the later of the read and the job's
@@ -31,7 +32,9 @@ CPUs, memory (``--mem``, ``--mem-per-cpu`` or ``--mem-per-gpu`` times the instan
 GPUs) and GPU type one instance needs, minus its excluded nodes (and within its
 required nodes, when it names some); an exclusive job's are the nodes nothing runs on.
 A pending job pinned to exactly its nodes (the daemon's decision, not started yet) will
-take its CPUs and memory there: other jobs see those as taken already.
+take its CPUs and memory there: other jobs see those as taken already; so does a job
+decided earlier in the same cycle (``decide``, ``narrowed``: the daemon tells the
+Scheduler, whose engine counts GPUs only, before it places the next job).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from .state import SlurmJob, SlurmNode, SlurmState
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
 #: the pending reason of array tasks beyond the array's throttle
 THROTTLED = "JobArrayTaskLimit"
+#: the pending reason of a job whose dependency is not met yet (DependencyNeverSatisfied: never will be)
+DEPENDENCY = "Dependency"
 #: seconds a job's begin time may lie past the read (or its submission) and still count as come:
 #: Slurm's times are whole seconds
 BEGIN_SLACK = 1.0
@@ -182,7 +187,7 @@ class Observation:
     queue_len: int = 0
     pending_gpus: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-    #: managed jobs that wait their turn (array throttle): not placed now, but kept leased
+    #: managed jobs that wait their turn (array throttle, a dependency not met yet): not placed now, but kept leased
     waiting: dict[str, str] = field(default_factory=dict)
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
@@ -315,6 +320,10 @@ class Translator:
         #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
         self._claims: dict[str, tuple[frozenset[str], int, int]] = {}
         self._claimed: dict[str, tuple[int, int]] = {}
+        #: per node, the (CPUs, MB) of the jobs decided this cycle (see decide); per instance need (CPUs, MB), the
+        #: nodes they leave too short for it
+        self._decided: dict[str, tuple[int, int]] = {}
+        self._short: dict[tuple[int, int], set[str]] = {}
         self.known = known if known is not None else Translations()
         self.known.begin((tuple(self.partitions.items()), tuple((n.name, n.gpus) for n in self.slurm_nodes.values()),
                           migratable, lease))
@@ -353,7 +362,11 @@ class Translator:
                 why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
             why = why or facts.not_startable
             if why is not None:
-                out.skipped[job.id] = why
+                if facts.held_back is None and job.reason == DEPENDENCY and facts.req is not None:
+                    # Met, Slurm would start it at once if its lease had run out meanwhile: it stays leased.
+                    out.waiting[job.id] = "waits for its dependency"
+                else:
+                    out.skipped[job.id] = why
                 continue
             if facts.req is None:
                 out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
@@ -481,15 +494,51 @@ class Translator:
                 claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
                 if name in own_nodes:
                     claimed_cpus, claimed_memory = claimed_cpus - own_cpus, claimed_memory - own_memory
-                if node.cpus - node.cpus_alloc - claimed_cpus < cpus:
-                    continue
-                if node.memory_mb and node.memory_mb - node.memory_alloc_mb - claimed_memory < memory:
+                if not _fits(node, cpus, memory, claimed_cpus, claimed_memory):
                     continue
                 if job.exclusive and (node.cpus_alloc or node.memory_alloc_mb or node.gpus_used):
                     continue  # an exclusive job starts only where nothing runs
                 names.add(name)
         # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
         return None if names == self.available else frozenset(names)
+
+    def decide(self, job: SlurmJob, engine: Job, nodes: Iterable[str]) -> None:
+        """``job`` was decided onto ``nodes`` (a name per instance) this cycle: it takes its CPUs and memory there
+        from the jobs decided after it (``narrowed``), as its pin will in the next cycle's translation."""
+        cpus, memory = _instance_needs(job, Request(engine.instances, engine.gpus, engine.distinct_nodes))
+        for name in nodes:
+            if name not in self.slurm_nodes:
+                continue
+            taken_cpus, taken_memory = self._decided.get(name, (0, 0))
+            self._decided[name] = (taken_cpus + cpus, taken_memory + memory)
+            for needs, short in self._short.items():
+                if not self._fits_now(name, needs):
+                    short.add(name)
+
+    def narrowed(self, job: SlurmJob, engine: Job, eligible: Eligible) -> Eligible:
+        """``eligible`` (the job's nodes as read) without those the jobs decided this cycle left too short of CPUs
+        or memory for one instance of ``job``: the engine counts GPUs only. The same object when none is."""
+        if not self._decided:
+            return eligible
+        needs = _instance_needs(job, Request(engine.instances, engine.gpus, engine.distinct_nodes))
+        short = self._short.get(needs)
+        if short is None:
+            short = self._short[needs] = {name for name in self._decided if not self._fits_now(name, needs)}
+        nodes = self.available if eligible is None else eligible
+        return eligible if short.isdisjoint(nodes) else nodes.difference(short)
+
+    def _fits_now(self, name: str, needs: tuple[int, int]) -> bool:
+        claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
+        decided_cpus, decided_memory = self._decided.get(name, (0, 0))
+        return _fits(self.slurm_nodes[name], *needs, claimed_cpus + decided_cpus, claimed_memory + decided_memory)
+
+
+def _fits(node: SlurmNode, cpus: int, memory: int, taken_cpus: int, taken_memory: int) -> bool:
+    """Whether an instance of ``cpus`` CPUs and ``memory`` MB fits on ``node`` beside its allocations and what the
+    jobs Slurm has not started yet will take there (``taken_``)."""
+    if node.cpus - node.cpus_alloc - taken_cpus < cpus:
+        return False
+    return not node.memory_mb or node.memory_mb - node.memory_alloc_mb - taken_memory >= memory
 
 
 def _instance_needs(job: SlurmJob, req: Request) -> tuple[int, int]:

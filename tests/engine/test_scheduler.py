@@ -31,6 +31,20 @@ def test_unknown_queue_and_bad_estimate_factor_are_refused():
         scheduler(1, estimate_factor=0)
 
 
+@pytest.mark.parametrize("queue", ["fifo", "backfill"])
+def test_refine_narrows_a_job_s_nodes_by_what_started_before_it_in_the_drain(queue):
+    # The driver counts what the engine does not (the daemon: CPUs, memory): b may not join a on its node.
+    s = scheduler(2, queue=queue)
+    seen = []
+    s.on_start = lambda decision: seen.append(decision.nodes)
+    s.refine = lambda job, eligible: frozenset({"n0", "n1"}).difference(*seen) if seen else eligible
+    s.submit(Job("a", 1, 2), limit=10)
+    s.submit(Job("b", 1, 2), limit=10)
+    step = s.drain(0)
+    assert [(d.job, d.nodes) for d in step.decisions] == [("a", ("n0",)), ("b", ("n1",))]
+    s.check()
+
+
 def test_fifo_starts_nothing_past_a_blocked_head():
     s = scheduler(1, queue="fifo")
     s.arrive(Job("a", 1, 6), now=0, limit=10)

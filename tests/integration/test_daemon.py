@@ -258,6 +258,41 @@ def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cl
                                                                   second: decision.gpus_per_node}
 
 
+def test_two_memory_per_gpu_jobs_decided_in_one_cycle_go_to_two_nodes(idle_cluster, tmp_path):
+    """The same two jobs queued before one cycle: the engine counts GPUs only, the first decision's 200 GB count
+    against the second all the same, and both run where decided."""
+    slurm = idle_cluster
+    daemon = make_daemon(tmp_path)
+    backend = CliBackend()
+    jobs = [submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass") for _ in range(2)]
+    report = daemon.cycle()
+    placed = {d.job_id: d.gpus_per_node for d in report.decisions}
+    assert sorted(placed) == sorted(jobs) and set(placed[jobs[0]]).isdisjoint(placed[jobs[1]])
+    seen = wait_running(backend, jobs)
+    assert {job: seen.get(job) for job in jobs} == placed
+
+
+def test_a_job_waiting_for_its_dependency_stays_leased_and_is_placed_once_met(idle_cluster, tmp_path):
+    slurm = idle_cluster
+    backend = CliBackend()
+    first = submit(slurm, "--gpus=1")
+    slurm.wait(first, "RUNNING")
+    then = submit(slurm, "--gpus=2", f"--dependency=afterany:{first}", managed="compass")
+    leased = backend.read_state().job(then).eligible_time
+    time.sleep(2)  # so that a renewed lease ends later than the wrapper's
+    daemon = make_daemon(tmp_path)
+    report = daemon.cycle()
+    assert report.decisions == [] and daemon.observation.waiting == {then: "waits for its dependency"}
+    assert backend.read_state().job(then).eligible_time >= leased + 2
+    subprocess.run(["scancel", first], check=True)  # met: its lease, not the dependency, holds it now
+    deadline = time.monotonic() + 30
+    while backend.read_state().job(then).reason == "Dependency" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    [decision] = daemon.cycle().decisions
+    assert decision.job_id == then
+    assert wait_running(backend, [then]).get(then) == decision.gpus_per_node
+
+
 def test_a_begin_later_than_the_lease_is_placed_from_its_begin_time(idle_cluster, tmp_path):
     slurm = idle_cluster
     later = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--comment=compass",

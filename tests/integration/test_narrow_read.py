@@ -82,3 +82,20 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
     assert [c for c in calls if c[:2] == JOBS_JSON] == [[*JOBS_JSON, f"--jobs={managed}"]]  # only the new job
     assert {j.id: j for j in narrow.read_jobs()} == {j.id: j for j in CliBackend().read_jobs()}
     slurm.wait(managed, "RUNNING")
+
+
+def test_an_exclusive_array_with_tasks_split_off_stays_exclusive_in_both_reads(idle_cluster, dev_cluster):
+    # 26.05's squeue --json says nothing of --exclusive; squeue folds an array's pending tasks into one line
+    # (A_[1-3]) unless --array, while the JSON names the split-off task A_T and the rest A_[..] apart.
+    slurm = idle_cluster
+    started = sbatch(slurm, "--exclusive", "--gpus=1", "--array=1-3%1")  # one task started, 2 left: A_[2-3]
+    held = sbatch(slurm, "--hold", "--exclusive", "--gpus=1", "--array=1-3")
+    subprocess.run(["scontrol", "update", f"JobId={held}_2", "TimeLimit=600"], check=True)  # split off: A_2
+    shared = sbatch(slurm, "--hold", "--gpus=1", "--array=1-2")
+    slurm.wait(f"{started}_1", "RUNNING")
+    for backend in (CliBackend(), CliBackend(narrow=None)):
+        records = {array: {j.id: j.exclusive for j in backend.read_jobs() if j.array_job == array}
+                   for array in (started, held, shared)}
+        assert records == {started: {f"{started}_1": True, f"{started}_[2-3%1]": True},
+                           held: {f"{held}_2": True, f"{held}_[1,3]": True},
+                           shared: {f"{shared}_[1-2]": False}}, backend.read_commands()["jobs"]

@@ -180,6 +180,24 @@ def test_unavailable_nodes_and_short_cpu_or_memory_are_never_chosen(tmp_path):
     assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("20", {"n7": 2}), ("21", {"n4": 8})]
 
 
+def test_two_mem_per_gpu_jobs_decided_in_one_cycle_do_not_share_a_node_short_of_memory(tmp_path):
+    # 2 x 100,000 MB each, on nodes of 256,000 MB: one per node, although both would fit one node's GPUs.
+    state = cluster(nodes(2), [pending("50", gpus=2, memory_per_gpu_mb=100000, priority=90),
+                               pending("51", gpus=2, memory_per_gpu_mb=100000, priority=80),
+                               pending("52", gpus=2, priority=70)])  # 1,000 MB (--mem-per-cpu): fits beside either
+    daemon, backend, clock = daemon_for(state, tmp_path)
+    report = daemon.cycle()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [
+        ("50", {"n1": 2}), ("51", {"n2": 2}), ("52", {"n1": 2})]
+    assert backend.commands == [update("50", "n1", 1, 2), update("51", "n2", 1, 2), update("52", "n1", 1, 2)]
+    # Next cycle, pinned and not started yet: nothing is re-planned.
+    pins = zip(state.jobs, ("n1", "n2", "n1"))
+    backend.state = replace(state, jobs=tuple(replace(j, required_nodes=(n,)) for j, n in pins))
+    clock.now += 10
+    backend.commands.clear()
+    assert daemon.cycle().decisions == [] and backend.commands == []
+
+
 def test_typed_gpu_requests_only_go_to_that_type(tmp_path):
     state = cluster([node("a1", gpu_type="v100"), node("b1", gpu_type="a100")],
                     [pending("30", gpus=2, gpu_type="a100")])
@@ -204,6 +222,24 @@ def test_unplaceable_job_stays_pending_and_only_its_lease_is_renewed(tmp_path):
     clock.now += 15
     daemon.cycle()
     assert backend.commands[2:] == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
+
+
+def test_a_job_waiting_for_its_dependency_keeps_its_lease_and_is_placed_once_met(tmp_path):
+    # Met after its lease ran out, Slurm would start it at once, wherever it likes.
+    waiting = pending("60", gpus=2, reason="Dependency")
+    state = cluster(nodes(1), [waiting, pending("61", gpus=2, reason="DependencyNeverSatisfied"),
+                               pending("62", gpus=2, reason="Dependency", held=True)])  # held: the user's, not leased
+    daemon, backend, clock = daemon_for(state, tmp_path, lease=60)
+    report = daemon.cycle()
+    assert report.decisions == [] and backend.commands == [["scontrol", "update", "JobId=60", "StartTime=now+60"]]
+    assert daemon.observation.waiting == {"60": "waits for its dependency"}
+    clock.now += 30
+    daemon.cycle()
+    assert backend.commands[1:] == [["scontrol", "update", "JobId=60", "StartTime=now+60"]]  # every half lease
+    backend.state = replace(state, jobs=(replace(waiting, reason="BeginTime"),))  # met: its lease holds it
+    clock.now += 5
+    assert [(d.job_id, d.gpus_per_node) for d in daemon.cycle().decisions] == [("60", {"n1": 2})]
+    assert backend.commands[2:] == [update("60", "n1", 1, 2)]
 
 
 def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):

@@ -164,3 +164,23 @@ def test_empty_trace(tmp_path):
     result = simulate("--trace", str(empty))
     assert result.exit_code == 2 and "no jobs to simulate" in result.output
     assert "hint: the trace holds no job rows" in result.output
+
+
+def test_an_engine_error_in_the_run_is_reported_as_our_bug_not_bad_input(trace, monkeypatch):
+    from compass_slurm.engine.model import EngineError
+    from compass_slurm.engine.scheduler import Scheduler
+
+    def refuse(self, job_id, **kw):  # the engine refusing a call the simulation made: a bug of ours
+        raise EngineError(f"departure of unknown job {job_id}")
+
+    monkeypatch.setattr(Scheduler, "depart", refuse)
+    result = simulate("--trace", str(trace), "--policy", "best-fit", "--nodes", "2", "--json")
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()  # one line, no traceback
+    assert line.startswith("compass: internal error (a bug in compass, not in your input): the engine refused a "
+                           "step of the simulation: departure of unknown job ")
+    assert line.endswith("please report it with the command line, `compass --version` and the input it read")
+    # bad input keeps its exit code 2
+    bad = simulate("--trace", str(trace), "--policy", "best-fit", "--gpus-per-node", "4", "--nodes", "1")
+    assert bad.exit_code == 2 and "give more nodes" in bad.output

@@ -59,3 +59,9 @@ def queue(request: pytest.FixtureRequest) -> RecordedSlurm:
 def narrow_queue(request: pytest.FixtureRequest) -> RecordedSlurm:
     """The narrow read's scenario on the releases that read narrow."""
     return RecordedSlurm("narrow-8x8", request.param)
+
+
+@pytest.fixture
+def exclusive_arrays() -> RecordedSlurm:
+    """--exclusive arrays with tasks split off on 26.05 (record.py --only exclusive), whose JSON says nothing of it."""
+    return RecordedSlurm("exclusive-4x8", "26.05")

@@ -7,6 +7,9 @@ import pytest
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmParseError
 
+#: 26.05: which jobs are --exclusive, one line per array element
+EXCLUSIVE = ["squeue", "--noheader", "--array", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
+
 
 def json_read(release: str) -> list[list[str]]:
     """One read's commands: 23.02 and later need --Node for one sinfo record per node, 26.05 asks squeue which
@@ -15,7 +18,7 @@ def json_read(release: str) -> list[list[str]]:
         ["scontrol", "--version"],
         ["sinfo", "--json"] if release == "22.05" else ["sinfo", "--Node", "--json"],
         ["squeue", "--json"],
-        *([["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]] if release >= "26.05" else []),
+        *([EXCLUSIVE] if release >= "26.05" else []),
         ["scontrol", "show", "partition", "--oneliner"],
         ["scontrol", "show", "reservation", "--oneliner"],
     ]
@@ -252,10 +255,20 @@ def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
 
 @pytest.mark.parametrize("mixed", ["26.05"], indirect=True)
 def test_on_26_05_the_exclusive_jobs_come_from_squeue(mixed):
-    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (
-        0, "1|NO|\n2|NODE|\n11_[1-3]|NODE|\n6_1|USER|\n", "")
+    mixed.override[" ".join(EXCLUSIVE)] = (0, "1|NO|\n2|NODE|\n11_1|NODE|\n11_2|NODE|\n11_3|NODE|\n6_1|USER|\n", "")
     jobs = {j.id: j for j in CliBackend(runner=mixed).read_state().jobs}
     assert {j for j, job in jobs.items() if job.exclusive} == {"2", "11_[1-3]"}
-    mixed.override["squeue --noheader --states=all --Format=JobArrayID:|,Exclusive:|"] = (0, "junk\n", "")
+    mixed.override[" ".join(EXCLUSIVE)] = (0, "junk\n", "")
     with pytest.raises(SlurmParseError, match="line 1: cannot read 'junk'"):
         CliBackend(runner=mixed).read_state()
+
+
+def test_on_26_05_an_exclusive_array_with_tasks_split_off_stays_exclusive(exclusive_arrays):
+    # Recorded: array 1 (--exclusive, 4 of 6 tasks started, 1_[5-6] waiting), array 6 (--exclusive, held, task 2
+    # changed: 6_2 and 6_[1,3]), array 8 (held, shares). Folded, squeue names them 1_[1-6] and 6_[1-3]: no record.
+    slurm = exclusive_arrays
+    jobs = {j.id: j for j in CliBackend(runner=slurm).read_jobs()}
+    assert slurm.calls == [["scontrol", "--version"], ["squeue", "--json"], EXCLUSIVE]
+    assert sorted(j for j, job in jobs.items() if job.exclusive) == ["1_1", "1_2", "1_3", "1_4", "1_[5-6]", "6_2",
+                                                                     "6_[1,3]"]
+    assert not jobs["8_[1-2]"].exclusive

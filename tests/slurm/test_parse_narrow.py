@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -171,3 +172,35 @@ def test_a_heterogeneous_job_reads_all_of_squeue_json(narrow_queue):
     with_line(queue, release, component + "\n")
     assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
     assert [*JOBS_JSON] in queue.calls
+
+
+def _released(jobs_json: str, job_id: int) -> str:
+    """jobs.json as squeue --json prints it once ``job_id`` (a held job, or the held rest of an array) is released."""
+    doc = json.loads(jobs_json)
+    for raw in doc["jobs"]:
+        if raw["job_id"] == job_id:
+            raw["state_reason"], raw["priority"]["number"] = "Priority", 1
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("job_id", ["11", "9"])
+def test_a_job_changed_between_its_line_and_its_json_is_read_again(narrow_queue, job_id):
+    # Read 1: the line says held, the JSON read (a moment later) says released; it is held again by read 2, whose
+    # line is that of read 1 again: the record of read 1 does not stand for it and must not be kept under it.
+    queue, release = narrow_queue, narrow_queue.release
+    released = _released(queue.text("jobs.json"), int(job_id))
+    queue.override[" ".join([*JOBS_JSON, f"--jobs={ALL_IDS}"])] = (0, released, "")
+    backend = CliBackend(runner=queue, narrow=True)
+
+    def reasons(jobs):  # of job 11, or of the array 9's record of the tasks not split off
+        return [job.reason for job in jobs if job.id == job_id or job.array_job == job_id and job.array_pending]
+
+    assert reasons(backend.read_jobs()) == ["Priority"]
+    queue.override[" ".join([*JOBS_JSON, f"--jobs={job_id}"])] = (0, queue.text("jobs.json"), "")
+    queue.calls.clear()
+    again = backend.read_jobs()
+    assert queue.calls == [narrow_argv(release), [*JOBS_JSON, f"--jobs={job_id}"]]
+    assert reasons(again) == ["JobHeldUser"]
+    queue.calls.clear()
+    assert backend.read_jobs() == again  # now the record is the line's: kept
+    assert queue.calls == [narrow_argv(release)]

@@ -6,7 +6,8 @@
 Each scenario directory holds one file per command plus commands.json, which
 maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
 ``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases;
-``narrow-8x8`` the narrow job read (``--only narrow`` records just that one).
+``narrow-8x8`` the narrow job read (``--only narrow`` records just that one), and from 26.05
+``exclusive-4x8`` --exclusive arrays with tasks split off (``--only exclusive``).
 The cluster is left running.
 """
 
@@ -66,7 +67,7 @@ def wait_running(job_ids: list[str]) -> None:
     sys.exit(f"jobs {job_ids} did not all start")
 
 
-EXCLUSIVE = ["squeue", "--noheader", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
+EXCLUSIVE = ["squeue", "--noheader", "--array", "--states=all", "--Format=JobArrayID:|,Exclusive:|"]
 #: what the CLI backend asks only of later releases
 SINCE = {"26.05": {"exclusive.txt": EXCLUSIVE}}
 
@@ -168,12 +169,35 @@ def narrow_cluster(release: str) -> None:
     (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
+def exclusive_arrays(release: str) -> None:
+    """4 x 8 GPUs, --exclusive GPU arrays with tasks split off (26.05's squeue --json says nothing of --exclusive):
+    4 of 6 tasks started (the 2 left waiting for nodes), one held with a task changed, and a held shared one."""
+    restart(release, "--nodes", "4", "--gpus-per-node", "8")
+    started = sbatch("--exclusive", "--gpus=1", "--array=1-6", "--wrap", "sleep 600")
+    wait_running([f"{started}_{task}" for task in range(1, 5)])
+    held = sbatch("--hold", "--exclusive", "--gpus=1", "--array=1-3", "--wrap", "sleep 600")
+    sh("scontrol", "update", f"JobId={held}_2", "TimeLimit=600")  # split off: a record of its own
+    sbatch("--hold", "--gpus=1", "--array=1-2", "--wrap", "sleep 600")
+    time.sleep(3)  # one more scheduler pass, so the pending reasons are final
+    out = scenario_dir("exclusive-4x8", release)
+    out.mkdir(exist_ok=True)
+    manifest = {}
+    for filename, argv in {"version.txt": ["scontrol", "--version"], "squeue.json": ["squeue", "--json"],
+                           "exclusive.txt": EXCLUSIVE}.items():
+        (out / filename).write_text(sh(*argv) + "\n")
+        manifest[" ".join(argv)] = filename
+    (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
-    parser.add_argument("--only", choices=("narrow",), help="record only this scenario")
+    parser.add_argument("--only", choices=("narrow", "exclusive"), help="record only this scenario")
     args = parser.parse_args()
     if args.only is None:
         typed_cluster(args.slurm)
         mixed_cluster(args.slurm)
-    narrow_cluster(args.slurm)
+    if args.only != "exclusive":
+        narrow_cluster(args.slurm)
+    if args.only != "narrow" and args.slurm >= "26.05":
+        exclusive_arrays(args.slurm)
