@@ -92,10 +92,11 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
 
     f = status.fragmentation
     read = datetime.fromtimestamp(status.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    budget = budget_text(status.migrations_per_hour_setting, status.migrations_per_hour,
+                         status.migrations_burst_setting, status.migrations_burst)
     parts: list[RenderableType] = [
         Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue} · "
-             f"{budget_text(status.migrations_per_hour_setting, status.migrations_per_hour,
-                            status.migrations_burst_setting, status.migrations_burst)} · "
+             f"{budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
         Text(),
