@@ -79,7 +79,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         return
     from ..engine.model import EngineError
     from ..engine.policies.base import policy_names
-    from ..engine.rate_limit import per_burst, per_hour
+    from ..engine.rate_limit import parse_burst, parse_setting, per_burst, per_hour
     from ..sim import sizing, synthetic as synth, workloads
     from ..sim.loop import InvariantError, SimConfig
 
@@ -89,8 +89,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     factor = _number("--estimate-factor", estimate_factor, positive=True)
     share_migratable = None if migratable is None else _fraction("--migratable", migratable)
     share_managed = _fraction("--managed", managed)
-    budget = _budget(migrations_per_hour)
-    burst = _burst(migrations_burst)
+    budget = _rate("--migrations-per-hour", migrations_per_hour, DEFAULT_BUDGET, parse_setting)
+    burst = _rate("--migrations-burst", migrations_burst, DEFAULT_BURST, parse_burst)
     chosen = _policies(policies, policy_names())
     try:
         span = workloads.parse_window(window) if window else None
@@ -192,26 +192,14 @@ def _fraction(option: str, text: str) -> float:
     return value
 
 
-def _budget(text: str | None) -> int | str:
-    from ..engine.rate_limit import parse_setting
-
+def _rate(option: str, text: str | None, default: int | str, parse) -> int | str:
+    """A rate limit option as ``parse`` (engine/rate_limit.py's parser of it) reads it; ``default`` if not given."""
     if text is None:
-        return DEFAULT_BUDGET
+        return default
     try:
-        return parse_setting(text)
+        return parse(text)
     except ValueError as err:
-        raise UserError(f"--migrations-per-hour {text!r} is {err}") from None
-
-
-def _burst(text: str | None) -> int | str:
-    from ..engine.rate_limit import parse_burst
-
-    if text is None:
-        return DEFAULT_BURST
-    try:
-        return parse_burst(text)
-    except ValueError as err:
-        raise UserError(f"--migrations-burst {text!r} is {err}") from None
+        raise UserError(f"{option} {text!r} is {err}") from None
 
 
 def _policies(text: str | None, known: list[str]) -> list[str]:

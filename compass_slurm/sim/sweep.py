@@ -160,18 +160,8 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
-    budgets = []
-    for b in _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad):
-        try:
-            budgets.append(parse_setting(b))
-        except ValueError as err:
-            raise bad(f"migrations_per_hour {b!r} is {err}") from None
-    bursts = []
-    for b in _list(doc, "migrations_burst", BURST_DEFAULT, (int, str), bad):
-        try:
-            bursts.append(parse_burst(b))
-        except ValueError as err:
-            raise bad(f"migrations_burst {b!r} is {err}") from None
+    budgets = _rates(doc, "migrations_per_hour", DEFAULT_BUDGET, parse_setting, bad)
+    bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
         if opt.split("=")[0] in OWN_OPTIONS:
@@ -235,6 +225,18 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         in enumerate(product(spans, chosen, etas, queues, budgets, bursts))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
+
+
+def _rates(doc: Mapping[str, Any], key: str, default: int | str, parse: Callable[[object], int | str],
+           bad: Callable[[str], SweepError]) -> list[int | str]:
+    """The values of a rate limit setting (``parse``: engine/rate_limit.py's parser of it)."""
+    values = []
+    for value in _list(doc, key, default, (int, str), bad):
+        try:
+            values.append(parse(value))
+        except ValueError as err:
+            raise bad(f"{key} {value!r} is {err}") from None
+    return values
 
 
 def _list(doc: Mapping[str, Any], key: str, default: Any, kind: type | tuple[type, ...],
