@@ -71,8 +71,8 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
-            estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, limit, window, cluster,
-            skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
+            estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, limit,
+            window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
     if sweep_file or sbatch:
         _sweep(sweep_file, sbatch, as_json)

@@ -10,7 +10,8 @@ and requeues"). Both resolve the setting here, the daemon again whenever its nod
 A second, shorter window caps bursts: ``migrations_burst`` migrations in any
 ``BURST_WINDOW`` (5 minutes), a whole number, ``"unlimited"`` (the default: only the
 hour counts, as before the setting existed) or a share of the hourly budget such as
-``"10%"`` (rounded up, so it follows a per-node budget). Without it a daemon taking
+``"10%"`` (rounded up, so it follows a per-node budget; a share of an unlimited
+budget is no cap). Without it a daemon taking
 over a fragmented cluster may spend the whole hour's budget in its first cycle, each
 migration a checkpoint-restart (README, "Capping bursts: `migrations_burst`").
 """
@@ -70,7 +71,7 @@ def parse_burst(value: object) -> Setting:
         try:
             setting = parse_setting(value)
         except ValueError as err:
-            raise ValueError(BURST_WANTED if "whole number" in str(err) else str(err)) from None
+            raise ValueError(BURST_WANTED if str(err) == WANTED else str(err)) from None
         if setting == PER_NODE:
             raise ValueError(BURST_WANTED)
         return setting
