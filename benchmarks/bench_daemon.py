@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 4096] [--jobs 20000] [--policy compass] [--repeat 5]
                                                 [--read json|narrow] [--history compass|first-fit]
                                                 [--migrations-per-hour 12|per-node]
+                                                [--migrations-burst N|P%|unlimited]
 
 Builds a synthetic Slurm state (8-GPU nodes, a GFS-like mix of 1/2/4/8-GPU and
 2-node jobs, ~97% of GPUs busy where the ``--history`` policy placed them, the
@@ -302,6 +303,8 @@ def main() -> None:
     parser.add_argument("--read", choices=("json", "narrow"), default="json",
                         help="jobs by squeue --json, or by the narrow read (the CLI backend's from Slurm 24.11)")
     parser.add_argument("--migrations-per-hour", help="the daemon's migration budget (default: the config's)")
+    parser.add_argument("--migrations-burst", help="the daemon's cap on migrations in any 5 minutes "
+                                                   "(default: the config's)")
     args = parser.parse_args()
 
     state = build(args.nodes, args.jobs, args.busy, args.history, seed=1)
@@ -330,13 +333,15 @@ def main() -> None:
     backend.read_state = timed_read  # type: ignore[method-assign]  # the cycle's own read, timed
     # The daemon's clock advances one interval per cycle, as when it runs (the migration budget is per sliding hour).
     budget = {}
-    if args.migrations_per_hour is not None:
-        from compass_slurm.engine.rate_limit import parse_setting  # only when given: runs on code before the setting
+    for name, parser_of in (("migrations_per_hour", "parse_setting"), ("migrations_burst", "parse_burst")):
+        given = getattr(args, name)
+        if given is not None:  # only when given: runs on code before the setting
+            from compass_slurm.engine import rate_limit
 
-        try:
-            budget["migrations_per_hour"] = parse_setting(args.migrations_per_hour)
-        except ValueError as err:
-            parser.error(f"--migrations-per-hour {args.migrations_per_hour!r} is {err}")
+            try:
+                budget[name] = getattr(rate_limit, parser_of)(given)
+            except ValueError as err:
+                parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", **budget)
     now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
@@ -357,6 +362,7 @@ def main() -> None:
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady.seconds <= target else 'MISSED'}"
     print(f"| daemon cycle, {args.nodes:,} nodes, {args.jobs:,} jobs ({running:,} running), {args.policy}, "
           f"history {args.history}, jobs read by {args.read}, migrations_per_hour {config.migrations_per_hour}, "
+          f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
           f"Slurm output {size_mb:.1f} MB read per cycle "
           f"| cold (restart, adopts all) {cold.seconds:.3f} s ({cold.placed} placed, {cold.migrated} migrated) "
           f"| steady median of {args.repeat} {steady.seconds:.3f} s ({steady.placed} placed, {steady.migrated} migrated) "

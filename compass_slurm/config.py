@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # The budget's words live with the rate limit that resolves them, a module of plain Python (no policy is loaded).
-from .engine.rate_limit import DEFAULT as DEFAULT_BUDGET, parse_setting
+from .engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
 
 DEFAULT_FILE = Path("/etc/compass/config.toml")
 
@@ -58,6 +58,9 @@ class Config:
     #: the migration budget over a sliding hour: a whole number (0 disables migration), "unlimited", or
     #: "per-node": one per managed GPU node, at least 12, following the nodes (engine/rate_limit.py).
     migrations_per_hour: int | str = DEFAULT_BUDGET
+    #: the burst cap: the most migrations in any 5 minutes, a whole number, "unlimited" (only the hour counts)
+    #: or a share of the hourly budget such as "10%" (engine/rate_limit.py).
+    migrations_burst: int | str = BURST_DEFAULT
     #: partitions the daemon manages; empty means every partition with GPU nodes.
     partitions: tuple[str, ...] = ()
     #: Prometheus textfile written every cycle; empty disables it.
@@ -82,11 +85,15 @@ CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("manage
            "queue": ("backfill", "fifo")}
 
 
+#: the migration rate settings, parsed by the rate limit that spends them
+_RATES = {"migrations_per_hour": parse_setting, "migrations_burst": parse_burst}
+
+
 def _coerce(name: str, value: Any, origin: str) -> Any:
     kind = _settings()[name]
-    if name == "migrations_per_hour":
+    if name in _RATES:
         try:
-            return parse_setting(value)
+            return _RATES[name](value)
         except ValueError as err:
             raise ConfigError(f"{name} = {value!r} (from {origin}) is {err}") from None
     if name in CHOICES and value not in CHOICES[name]:

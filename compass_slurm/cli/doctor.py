@@ -203,20 +203,23 @@ class Doctor:
                 f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
 
     def migration_budget(self) -> str:
-        """The ``migrations_per_hour`` setting and what it comes to on the GPU nodes the daemon would manage."""
-        from ..engine.rate_limit import PER_NODE, PER_NODE_FLOOR
+        """The ``migrations_per_hour`` setting and its ``migrations_burst`` cap, and what they come to on the GPU
+        nodes the daemon would manage."""
+        from ..engine.rate_limit import BURST_DEFAULT, PER_NODE, PER_NODE_FLOOR, per_burst
         from ..service.status import managed_budget
         from .status import budget_text
 
-        setting = self.config.migrations_per_hour
+        setting, burst = self.config.migrations_per_hour, self.config.migrations_burst
+        named = f"migrations_per_hour = {setting!r}" + (
+            f", migrations_burst = {burst!r}" if burst != BURST_DEFAULT else "")
         if self.state is None:
             if setting == PER_NODE:
                 raise Info(f"{PER_NODE}: one migration per managed GPU node per hour, at least {PER_NODE_FLOOR}; "
                            "the node count needs Slurm (see the backend check)", SLURM_HINT)
-            return f"migrations_per_hour = {setting!r}"
+            return named
         resolved = managed_budget(self.state, setting, self.config.partitions)
         scope = ", ".join(self.config.partitions) or "all partitions"
-        return f"migrations_per_hour = {setting!r}: {budget_text(setting, resolved)} ({scope})"
+        return f"{named}: {budget_text(setting, resolved, burst, per_burst(burst, resolved))} ({scope})"
 
     def database(self) -> str:
         from ..service.store import SCHEMA_VERSION as CODE_SCHEMA

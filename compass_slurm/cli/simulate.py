@@ -20,6 +20,7 @@ DEFAULT_SYNTHETIC = "venus"
 #: the daemon's own defaults (compass_slurm.config.Config), so a simulation measures what a site deploys
 DEFAULT_QUEUE = Config.queue
 DEFAULT_BUDGET = Config.migrations_per_hour
+DEFAULT_BURST = Config.migrations_burst
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -46,6 +47,9 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--migrations-per-hour", metavar="N|unlimited|per-node",
               help="Migration budget over a sliding hour, as the daemon's; per-node: one per node, at least 12 "
                    f"[default: {DEFAULT_BUDGET}].")
+@click.option("--migrations-burst", metavar="N|P%|unlimited",
+              help="Most migrations in any 5 minutes, as the daemon's burst cap; P%: that share of the hourly "
+                   f"budget, rounded up [default: {DEFAULT_BURST}].")
 @click.option("--managed", metavar="FRACTION", default="1",
               help="Share of jobs submitted through the wrapper; the rest are placed as Slurm places them "
                    "and adopted pinned [default: 1].")
@@ -67,15 +71,15 @@ DEFAULT_BUDGET = Config.migrations_per_hour
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
-            estimate_factor, migratable, migrations_per_hour, managed, cycle_interval, watch, limit, window, cluster,
-            skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
+            estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, limit,
+            window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
     if sweep_file or sbatch:
         _sweep(sweep_file, sbatch, as_json)
         return
     from ..engine.model import EngineError
     from ..engine.policies.base import policy_names
-    from ..engine.rate_limit import per_hour
+    from ..engine.rate_limit import parse_burst, parse_setting, per_burst, per_hour
     from ..sim import sizing, synthetic as synth, workloads
     from ..sim.loop import InvariantError, SimConfig
 
@@ -85,7 +89,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     factor = _number("--estimate-factor", estimate_factor, positive=True)
     share_migratable = None if migratable is None else _fraction("--migratable", migratable)
     share_managed = _fraction("--managed", managed)
-    budget = _budget(migrations_per_hour)
+    budget = _rate("--migrations-per-hour", migrations_per_hour, DEFAULT_BUDGET, parse_setting)
+    burst = _rate("--migrations-burst", migrations_burst, DEFAULT_BURST, parse_burst)
     chosen = _policies(policies, policy_names())
     try:
         span = workloads.parse_window(window) if window else None
@@ -109,8 +114,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         raise UserError(str(err)) from None
     configs = [
         SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
-                  estimate_factor=factor, migrations_per_hour=budget, cycle_interval=cycle_interval,
-                  watch=watch)
+                  estimate_factor=factor, migrations_per_hour=budget, migrations_burst=burst,
+                  cycle_interval=cycle_interval, watch=watch)
         for p in chosen
     ]
     try:
@@ -140,6 +145,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "watch_s": watch if cycle_interval else None,
             "migrations_per_hour": per_hour(budget, len(cluster_nodes)),
             "migrations_per_hour_setting": budget,
+            "migrations_burst": per_burst(burst, per_hour(budget, len(cluster_nodes))),
+            "migrations_burst_setting": burst,
             "migratable": share_migratable,
             "managed": share_managed,
             "seed": seed,
@@ -185,15 +192,14 @@ def _fraction(option: str, text: str) -> float:
     return value
 
 
-def _budget(text: str | None) -> int | str:
-    from ..engine.rate_limit import parse_setting
-
+def _rate(option: str, text: str | None, default: int | str, parse) -> int | str:
+    """A rate limit option as ``parse`` (engine/rate_limit.py's parser of it) reads it; ``default`` if not given."""
     if text is None:
-        return DEFAULT_BUDGET
+        return default
     try:
-        return parse_setting(text)
+        return parse(text)
     except ValueError as err:
-        raise UserError(f"--migrations-per-hour {text!r} is {err}") from None
+        raise UserError(f"{option} {text!r} is {err}") from None
 
 
 def _policies(text: str | None, known: list[str]) -> list[str]:
@@ -302,7 +308,7 @@ def _table(rows: list[dict], skipped) -> None:
         f"AFR, AGU, SIF<=2/N and WCC averaged over {window}",
         f"queue {first['queue']}, estimates x{first['estimate_factor']:g}, "
         f"{'unlimited' if budget is None else budget} migrations per hour"
-        f"{f' ({setting})' if setting == 'per-node' else ''}, migratable {migratable}, "
+        f"{f' ({setting})' if setting == 'per-node' else ''}{_burst_note(first)}, migratable {migratable}, "
         f"managed {first['managed']:g}",
     ]
     mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}
@@ -312,6 +318,14 @@ def _table(rows: list[dict], skipped) -> None:
         notes.append(f"{len(skipped)} malformed row(s) skipped, first: {skipped[0]}")
     for note in notes:
         console(stderr=True).print(note)
+
+
+def _burst_note(row: dict) -> str:
+    """", at most B in any 5 minutes (10%)" when the run capped bursts; nothing under the default."""
+    burst, setting = row["migrations_burst"], row["migrations_burst_setting"]
+    if burst is None:
+        return ""
+    return f", at most {burst} in any 5 minutes" + (f" ({setting})" if setting != burst else "")
 
 
 def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:

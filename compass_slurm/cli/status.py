@@ -54,7 +54,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     try:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
             status = build_status(state, partition, config.policy, config.migratable, config.queue,
-                                  config.migrations_per_hour, config.partitions)
+                                  config.migrations_per_hour, config.migrations_burst, config.partitions)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
@@ -92,9 +92,11 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
 
     f = status.fragmentation
     read = datetime.fromtimestamp(status.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    budget = budget_text(status.migrations_per_hour_setting, status.migrations_per_hour,
+                         status.migrations_burst_setting, status.migrations_burst)
     parts: list[RenderableType] = [
         Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue} · "
-             f"{budget_text(status.migrations_per_hour_setting, status.migrations_per_hour)} · "
+             f"{budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
         Text(),
@@ -113,11 +115,15 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     return parts
 
 
-def budget_text(setting: int | str, per_hour: int | None) -> str:
-    """The migration budget as the admin set it and what it comes to: "59 migrations/h (per-node)"."""
-    if per_hour is None:
-        return "unlimited migrations"
-    return f"{per_hour} migrations/h" + (f" ({setting})" if setting != per_hour else "")
+def budget_text(setting: int | str, per_hour: int | None, burst_setting: int | str = "unlimited",
+                burst: int | None = None) -> str:
+    """The migration budget as the admin set it and what it comes to, with its burst cap if any:
+    "59 migrations/h (per-node), at most 6 in any 5 min (10%)"."""
+    text = "unlimited migrations" if per_hour is None else (
+        f"{per_hour} migrations/h" + (f" ({setting})" if setting != per_hour else ""))
+    if burst is None:
+        return text
+    return f"{text}, at most {burst} in any 5 min" + (f" ({burst_setting})" if burst_setting != burst else "")
 
 
 def _summary_line(status: Status) -> Any:

@@ -10,7 +10,8 @@ A cycle reads Slurm's state once and then runs four steps:
   gets a reservation, and lower jobs start only where they do not delay it;
 - actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
   (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour: by default one per
-  managed GPU node, at least 12, re-resolved when the nodes change),
+  managed GPU node, at least 12, re-resolved when the nodes change; and at most ``migrations_burst``
+  in any 5 minutes, unlimited by default),
   renew the begin-time leases of managed jobs still waiting;
 - publish (``publish.py``): log decisions, migrations, errors and a sample to the
   decision log in one transaction, rewrite the Prometheus textfile and the anchors file.
@@ -72,7 +73,7 @@ class Daemon:
         self.actuator = Actuator(backend, config.lease)
         self.recorder = Recorder(db)
         self.metrics = MetricsFile(config.metrics_textfile)
-        self.rate = RateLimit(config.migrations_per_hour)
+        self.rate = RateLimit(config.migrations_per_hour, burst=config.migrations_burst)
         self.stale_after = max(30.0, 3 * config.interval)
         self.cycles = 0
         #: the latest translated Slurm state, for the control socket's questions

@@ -18,7 +18,7 @@ from ..config import Config
 from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, NodeView
 from ..engine.policies.base import Policy, make_policy
-from ..engine.rate_limit import per_hour
+from ..engine.rate_limit import per_burst, per_hour
 from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.translate import Request, Translator, adoption_order, array_tasks, priority_order, request
 
@@ -94,6 +94,9 @@ class Status:
     #: GPU nodes the daemon manages (None: unlimited)
     migrations_per_hour_setting: int | str
     migrations_per_hour: int | None
+    #: its burst cap: the config's ``migrations_burst`` and the most migrations in any 5 minutes it comes to
+    migrations_burst_setting: int | str
+    migrations_burst: int | None
     partition: str | None
     slurm_version: str
     read_at: float
@@ -125,6 +128,8 @@ class Status:
             "queue": self.queue,
             "migrations_per_hour": self.migrations_per_hour,
             "migrations_per_hour_setting": self.migrations_per_hour_setting,
+            "migrations_burst": self.migrations_burst,
+            "migrations_burst_setting": self.migrations_burst_setting,
             "partition": self.partition,
             "slurm_version": self.slurm_version,
             "read_at": self.read_at,
@@ -147,6 +152,7 @@ class StatusError(ValueError):
 def build_status(state: SlurmState, partition: str | None = None, policy: str = Config.policy,
                  migratable: str = Config.migratable, queue: str = Config.queue,
                  migrations_per_hour: int | str = Config.migrations_per_hour,
+                 migrations_burst: int | str = Config.migrations_burst,
                  partitions: tuple[str, ...] = Config.partitions) -> Status:
     """The cluster as ``state`` shows it (``partition``: only that one); ``partitions`` are the daemon's, whose
     GPU nodes a per-node migration budget counts whatever ``partition`` shows."""
@@ -162,12 +168,15 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
     cells = tuple(
         _cell(translator.slurm_nodes[view.name], view, violations.get(view.name, "")) for view in adopted.view()
     )
+    hourly = managed_budget(state, migrations_per_hour, partitions)
     return Status(
         fragmentation=measure(adopted.cluster),
         policy=policy,
         queue=queue,
         migrations_per_hour_setting=migrations_per_hour,
-        migrations_per_hour=managed_budget(state, migrations_per_hour, partitions),
+        migrations_per_hour=hourly,
+        migrations_burst_setting=migrations_burst,
+        migrations_burst=per_burst(migrations_burst, hourly),
         partition=partition,
         slurm_version=state.version,
         read_at=state.read_at,

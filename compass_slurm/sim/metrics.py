@@ -13,7 +13,8 @@ interpolation. Waits per class key jobs by GPUs per instance: ``"1"``, ``"2-4"``
 ``"5-7"`` and ``"whole-node"`` (instances of a whole node of the largest size, one
 node or many); a class without jobs is null. Bounded slowdown is the mean over jobs
 of max(1, completion time / max(run time, 10 s)), run time = end - start.
-``migrations_per_hour_max`` is the most migrations in any hour-long sliding window;
+``migrations_per_hour_max`` is the most migrations in any hour-long sliding window,
+``migrations_burst_max`` in any 5-minute one (the burst cap's window, engine/rate_limit.py);
 ``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from ..engine.rate_limit import BURST_WINDOW, HOUR
 from .workloads import SimJob
 
 
@@ -66,6 +68,7 @@ class Metrics:
     p99_wait_by_class_s: dict[str, float | None]
     bounded_slowdown: float
     migrations_per_hour_max: int
+    migrations_burst_max: int
     mean_partial_nodes: float
 
     def as_dict(self) -> dict[str, object]:
@@ -141,16 +144,17 @@ def summarize(
         mean_wait_by_class_s=mean_by,
         p99_wait_by_class_s=p99_by,
         bounded_slowdown=float(bsld.mean()),
-        migrations_per_hour_max=hourly_max(migration_times),
+        migrations_per_hour_max=window_max(migration_times),
+        migrations_burst_max=window_max(migration_times, BURST_WINDOW),
         mean_partial_nodes=average(np.asarray(timeline.partial, dtype=float)),
     )
 
 
-def hourly_max(times: Sequence[float]) -> int:
-    """The most of ``times`` (sorted) in any half-open hour (t - 3600, t]."""
+def window_max(times: Sequence[float], span: float = HOUR) -> int:
+    """The most of ``times`` (sorted) in any half-open window (t - span, t], as the rate limit counts them."""
     best, lo = 0, 0
     for hi, t in enumerate(times):
-        while times[lo] <= t - 3600.0:
+        while times[lo] <= t - span:
             lo += 1
         best = max(best, hi - lo + 1)
     return best

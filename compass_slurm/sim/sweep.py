@@ -1,4 +1,4 @@
-"""Sweeps: one ``compass simulate`` run per (trace window, policy, eta, queue, budget), merged into one table.
+"""Sweeps: one ``compass simulate`` run per (trace window, policy, eta, queue, budget, burst cap), merged into one table.
 
 A sweep file (TOML) names the grid; every value may be one value or a list::
 
@@ -7,6 +7,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     eta = [0.85, 0.90]                    # default 0.90
     queue = ["backfill", "fifo"]          # default backfill
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
+    migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
 
     [[windows]]                           # at least one
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import write_atomic
-from ..engine.rate_limit import DEFAULT as DEFAULT_BUDGET, parse_setting
+from ..engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
 
 if TYPE_CHECKING:
     from ..slurm.cli_backend import Runner
@@ -60,9 +61,11 @@ DEFAULT_ETA = 0.90
 DEFAULT_QUEUE = "backfill"
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
-                         "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--json", "--output",
+                         "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--migrations-burst", "--json",
+                         "--output",
                          "--sweep", "--sbatch"})
-_TOP = frozenset({"output", "policies", "eta", "queue", "migrations_per_hour", "options", "windows", "sbatch"})
+_TOP = frozenset({"output", "policies", "eta", "queue", "migrations_per_hour", "migrations_burst", "options",
+                  "windows", "sbatch"})
 _WINDOW = frozenset({"trace", "window", "limit", "cluster", "name"})
 
 
@@ -82,9 +85,12 @@ class Task:
     #: migrations per sliding hour, or "unlimited"
     migrations_per_hour: int | str
     argv: tuple[str, ...]
+    #: the burst cap per 5 minutes (a plan saved before the setting has none: the default)
+    migrations_burst: int | str = BURST_DEFAULT
 
     def label(self) -> str:
-        return f"{self.window} {self.policy} eta={self.eta:g} {self.queue} budget={self.migrations_per_hour}"
+        burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
+        return f"{self.window} {self.policy} eta={self.eta:g} {self.queue} budget={self.migrations_per_hour}{burst}"
 
 
 @dataclass(frozen=True)
@@ -154,12 +160,8 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
-    budgets = []
-    for b in _list(doc, "migrations_per_hour", DEFAULT_BUDGET, (int, str), bad):
-        try:
-            budgets.append(parse_setting(b))
-        except ValueError as err:
-            raise bad(f"migrations_per_hour {b!r} is {err}") from None
+    budgets = _rates(doc, "migrations_per_hour", DEFAULT_BUDGET, parse_setting, bad)
+    bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
         if opt.split("=")[0] in OWN_OPTIONS:
@@ -217,10 +219,24 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     tasks = tuple(
         Task(i, label, policy, float(eta), queue, budget,
              (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue, "--migrations-per-hour", str(budget),
-              *options, "--json"))
-        for i, ((label, argv), policy, eta, queue, budget) in enumerate(product(spans, chosen, etas, queues, budgets))
+              *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))), *options, "--json"),
+             burst)
+        for i, ((label, argv), policy, eta, queue, budget, burst)
+        in enumerate(product(spans, chosen, etas, queues, budgets, bursts))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
+
+
+def _rates(doc: Mapping[str, Any], key: str, default: int | str, parse: Callable[[object], int | str],
+           bad: Callable[[str], SweepError]) -> list[int | str]:
+    """The values of a rate limit setting (``parse``: engine/rate_limit.py's parser of it)."""
+    values = []
+    for value in _list(doc, key, default, (int, str), bad):
+        try:
+            values.append(parse(value))
+        except ValueError as err:
+            raise bad(f"{key} {value!r} is {err}") from None
+    return values
 
 
 def _list(doc: Mapping[str, Any], key: str, default: Any, kind: type | tuple[type, ...],
@@ -361,7 +377,8 @@ def collect(plan: Plan) -> Collected:
             failed.append((task, _failure(plan, task)))
             continue
         coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
-                       "queue": task.queue, "migrations_per_hour_setting": task.migrations_per_hour}
+                       "queue": task.queue, "migrations_per_hour_setting": task.migrations_per_hour,
+                       "migrations_burst_setting": task.migrations_burst}
         rows += [{**row, **coordinates} for row in found]
     return Collected(rows, failed)
 
@@ -398,11 +415,18 @@ COLUMNS = (
 )
 
 
+#: the burst cap's column, after the budget's, in a sweep that caps bursts
+BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
+
+
 def markdown(collected: Collected) -> str:
-    lines = ["| " + " | ".join(title for title, _, _ in COLUMNS) + " |",
-             "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in COLUMNS) + "|"]
+    columns = list(COLUMNS)
+    if any(row.get("migrations_burst_setting", BURST_DEFAULT) != BURST_DEFAULT for row in collected.rows):
+        columns.insert(5, BURST_COLUMN)
+    lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
+             "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in columns) + "|"]
     for row in sorted(collected.rows, key=lambda r: (r["task"], r["policy"])):
-        lines.append("| " + " | ".join(_cell(row.get(key), fmt) for _, key, fmt in COLUMNS) + " |")
+        lines.append("| " + " | ".join(_cell(row.get(key), fmt) for _, key, fmt in columns) + " |")
     if collected.failed:
         lines.append("")
     for task, why in collected.failed:
@@ -426,7 +450,9 @@ def plot(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
         by_window.setdefault(row["window"], []).append(row)
     fig, axes = plt.subplots(len(by_window), 1, figsize=(10, 2.8 * len(by_window)), squeeze=False)
     for ax, (window, group) in zip(axes[:, 0], by_window.items()):
-        labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour_setting']}" for r in group]
+        labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour_setting']}"
+                  + ("" if r.get("migrations_burst_setting", BURST_DEFAULT) == BURST_DEFAULT
+                     else f" b5={r['migrations_burst_setting']}") for r in group]
         ax.bar(range(len(group)), [r["ajct_s"] for r in group])
         ax.set_xticks(range(len(group)), labels, fontsize=7)
         ax.set_ylabel("AJCT (s)")

@@ -112,6 +112,32 @@ def test_a_bad_migration_budget_is_one_line_and_exit_2(isolated: Path, where: st
     assert "'unlimited' or 'per-node'" in error or "negative" in error
 
 
+@pytest.mark.parametrize(("text", "value"), [("", "unlimited"), ("60", 60), ("0", 0), ('"10%"', "10%"),
+                                           ('" 2.5% "', "2.5%"), ('"Unlimited"', "unlimited")])
+def test_the_burst_cap_is_a_number_a_share_or_unlimited(isolated: Path, text: str, value) -> None:
+    isolated.write_text(f"[compass]\nmigrations_burst = {text}\n" if text else "[compass]\n")
+    assert json_of("config", "show")["settings"]["migrations_burst"]["value"] == value
+    shown = invoke("config", "show", "--json", env={"COMPASS_MIGRATIONS_BURST": "5%"})
+    assert json.loads(shown.stdout)["settings"]["migrations_burst"] == {"value": "5%",
+                                                                         "source": "COMPASS_MIGRATIONS_BURST"}
+
+
+@pytest.mark.parametrize(("where", "text", "problem"), [
+    ("file", "-1", "negative"), ("file", '"per-node"', "or a share of the hourly budget such as '10%'"),
+    ("file", '"0%"', "a share outside (0%, 100%]"), ("env", "lots", "not a whole number"),
+    ("env", "200%", "a share outside")])
+def test_a_bad_burst_cap_is_one_line_and_exit_2(isolated: Path, where: str, text: str, problem: str) -> None:
+    if where == "file":
+        isolated.write_text(f"[compass]\nmigrations_burst = {text}\n")
+        result = invoke("config", "show")
+    else:
+        result = invoke("config", "show", env={"COMPASS_MIGRATIONS_BURST": text})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (error, *_) = result.stderr.splitlines()
+    assert error.startswith("compass: error: migrations_burst = ") and problem in error
+    assert ("COMPASS_MIGRATIONS_BURST" if where == "env" else str(isolated)) in error
+
+
 def test_doctor_says_the_budget_and_what_it_comes_to_on_the_managed_nodes(isolated: Path, monkeypatch) -> None:
     from compass_slurm.cli import doctor
     from compass_slurm.slurm import snapshot
@@ -128,6 +154,11 @@ def test_doctor_says_the_budget_and_what_it_comes_to_on_the_managed_nodes(isolat
     isolated.write_text('[compass]\nmigrations_per_hour = 12\npartitions = ["gpu"]\n')
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
     assert checks["migration budget"]["detail"] == "migrations_per_hour = 12: 12 migrations/h (gpu)"
+    isolated.write_text('[compass]\nmigrations_burst = "10%"\n')
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert checks["migration budget"]["detail"] == (
+        "migrations_per_hour = 'per-node', migrations_burst = '10%': 16 migrations/h (per-node), "
+        "at most 2 in any 5 min (10%) (all partitions)")
 
 
 def test_the_shipped_example_config_loads() -> None:
@@ -136,6 +167,7 @@ def test_the_shipped_example_config_loads() -> None:
     assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
     assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
+    assert settings["migrations_burst"] == {"value": "unlimited", "source": str(etc)}
 
 
 def test_policies_lists_every_registered_policy() -> None:

@@ -51,6 +51,18 @@ def test_status_says_the_migration_budget_and_what_it_comes_to(isolated: Path, l
     doc = json_of("status", "--snapshot", str(MIXED))
     assert (doc["migrations_per_hour_setting"], doc["migrations_per_hour"]) == ("unlimited", None)
     assert "unlimited migrations" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
+    assert (doc["migrations_burst_setting"], doc["migrations_burst"]) == ("unlimited", None)  # the default: no cap
+
+
+def test_status_says_the_burst_cap_beside_the_budget(isolated: Path) -> None:
+    isolated.write_text('[compass]\nmigrations_burst = "25%"\n')
+    doc = json_of("status", "--snapshot", str(MIXED))
+    assert (doc["migrations_per_hour"], doc["migrations_burst_setting"], doc["migrations_burst"]) == (16, "25%", 4)
+    header = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout.splitlines()[0]
+    assert "16 migrations/h (per-node), at most 4 in any 5 min (25%)" in header
+    isolated.write_text('[compass]\nmigrations_per_hour = "unlimited"\nmigrations_burst = 30\n')
+    header = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout.splitlines()[0]
+    assert "unlimited migrations, at most 30 in any 5 min ·" in header
 
 
 def test_json_on_2000_nodes(large: Path) -> None:

@@ -1,4 +1,5 @@
-"""The migration budget: parsing the setting, resolving it on a cluster, spending it over a sliding hour."""
+"""The migration budget: parsing the settings, resolving them on a cluster, spending them over a sliding hour
+and the burst cap's sliding 5 minutes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import re
 
 import pytest
 
-from compass_slurm.engine.rate_limit import DEFAULT, HOUR, PER_NODE, PER_NODE_FLOOR, RateLimit, parse_setting, per_hour
+from compass_slurm.engine.rate_limit import (
+    BURST_DEFAULT, BURST_WINDOW, DEFAULT, HOUR, PER_NODE, PER_NODE_FLOOR, RateLimit, parse_burst, parse_setting,
+    per_burst, per_hour,
+)
 
 
 @pytest.mark.parametrize(("value", "setting"), [
@@ -65,3 +69,81 @@ def test_a_per_node_budget_follows_the_nodes_and_keeps_what_was_spent():
     fixed = RateLimit(12, 20)
     fixed.resize(400)
     assert fixed.per_hour == 12  # a number is a number, whatever the cluster
+
+
+# -- the burst cap -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "setting"), [
+    (0, 0), (60, 60), (60.0, 60), (" 60 ", 60), ("unlimited", "unlimited"), ("UNLIMITED", "unlimited"),
+    ("10%", "10%"), (" 10.0% ", "10%"), ("2.5%", "2.5%"), ("100%", "100%"),
+])
+def test_a_burst_cap_is_a_whole_number_unlimited_or_a_share(value, setting):
+    assert parse_burst(value) == setting
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (-1, "negative: give 0 (no migrations) or more"),
+    ("lots", "not a whole number >= 0, 'unlimited' or a share of the hourly budget such as '10%'"),
+    ("per-node", "not a whole number >= 0, 'unlimited' or a share"),  # a burst is not per node: say a share
+    (1.5, "not a whole number"), (True, "not a whole number"), (None, "not a whole number"), ("%", "not a whole"),
+    ("ten%", "not a whole number"), ("0%", "a share outside (0%, 100%]"), ("150%", "outside (0%, 100%]"),
+    ("nan%", "outside (0%, 100%]"), ("-5%", "outside"),
+])
+def test_a_bad_burst_cap_says_what_it_is_not(value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_burst(value)
+
+
+def test_the_burst_default_is_no_cap_and_a_share_is_of_the_hourly_budget_rounded_up():
+    assert (BURST_DEFAULT, BURST_WINDOW) == ("unlimited", 300.0)
+    assert per_burst("unlimited", 4096) is None and per_burst(None, 12) is None
+    assert per_burst(60, 4096) == 60 and per_burst(60, None) == 60 and per_burst(0, 12) == 0
+    assert [per_burst("10%", h) for h in (4096, 59, 12, 1, 0)] == [410, 6, 2, 1, 0]
+    assert per_burst("10%", None) is None  # a share of no limit is no limit
+
+
+def test_the_default_burst_cap_keeps_only_the_hour():
+    rate = RateLimit(3)
+    assert rate.per_burst is None
+    rate.spend(0.0, 3)
+    assert rate.budget(1.0) == 0 and not rate.recent
+
+
+def test_both_windows_slide_and_the_tighter_one_limits():
+    rate = RateLimit(5, burst=2)
+    assert rate.budget(0.0) == 2
+    rate.spend(0.0, 2)
+    assert rate.budget(BURST_WINDOW - 1) == 0  # (-1, 299] still holds the two at 0 s
+    assert rate.budget(BURST_WINDOW) == 2  # (0, 300] does not: the hour has 3 left
+    rate.spend(400.0, 2)
+    assert rate.budget(800.0) == 1  # the hour limits: 4 of 5 spent
+    assert rate.budget(HOUR + 1) == 2  # the two at 0 s are an hour old: the hour has 3 left, the burst 2
+    assert rate.overspent(HOUR + 1) is None
+
+
+def test_a_burst_cap_under_an_unlimited_hour_still_caps():
+    rate = RateLimit("unlimited", 100, burst=60)
+    rate.spend(0.0, 60)
+    assert rate.budget(299.0) == 0 and not rate.times
+    assert rate.budget(301.0) == 60
+
+
+def test_a_share_follows_a_per_node_budget_and_keeps_what_was_spent():
+    rate = RateLimit(PER_NODE, 4096, burst="10%")
+    assert (rate.per_hour, rate.per_burst) == (4096, 410)
+    rate.spend(0.0, 400)
+    assert rate.budget(1.0) == 10
+    rate.resize(1000)  # nodes left: a share of 1,000 is 100, and 400 were spent in these 5 minutes
+    assert (rate.per_burst, rate.budget(2.0)) == (100, 0)
+    assert rate.budget(BURST_WINDOW + 1) == 100
+
+
+def test_overspent_names_the_window_beyond_its_limit():
+    rate = RateLimit(10, burst=2)
+    rate.spend(0.0, 3)  # a driver that spent beyond budget(): the simulator's --check catches it
+    assert rate.overspent(1.0) == "3 migrations in the last 300 s exceed 2"
+    assert rate.overspent(BURST_WINDOW + 1) is None
+    rate = RateLimit(2)
+    rate.spend(0.0, 3)
+    assert rate.overspent(1.0) == "3 migrations in the last 3600 s exceed 2"

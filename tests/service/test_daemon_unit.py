@@ -417,6 +417,37 @@ def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
         ("7", "n1", "n2", "done"), ("8", "n1", "n2", "done")]
 
 
+def test_a_burst_cap_spreads_the_hours_budget_over_5_minute_windows(tmp_path):
+    # The same drain as above under an hour of plenty: the cap lets one requeue through per 5 minutes.
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, clock = daemon_for(cluster(nodes(3), jobs), tmp_path, policy="compass",
+                                        migrations_per_hour=100, migrations_burst=1)
+    assert daemon.cycle().budget == 1 and (daemon.rate.per_hour, daemon.rate.per_burst) == (100, 1)
+    backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
+    report = daemon.cycle()
+    assert [(m.job_id, m.dst, m.status) for m in report.migrations] == [("7", "n2", "done")]
+    requeues = [argv for argv in backend.commands if argv[1] == "requeuehold"]
+    assert requeues == [["scontrol", "requeuehold", "7"]]
+    backend.state = cluster(nodes(3), [replace(j, nodes=("n2",), gpus_alloc={"n2": 1}) if j.id == "7" else j
+                                       for j in jobs[6:]])
+    clock.now += 299  # still inside the 5 minutes of job 7's requeue: 8 waits though the hour has 99 left
+    report = daemon.cycle()
+    assert report.migrations == [] and report.budget == 0
+    clock.now += 2
+    report = daemon.cycle()
+    assert [(m.job_id, m.dst) for m in report.migrations] == [("8", "n2")]
+    assert daemon.rate.budget(clock.now) == 0 and len(daemon.rate.times) == 2  # the hour counted both
+
+
+def test_a_burst_share_follows_the_per_node_budget(tmp_path):
+    daemon, backend, _ = daemon_for(cluster(nodes(20), []), tmp_path, migrations_burst="10%")
+    assert Config().migrations_burst == "unlimited"
+    assert daemon.cycle().budget == 2 and (daemon.rate.per_hour, daemon.rate.per_burst) == (20, 2)
+    backend.state = cluster(nodes(40), [])
+    assert daemon.cycle().budget == 4
+
+
 def test_the_default_budget_is_one_migration_per_managed_gpu_node_and_follows_the_nodes(tmp_path):
     daemon, backend, _ = daemon_for(cluster(nodes(3), []), tmp_path)
     assert Config().migrations_per_hour == "per-node"

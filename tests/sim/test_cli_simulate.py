@@ -14,6 +14,7 @@ CONTRACT = {
     "wcc_frac", "migrations", "mean_wait_s", "p99_wait_s", "wall_s", "mean_wait_by_class_s",
     "p99_wait_by_class_s", "bounded_slowdown", "migrations_per_hour_max", "queue", "estimate_factor",
     "migrations_per_hour", "migrations_per_hour_setting", "migratable", "managed",
+    "migrations_burst", "migrations_burst_setting", "migrations_burst_max",
 }
 CLASSES = {"1", "2-4", "5-7", "whole-node"}
 
@@ -53,6 +54,7 @@ def test_json_has_the_contract_keys_per_policy(trace):
             "backfill", "per-node", 12)
         assert row["estimate_factor"] == 1.0
         assert (row["migratable"], row["managed"]) == (None, 1.0)
+        assert (row["migrations_burst_setting"], row["migrations_burst"]) == ("unlimited", None)  # no burst cap
 
 
 def test_queue_budget_and_shares_reach_the_simulation(trace):
@@ -84,6 +86,35 @@ def test_the_per_node_budget_is_resolved_on_the_simulated_cluster(tmp_path, sett
     (row,) = json.loads(result.stdout)
     assert row["migrations_per_hour"] == resolved and row["migrations_per_hour_max"] <= resolved
     assert row["migrations_per_hour_setting"] == parsed
+
+
+@pytest.mark.parametrize(("hourly", "burst", "parsed", "resolved"), [
+    ("unlimited", "2", 2, 2), ("per-node", "50%", "50%", 6), ("per-node", "unlimited", "unlimited", None),
+    ("unlimited", "10%", "10%", None), ("unlimited", "0", 0, 0)])
+def test_the_burst_cap_reaches_the_simulation_and_its_json(tmp_path, hourly, burst, parsed, resolved):
+    """Never more in any 5 minutes than the JSON says the run allowed (--check holds the rate limit to it too)."""
+    rows = "".join(f"j{i},{i * 10},{100 + i % 7 * 50},{1 + i % 3}\n" for i in range(60))
+    path = tmp_path / "many.csv"
+    path.write_text("job_id,submit_time_s,duration_s,num_gpus\n" + rows)
+    result = simulate("--trace", str(path), "--policy", "compass", "--nodes", "3", "--json", "--check",
+                      "--migrations-per-hour", hourly, "--migrations-burst", burst)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["migrations_burst_setting"], row["migrations_burst"]) == (parsed, resolved)
+    if resolved is None:
+        assert row["migrations_burst_max"] > 2  # uncapped, this workload bursts (13 in 5 minutes unlimited)
+    else:
+        assert row["migrations_burst_max"] <= resolved and row["migrations"] >= row["migrations_burst_max"]
+    assert row["migrations_burst_max"] <= row["migrations_per_hour_max"] <= row["migrations"]
+
+
+def test_a_burst_cap_is_named_in_the_tables_notes(trace):
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "compass", "--nodes", "2",
+                                      "--migrations-burst", "50%"])
+    assert result.exit_code == 0, result.output
+    assert "12 migrations per hour (per-node), at most 6 in any 5 minutes (50%)" in " ".join(result.stderr.split())
+    plain = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "compass", "--nodes", "2"])
+    assert "in any 5 minutes" not in plain.stderr
 
 
 def test_migratable_column_is_read_unless_a_share_is_given(tmp_path):
@@ -148,6 +179,10 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
          "--migrations-per-hour 'lots' is not a whole number >= 0, 'unlimited' or 'per-node'"),
         (["--migrations-per-hour", "1.5"], "--migrations-per-hour '1.5' is not a whole number >= 0"),
         (["--estimate-factor", "0"], "--estimate-factor '0' must be a finite number > 0"),
+        (["--migrations-burst", "-1"], "--migrations-burst '-1' is negative"),
+        (["--migrations-burst", "per-node"],
+         "--migrations-burst 'per-node' is not a whole number >= 0, 'unlimited' or a share of the hourly budget"),
+        (["--migrations-burst", "150%"], "--migrations-burst '150%' is a share outside (0%, 100%]"),
     ],
 )
 def test_clear_errors(trace, args, message):

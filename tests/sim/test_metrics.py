@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compass_slurm.engine.model import Job
-from compass_slurm.sim.metrics import Timeline, hourly_max, summarize, wait_class
+from compass_slurm.sim.metrics import Timeline, summarize, window_max, wait_class
 from compass_slurm.sim.workloads import SimJob
 
 
@@ -48,6 +48,7 @@ def test_averages_over_the_time_the_queue_is_non_empty():
     assert m.makespan_s == 50
     assert (m.jobs, m.migrations, m.migration_gpu_s) == (5, 3, 48)
     assert m.migrations_per_hour_max == 2  # 0 and 5 in one hour; 3700 is more than an hour after 0, not after 5
+    assert m.migrations_burst_max == 2  # 0 and 5 in 5 minutes too
     assert m.mean_wait_by_class_s == {"1": 50, "2-4": 10, "5-7": None, "whole-node": 25}
     assert m.p99_wait_by_class_s["1"] == pytest.approx(99)
     # bounded slowdown: max(1, completion / max(run, 10)) = 1, 30/20, 25/10, 60/30, 101/10
@@ -59,10 +60,11 @@ def test_wait_classes_go_by_gpus_per_instance():
     assert wait_class(4, 4) == "whole-node"
 
 
-def test_hourly_max_is_a_sliding_window():
-    assert hourly_max([]) == 0
-    assert hourly_max([0, 3599, 3600, 3600, 7300]) == 3  # (0, 3600] holds 3599, 3600, 3600
-    assert hourly_max([0, 0, 0]) == 3
+def test_window_max_is_a_sliding_window():
+    assert window_max([]) == 0
+    assert window_max([0, 3599, 3600, 3600, 7300]) == 3  # (0, 3600] holds 3599, 3600, 3600
+    assert window_max([0, 0, 0]) == 3
+    assert window_max([0, 299, 300, 300, 700], 300.0) == 3  # the burst cap's 5 minutes: (0, 300]
 
 
 def test_a_queue_that_never_fills_averages_over_the_whole_run():

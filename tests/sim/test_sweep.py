@@ -61,6 +61,27 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
                           "backfill", "--migrations-per-hour", "0", "--migration-delay", "4", "--json")
     assert plan.tasks[-1].window == "t 1000d:1001d" and "--window" in plan.tasks[-1].argv
     assert [t.index for t in plan.tasks] == list(range(16))
+    assert {t.migrations_burst for t in plan.tasks} == {"unlimited"}  # no burst cap: command lines as before it
+
+
+def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
+    text = GOOD.replace('migrations_per_hour = [0, "per-node"]', 'migrations_per_hour = "per-node"\n'
+                        'migrations_burst = ["unlimited", "50%", 3]')
+    plan = sweep.load(write(sweep_dir, text), POLICIES)
+    assert len(plan.tasks) == 2 * 2 * 2 * 3
+    assert [t.migrations_burst for t in plan.tasks[:3]] == ["unlimited", "50%", 3]
+    assert "--migrations-burst" not in plan.tasks[0].argv
+    assert plan.tasks[1].argv[-6:] == ("per-node", "--migrations-burst", "50%", "--migration-delay", "4", "--json")
+    assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill budget=per-node burst=3"
+    plan.save()
+    assert sweep.Plan.load(plan.output / "plan.json") == plan
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(sweep_dir / "s.toml")])
+    rows = json.loads((plan.output / "results.json").read_text())
+    assert {(r["migrations_burst_setting"], r["migrations_burst"]) for r in rows} == {
+        ("unlimited", None), ("50%", 6), (3, 3)}  # 50% of per-node's 12 on a few nodes
+    assert all(r["migrations_burst_max"] <= (r["migrations_burst"] or r["migrations"]) for r in rows)
+    table = (plan.output / "table.md").read_text()
+    assert table.startswith("| window | policy | eta | queue | budget/h | burst/5 min | nodes |"), result.output
 
 
 @pytest.mark.parametrize("text, message", [
@@ -75,6 +96,12 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
      "migrations_per_hour -1 is negative: give 0 (no migrations) or more"),
     ('policies = "best-fit"\nmigrations_per_hour = "lots"\n[[windows]]\ntrace = "t.csv"\n',
      "migrations_per_hour 'lots' is not a whole number >= 0, 'unlimited' or 'per-node'"),
+    ('policies = "best-fit"\nmigrations_burst = "150%"\n[[windows]]\ntrace = "t.csv"\n',
+     "migrations_burst '150%' is a share outside (0%, 100%]"),
+    ('policies = "best-fit"\nmigrations_burst = "per-node"\n[[windows]]\ntrace = "t.csv"\n',
+     "migrations_burst 'per-node' is not a whole number >= 0, 'unlimited' or a share"),
+    ('policies = "best-fit"\noptions = ["--migrations-burst", "1"]\n[[windows]]\ntrace = "t.csv"\n',
+     "may not set --migrations-burst"),
     ('policies = "best-fit"\npolicy = "x"\n[[windows]]\ntrace = "t.csv"\n', "unknown key 'policy'"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "missing.csv"\n', "windows #1: trace missing.csv not found"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nwindow = "9d:2d"\n', "START must be before END"),
