@@ -281,11 +281,16 @@ class Cycle:
     errors: Counter[str]  #: the cycle's errors by kind (a mismatch: a job Slurm did not start as decided)
 
 
-def timed(daemon: Daemon, runner: Recorded) -> Cycle:
+def timed(daemon: Daemon, runner: Recorded, dump: list[str]) -> Cycle:
     started = time.process_time()
     report = daemon.cycle()
     seconds = time.process_time() - started
     assert report.skipped is None, report.skipped
+    dump.append(f"# cycle {report.cycle}")
+    dump += (repr({k: v for k, v in vars(r).items() if k not in ("time", "id")})
+             for r in (*report.decisions, *report.migrations))
+    dump += (" ".join(argv) for argv in runner.changes)
+    dump += (f"error {e.kind} {e.message}" for e in report.errors)
     migrated = sum(1 for d in report.decisions if d.action == "migrated")
     requeues = sum(1 for argv in runner.changes if argv[1] == "requeuehold")
     return Cycle(seconds, len(report.decisions) - migrated, migrated, requeues, Counter(e.kind for e in report.errors))
@@ -296,7 +301,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4096)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--busy", type=float, default=0.97, help="share of GPUs running jobs")
-    parser.add_argument("--policy", default="compass")
+    parser.add_argument("--policy", default=Config().policy, help="placement policy (default: the daemon's, %(default)s)")
     parser.add_argument("--history", default="compass",
                         help="policy that placed the running jobs (first-fit: a cluster new to the daemon)")
     parser.add_argument("--repeat", type=int, default=5, help="steady cycles to time (the median is reported)")
@@ -305,6 +310,9 @@ def main() -> None:
     parser.add_argument("--migrations-per-hour", help="the daemon's migration budget (default: the config's)")
     parser.add_argument("--migrations-burst", help="the daemon's cap on migrations in any 5 minutes "
                                                    "(default: the config's)")
+    parser.add_argument("--dump", type=Path, help="write every cycle's decisions and scontrol command lines here "
+                                                  "(to diff two codes' runs of the same inputs)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the steady cycles (not the cold one) here")
     args = parser.parse_args()
 
     state = build(args.nodes, args.jobs, args.busy, args.history, seed=1)
@@ -345,17 +353,31 @@ def main() -> None:
     config = Config(policy=args.policy, anchors="", **budget)
     now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
-    cycles = [timed(daemon, runner)]
+    dump: list[str] = []
+    cycles = [timed(daemon, runner, dump)]
     reads_s.clear()
     running = sum(1 for j in state.jobs if j.running)
     started = waiting = 0
+    profile = None
+    if args.profile is not None:
+        import cProfile
+
+        profile = cProfile.Profile()
     for i in range(args.repeat):
         state, begun, left = carry_out(state, runner.take(), now[0])
         started, waiting = started + begun, waiting + left
         state = churn(state, 0.01, seed=2 + i)
         now[0] += config.interval
         runner.texts = texts(state)
-        cycles.append(timed(daemon, runner))
+        if profile is not None:
+            profile.enable()
+        cycles.append(timed(daemon, runner, dump))
+        if profile is not None:
+            profile.disable()
+    if profile is not None:
+        profile.dump_stats(args.profile)
+    if args.dump is not None:
+        args.dump.write_text("".join(line + "\n" for line in dump))
     cold, steady = cycles[0], sorted(cycles[1:], key=lambda c: c.seconds)[args.repeat // 2]
     read = statistics.median(reads_s)
     target = TARGETS_S.get((args.nodes, args.jobs))
