@@ -37,7 +37,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from compass_slurm.config import Config
@@ -287,7 +287,7 @@ def timed(daemon: Daemon, runner: Recorded, dump: list[str]) -> Cycle:
     seconds = time.process_time() - started
     assert report.skipped is None, report.skipped
     dump.append(f"# cycle {report.cycle}")
-    dump += (repr({k: v for k, v in vars(r).items() if k not in ("time", "id")})
+    dump += (repr({f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("time", "id")})
              for r in (*report.decisions, *report.migrations))
     dump += (" ".join(argv) for argv in runner.changes)
     dump += (f"error {e.kind} {e.message}" for e in report.errors)
