@@ -58,15 +58,16 @@ MARKERS = ("", "compass", "compass:migratable")
 LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
 
 
-def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmState:
-    """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending."""
+def build(nodes: int, jobs: int, busy: float, history: str, seed: int, now: float | None = None) -> SlurmState:
+    """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending;
+    started before ``now`` (default: the time)."""
+    now = time.time() if now is None else now
     rng = random.Random(seed)
     limits = random.Random(f"limits:{seed}")  # its own draws: the same layout as without limits
     names = [f"gpu{i:04d}" for i in range(1, nodes + 1)]
     policy = make_policy(history, [Node(n, GPUS) for n in names])
     target = busy * nodes * GPUS
     used, out = 0, []
-    now = time.time()
     sizes, weights = [m[:2] for m in MIX], [m[2] for m in MIX]
     for k in range(jobs):
         gpus, count = rng.choices(sizes, weights)[0]
@@ -93,7 +94,7 @@ def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmS
     out = [_moved(j, where) if j.running else j for j in out]
     node_objs = tuple(SlurmNode(n, "mixed" if where[n].used else "idle", frozenset(), ("gpu",), GPUS,
                                 where[n].used, None, 128, 0, 1_024_000, 0) for n in names)
-    return SlurmState(node_objs, tuple(out), (SlurmPartition("gpu", tuple(names)),), (), "22.05.8", time.time())
+    return SlurmState(node_objs, tuple(out), (SlurmPartition("gpu", tuple(names)),), (), "22.05.8", now)
 
 
 def _moved(job: SlurmJob, where: dict) -> SlurmJob:
@@ -312,10 +313,13 @@ def main() -> None:
                                                    "(default: the config's)")
     parser.add_argument("--dump", type=Path, help="write every cycle's decisions and scontrol command lines here "
                                                   "(to diff two codes' runs of the same inputs)")
+    parser.add_argument("--clock", type=float, help="Unix seconds the daemon's clock starts at (default: now; give "
+                                                    "one to compare two runs: the jobs' start times follow it)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the steady cycles (not the cold one) here")
     args = parser.parse_args()
 
-    state = build(args.nodes, args.jobs, args.busy, args.history, seed=1)
+    now = [time.time() if args.clock is None else args.clock]
+    state = build(args.nodes, args.jobs, args.busy, args.history, seed=1, now=now[0])
     narrow = Narrow() if args.read == "narrow" else None
 
     def texts(state: SlurmState) -> dict[str, str]:
@@ -351,7 +355,6 @@ def main() -> None:
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", **budget)
-    now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
     dump: list[str] = []
     cycles = [timed(daemon, runner, dump)]
