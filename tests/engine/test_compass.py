@@ -403,6 +403,16 @@ def test_an_orphan_fills_its_own_nodes_vacancy_when_the_budget_is_spent():
     policy.check()
 
 
+def test_the_pool_drain_finds_a_move_again_once_a_pool_node_changes():
+    # n0 and n1: partial pool nodes of pinned 1-GPU jobs; nothing can move, and the drain remembers it.
+    policy = built("compass", 3, [(Job("p0", 3, 1, migratable=False), ["n0"] * 3),
+                                  (Job("p1", 5, 1, migratable=False), ["n1"] * 5)])
+    assert policy.compact().moves == ()
+    policy.adopt(Job("m", 1, 1), ["n0"])  # n0 changes: a movable one on the emptier pool node
+    assert policy.compact().moves == (Migration("m", 0, "n0", "n1"),)
+    policy.check()
+
+
 # -- pinned instances and the migration budget -------------------------------------------------------
 
 

@@ -73,6 +73,8 @@ class Compass(Policy):
         self._left: int | None = None
         self._spent = 0
         self._scarce = False  # the event's budget is finite and the policy is frugal
+        #: AbsState.pools_changed when the pool drain last found nothing to move (None: not since)
+        self._pools_stuck: int | None = None
 
     # -- views -------------------------------------------------------------------------------
 
@@ -427,6 +429,8 @@ class Compass(Policy):
         """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
         a = self.abs
         moves: list[Migration] = []
+        if self._pools_stuck == a.pools_changed:
+            return moves  # no pool node changed since a drain found none of them with an orphan to move
         while self._left != 0:
             hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
             # Sources from the most room down; pinned ones are skipped without a rescan.
@@ -439,6 +443,8 @@ class Compass(Policy):
                     moves += self._move_one(key, (dst, Rule.POOL, None))
                     break
             else:
+                # nothing movable whatever the budget (a spend fails only at 0, which the loop excludes)
+                self._pools_stuck = a.pools_changed
                 return moves
         return moves
 
