@@ -146,7 +146,7 @@ class Compass(Policy):
         node, in rule order. O(G) lookups.
         """
         gpus = job.gpus
-        allowed = None if eligible is None else frozenset(self._indexes(eligible))
+        allowed = self._allowed(eligible)
         a, names = self.abs, self.cluster.nodes
         caps = [cap for cap in a.empty if cap >= gpus]
         out: list[str] = []
