@@ -282,16 +282,18 @@ class Cycle:
     errors: Counter[str]  #: the cycle's errors by kind (a mismatch: a job Slurm did not start as decided)
 
 
-def timed(daemon: Daemon, runner: Recorded, dump: list[str]) -> Cycle:
+def timed(daemon: Daemon, runner: Recorded, dump: list[str] | None = None) -> Cycle:
+    """One cycle; its decisions, migrations, scontrol lines and errors appended to ``dump`` as text lines."""
     started = time.process_time()
     report = daemon.cycle()
     seconds = time.process_time() - started
     assert report.skipped is None, report.skipped
-    dump.append(f"# cycle {report.cycle}")
-    dump += (repr({f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("time", "id")})
-             for r in (*report.decisions, *report.migrations))
-    dump += (" ".join(argv) for argv in runner.changes)
-    dump += (f"error {e.kind} {e.message}" for e in report.errors)
+    if dump is not None:
+        dump.append(f"# cycle {report.cycle}")
+        dump += (repr({f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("time", "id")})
+                 for r in (*report.decisions, *report.migrations))
+        dump += (" ".join(argv) for argv in runner.changes)
+        dump += (f"error {e.kind} {e.message}" for e in report.errors)
     migrated = sum(1 for d in report.decisions if d.action == "migrated")
     requeues = sum(1 for argv in runner.changes if argv[1] == "requeuehold")
     return Cycle(seconds, len(report.decisions) - migrated, migrated, requeues, Counter(e.kind for e in report.errors))
