@@ -37,7 +37,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from compass_slurm.config import Config
@@ -58,15 +58,16 @@ MARKERS = ("", "compass", "compass:migratable")
 LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
 
 
-def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmState:
-    """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending."""
+def build(nodes: int, jobs: int, busy: float, history: str, seed: int, now: float | None = None) -> SlurmState:
+    """Running jobs where policy ``history`` put them (the cluster the daemon has been running), the rest pending;
+    started before ``now`` (default: the time)."""
+    now = time.time() if now is None else now
     rng = random.Random(seed)
     limits = random.Random(f"limits:{seed}")  # its own draws: the same layout as without limits
     names = [f"gpu{i:04d}" for i in range(1, nodes + 1)]
     policy = make_policy(history, [Node(n, GPUS) for n in names])
     target = busy * nodes * GPUS
     used, out = 0, []
-    now = time.time()
     sizes, weights = [m[:2] for m in MIX], [m[2] for m in MIX]
     for k in range(jobs):
         gpus, count = rng.choices(sizes, weights)[0]
@@ -93,7 +94,7 @@ def build(nodes: int, jobs: int, busy: float, history: str, seed: int) -> SlurmS
     out = [_moved(j, where) if j.running else j for j in out]
     node_objs = tuple(SlurmNode(n, "mixed" if where[n].used else "idle", frozenset(), ("gpu",), GPUS,
                                 where[n].used, None, 128, 0, 1_024_000, 0) for n in names)
-    return SlurmState(node_objs, tuple(out), (SlurmPartition("gpu", tuple(names)),), (), "22.05.8", time.time())
+    return SlurmState(node_objs, tuple(out), (SlurmPartition("gpu", tuple(names)),), (), "22.05.8", now)
 
 
 def _moved(job: SlurmJob, where: dict) -> SlurmJob:
@@ -281,11 +282,18 @@ class Cycle:
     errors: Counter[str]  #: the cycle's errors by kind (a mismatch: a job Slurm did not start as decided)
 
 
-def timed(daemon: Daemon, runner: Recorded) -> Cycle:
+def timed(daemon: Daemon, runner: Recorded, dump: list[str] | None = None) -> Cycle:
+    """One cycle; its decisions, migrations, scontrol lines and errors appended to ``dump`` as text lines."""
     started = time.process_time()
     report = daemon.cycle()
     seconds = time.process_time() - started
     assert report.skipped is None, report.skipped
+    if dump is not None:
+        dump.append(f"# cycle {report.cycle}")
+        dump += (repr({f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("time", "id")})
+                 for r in (*report.decisions, *report.migrations))
+        dump += (" ".join(argv) for argv in runner.changes)
+        dump += (f"error {e.kind} {e.message}" for e in report.errors)
     migrated = sum(1 for d in report.decisions if d.action == "migrated")
     requeues = sum(1 for argv in runner.changes if argv[1] == "requeuehold")
     return Cycle(seconds, len(report.decisions) - migrated, migrated, requeues, Counter(e.kind for e in report.errors))
@@ -296,7 +304,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4096)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--busy", type=float, default=0.97, help="share of GPUs running jobs")
-    parser.add_argument("--policy", default="compass")
+    parser.add_argument("--policy", default=Config().policy, help="placement policy (default: the daemon's, %(default)s)")
     parser.add_argument("--history", default="compass",
                         help="policy that placed the running jobs (first-fit: a cluster new to the daemon)")
     parser.add_argument("--repeat", type=int, default=5, help="steady cycles to time (the median is reported)")
@@ -305,9 +313,15 @@ def main() -> None:
     parser.add_argument("--migrations-per-hour", help="the daemon's migration budget (default: the config's)")
     parser.add_argument("--migrations-burst", help="the daemon's cap on migrations in any 5 minutes "
                                                    "(default: the config's)")
+    parser.add_argument("--dump", type=Path, help="write every cycle's decisions and scontrol command lines here "
+                                                  "(to diff two codes' runs of the same inputs)")
+    parser.add_argument("--clock", type=float, help="Unix seconds the daemon's clock starts at (default: now; give "
+                                                    "one to compare two runs: the jobs' start times follow it)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the steady cycles (not the cold one) here")
     args = parser.parse_args()
 
-    state = build(args.nodes, args.jobs, args.busy, args.history, seed=1)
+    now = [time.time() if args.clock is None else args.clock]
+    state = build(args.nodes, args.jobs, args.busy, args.history, seed=1, now=now[0])
     narrow = Narrow() if args.read == "narrow" else None
 
     def texts(state: SlurmState) -> dict[str, str]:
@@ -343,19 +357,32 @@ def main() -> None:
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", **budget)
-    now = [time.time()]
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
-    cycles = [timed(daemon, runner)]
+    dump: list[str] = []
+    cycles = [timed(daemon, runner, dump)]
     reads_s.clear()
     running = sum(1 for j in state.jobs if j.running)
     started = waiting = 0
+    profile = None
+    if args.profile is not None:
+        import cProfile
+
+        profile = cProfile.Profile()
     for i in range(args.repeat):
         state, begun, left = carry_out(state, runner.take(), now[0])
         started, waiting = started + begun, waiting + left
         state = churn(state, 0.01, seed=2 + i)
         now[0] += config.interval
         runner.texts = texts(state)
-        cycles.append(timed(daemon, runner))
+        if profile is not None:
+            profile.enable()
+        cycles.append(timed(daemon, runner, dump))
+        if profile is not None:
+            profile.disable()
+    if profile is not None:
+        profile.dump_stats(args.profile)
+    if args.dump is not None:
+        args.dump.write_text("".join(line + "\n" for line in dump))
     cold, steady = cycles[0], sorted(cycles[1:], key=lambda c: c.seconds)[args.repeat // 2]
     read = statistics.median(reads_s)
     target = TARGETS_S.get((args.nodes, args.jobs))

@@ -45,8 +45,12 @@ def test_the_daemon_sees_its_placements_and_migrations_done():
     runner = Recorded(render(state))
     now = [1_000_000.0]
     daemon = Daemon(Config(policy="compass", anchors=""), CliBackend(runner=runner), None, clock=lambda: now[0])
-    first = timed(daemon, runner)
+    dump: list[str] = []
+    first = timed(daemon, runner, dump)
     assert first.placed and first.migrated and first.requeues and not first.errors
+    assert dump[0] == "# cycle 1" and sum(line.startswith("scontrol requeuehold ") for line in dump) == first.requeues
+    decisions = [line for line in dump if line.startswith("{'job_id'") and "'instance':" not in line]
+    assert len(decisions) == first.placed + first.migrated  # the rest of the records are migrations
     state, started, waiting = carry_out(state, runner.take(), now[0])
     assert (started, waiting) == (first.placed + first.migrated, 0)
     now[0] += 5

@@ -73,17 +73,18 @@ class Buckets:
         self._buckets = [MinSet() for _ in range(max_key + 1)]
         self._key_of: dict[int, int] = {}
 
-    def set(self, item: int, key: int | None) -> None:
-        """Put ``item`` under ``key``; ``None`` removes it."""
+    def set(self, item: int, key: int | None) -> bool:
+        """Put ``item`` under ``key``; ``None`` removes it. Returns whether its key changed."""
         old = self._key_of.get(item)
         if old == key:
-            return
+            return False
         if old is not None:
             self._buckets[old].discard(item)
             del self._key_of[item]
         if key is not None:
             self._buckets[key].add(item)
             self._key_of[item] = key
+        return True
 
     def key(self, item: int) -> int | None:
         return self._key_of.get(item)

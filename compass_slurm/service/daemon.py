@@ -223,22 +223,28 @@ class Daemon:
         """
         for why in obs.skipped.items():
             log.debug("job %s left to Slurm: %s", *why)
-        # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing.
+        # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing. One pass
+        # over the pending jobs also makes the queue: the jobs the policy does not hold (a stale one no longer).
         replanned = set()
-        pending = list(obs.pending)
-        for at, p in enumerate(pending):
-            stale = self._stale(p, policy, now, translator) if p.job.id in self.books.placed else None
+        by_id: dict[str, Pending] = {}
+        queue = []
+        placed, held = self.books.placed, policy.cluster.jobs
+        for p in obs.pending:
+            job_id = p.job.id
+            stale = self._stale(p, policy, now, translator) if job_id in placed else None
             if stale is not None:
-                pending[at] = _unpinned(p, self.books.placed[p.job.id].decision, translator)
-                policy.remove(p.job.id)
-                del self.books.placed[p.job.id]
-                replanned.add(p.job.id)
-                log.info("job %s: re-planning, %s", p.job.id, stale)
+                p = _unpinned(p, placed[job_id].decision, translator)
+                policy.remove(job_id)
+                del placed[job_id]
+                replanned.add(job_id)
+                log.info("job %s: re-planning, %s", job_id, stale)
+            by_id[job_id] = p
+            if job_id not in held:
+                queue.append((p.job, p.eligible, p.slurm.time_limit_s))
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
             self.scheduler = Scheduler(policy, self.config.queue, explain=True)
         scheduler = self.scheduler
-        by_id = {p.job.id: p for p in pending}
 
         def started(decision: Decision) -> None:
             measured.append(fragmentation(policy))
@@ -249,8 +255,7 @@ class Daemon:
         scheduler.refine = lambda job, eligible: translator.narrowed(by_id[job.id].slurm, job, eligible)
         try:
             scheduler.expect(self._expected_ends(obs, policy, now))
-            held = policy.cluster.jobs
-            scheduler.requeue((p.job, p.eligible, p.slurm.time_limit_s) for p in pending if p.job.id not in held)
+            scheduler.requeue(queue)
             step = scheduler.drain(now, report.budget)
         except EngineError as err:
             # The engine may be left half-changed: rebuild it from Slurm next cycle.

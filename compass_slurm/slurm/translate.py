@@ -43,6 +43,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from ..engine.model import Job, Node
 from ..engine.shape import instance_shape
@@ -204,18 +205,16 @@ class _Task:
     slurm: SlurmJob
     order: tuple  # its place in Slurm's priority order
     held_back: str | None  # held, or in a reservation
-    begin: float | None  # when it asked to begin, less the lease (None: it does not wait for a begin time)
+    #: when it asked to begin, less the lease, if that is past its submission (None: it waits for no begin time,
+    #: or only until the read is as late as its submission, which the read never precedes by much)
+    begin: float | None
     not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
     req: Request | None  # None: not w x g instances
     # made when first placed: the engine job and the CPUs and MB one instance needs
     job: Job | None = None
     needs: tuple[int, int] = (0, 0)
-    key: tuple = ()  # what its eligible nodes depend on, of the job alone (see Translator._eligible_key)
+    key: object = None  # what its eligible nodes depend on, of the job alone (see Translator._eligible_key)
     pending: Pending | None = None  # the last Pending made of it (kept while its eligible nodes are the same)
-
-
-def _order_of(task: _Task) -> tuple:
-    return task.order
 
 
 class Translations:
@@ -236,16 +235,18 @@ class Translations:
         self._tasks: dict[int, _Task] = {}
         self._last_jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
         self._last_tasks: dict[int, _Task] = {}
-        self._eligible: dict[tuple, Eligible] = {}
-        self._last_eligible: dict[tuple, Eligible] = {}
+        self._eligible: dict[object, Eligible] = {}
+        self._last_eligible: dict[object, Eligible] = {}
         self._order: list[_Task] = []  # the last cycle's tasks in priority order
+        #: a small int per distinct eligible-nodes key: hashed per job and cycle, where the key's tuple would be
+        self._tokens: dict[tuple, int] = {}
         self._fresh: list[_Task] = []  # the tasks made this cycle
 
     def begin(self, context: object) -> None:
         """A new state, translated in ``context``; what was not seen in the last one is forgotten."""
         if context != self._context:
             self._context = context
-            self._jobs, self._tasks, self._eligible, self._order = {}, {}, {}, []
+            self._jobs, self._tasks, self._eligible, self._order, self._tokens = {}, {}, {}, [], {}
         self._last_jobs, self._jobs = self._jobs, {}
         self._last_tasks, self._tasks = self._tasks, {}
         self._last_eligible, self._eligible = self._eligible, {}
@@ -281,11 +282,15 @@ class Translations:
         order = [t for t in self._order if current.get(id(t.slurm)) is t] + self._fresh
         if len(order) != len(tasks) or len(set(map(id, order))) != len(order):
             order = list(tasks)  # the same job twice: sort what was given
-        order.sort(key=_order_of)
+        order.sort(key=attrgetter("order"))
         self._order = order
         return order
 
-    def same_eligible(self, key: tuple, eligible: Eligible) -> Eligible:
+    def token(self, key: tuple) -> int:
+        """``key``'s small int, the same for an equal key as long as the context stays."""
+        return self._tokens.setdefault(key, len(self._tokens))
+
+    def same_eligible(self, key: object, eligible: Eligible) -> Eligible:
         """Last cycle's object for an equal set of eligible nodes (so Pendings can be kept), else ``eligible``."""
         last = self._last_eligible.get(key, _UNSEEN)
         if last is not _UNSEEN and last == eligible:
@@ -314,7 +319,7 @@ class Translator:
         self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope}
         self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved)) for n in self.slurm_nodes.values())
         self.available = frozenset(n.name for n in self.nodes if n.available)
-        self._eligible: dict[tuple, Eligible] = {}
+        self._eligible: dict[object, Eligible] = {}
         self._capacities: dict[str, int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
@@ -347,7 +352,7 @@ class Translator:
                     pending += tasks
         throttled = _beyond_throttle(pending, running_tasks)
         self._claim_pins((job for job in pending if job.id not in throttled) if throttled else pending)
-        read_at = self.state.read_at
+        begin_after = self.state.read_at + BEGIN_SLACK
         kept, made = self.known.task, self._task
         slurm_jobs, claims, eligible_by_key, add = out.slurm_jobs, self._claims, self._eligible, out.pending.append
         for facts in self.known.ordered([kept(job) or made(job) for job in pending]):
@@ -358,7 +363,8 @@ class Translator:
                 continue
             why = facts.held_back
             # its begin (--begin plus the lease) still more than the lease away, from the later of read and submission
-            if why is None and facts.begin is not None and facts.begin > max(read_at, job.submit_time) + BEGIN_SLACK:
+            # (the submission's part is the task's own)
+            if why is None and facts.begin is not None and facts.begin > begin_after:
                 why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
             why = why or facts.not_startable
             if why is not None:
@@ -406,6 +412,8 @@ class Translator:
         """A managed pending job's translation, as far as it depends on the job alone (made once: see observe)."""
         capacity = self.capacity_of(job)
         begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
+        if begin is not None and not begin > job.submit_time + BEGIN_SLACK:
+            begin = None
         facts = _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
                       request(job, capacity) if capacity else None)
         return self.known.keep_task(job, facts)
@@ -447,12 +455,12 @@ class Translator:
         key = self._eligible_key(job, needs)
         return self._eligible_for(job, needs, (key, job.id) if job.id in self._claims else key)
 
-    @staticmethod
-    def _eligible_key(job: SlurmJob, needs: tuple[int, int]) -> tuple:
+    def _eligible_key(self, job: SlurmJob, needs: tuple[int, int]) -> int:
         """What a job's eligible nodes depend on, but for its own pin's claim (a pinned job's key adds its id)."""
-        return job.partition, *needs, job.gpu_type, job.excluded_nodes, job.required_nodes, job.exclusive
+        return self.known.token((job.partition, *needs, job.gpu_type, job.excluded_nodes, job.required_nodes,
+                                 job.exclusive))
 
-    def _eligible_for(self, job: SlurmJob, needs: tuple[int, int], key: tuple) -> Eligible:
+    def _eligible_for(self, job: SlurmJob, needs: tuple[int, int], key: object) -> Eligible:
         found = self._eligible.get(key, _UNSEEN)
         if found is _UNSEEN:
             found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs))

@@ -442,3 +442,15 @@ def test_fast_path_agrees_with_the_scan(name, stream):
             p.set_available(event[1], event[2])
         elif p.cluster.jobs:
             p.remove(sorted(p.cluster.jobs)[event[1] % len(p.cluster.jobs)])
+
+
+def test_the_indexes_of_a_frozenset_of_eligible_nodes_are_kept_for_the_next_job():
+    policy = make_policy("first-fit", [Node(f"n{i}", 8) for i in range(4)])
+    eligible = frozenset({"n1", "n3"})
+    allowed = policy._allowed(eligible)
+    assert allowed == frozenset({1, 3}) and policy._allowed(eligible) is allowed
+    assert policy._allowed(frozenset({"n1", "n3"})) == allowed  # an equal set: worked out again, the same
+    assert policy._allowed(["n2"]) == frozenset({2}) and policy._allowed(None) is None
+    assert policy.place(Job("a", 1, 8), eligible=eligible).nodes == ("n1",)
+    with pytest.raises(EngineError, match="unknown node 'n9'"):
+        policy._allowed(frozenset({"n9"}))

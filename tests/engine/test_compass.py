@@ -380,6 +380,39 @@ def test_compass_easy_rehomes_an_orphan_under_a_budget_where_it_fills_a_node():
     assert len(policy.cluster.partial) == 1  # n1 is full now; n0 keeps its slot
 
 
+def orphans_beside_a_vacancy() -> Compass:
+    """n0: an orphan beside a slot with a vacancy; n1: an orphan beside a full slot; n2: a full pool node."""
+    policy = make_policy("compass-easy", cluster(3))
+    for job in [Job("x", 1, 3), Job("y", 1, 3), Job("f1", 1, 1), Job("f2", 1, 1), Job("z", 1, 3), Job("w", 1, 3),
+                Job("g1", 1, 1), Job("g2", 1, 1), Job("pool", 8, 1)]:
+        assert policy.place(job) is not None
+    for job_id in ("x", "z", "f2"):  # the anchors leave their fillers orphaned; f2 leaves a vacancy on n0
+        policy.remove(job_id)
+    assert policy.orphans() == 2
+    return policy
+
+
+def test_an_orphan_fills_its_own_nodes_vacancy_when_the_budget_is_spent():
+    # With the budget spent (or no orphan able to move with profit) Compact visits only the orphaned
+    # nodes with a vacancy of their own: n0's orphan becomes its filler, n1's stays where it is.
+    policy = orphans_beside_a_vacancy()
+    assert policy.blocked(Job("head", 1, 8), budget=0) == Compaction()
+    assert policy.orphans() == 1
+    assert [s.vacancy for s in policy.abs.slots[0]] == [0]
+    assert policy.abs.ones[0] == [] and len(policy.abs.ones[1]) == 1
+    policy.check()
+
+
+def test_the_pool_drain_finds_a_move_again_once_a_pool_node_changes():
+    # n0 and n1: partial pool nodes of pinned 1-GPU jobs; nothing can move, and the drain remembers it.
+    policy = built("compass", 3, [(Job("p0", 3, 1, migratable=False), ["n0"] * 3),
+                                  (Job("p1", 5, 1, migratable=False), ["n1"] * 5)])
+    assert policy.compact().moves == ()
+    policy.adopt(Job("m", 1, 1), ["n0"])  # n0 changes: a movable one on the emptier pool node
+    assert policy.compact().moves == (Migration("m", 0, "n0", "n1"),)
+    policy.check()
+
+
 # -- pinned instances and the migration budget -------------------------------------------------------
 
 

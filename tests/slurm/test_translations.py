@@ -94,3 +94,27 @@ def test_a_changed_config_starts_afresh(change):
 def test_the_same_job_twice_is_sorted_as_given():
     job = pending("1")
     check([state([job, pending("2")]), state([job, job, pending("2")])])
+
+
+def test_a_kept_task_waits_for_its_begin_until_the_read_reaches_it():
+    # its begin (less the lease) is 10 s past the first read and past its submission: it waits while the
+    # read is more than BEGIN_SLACK earlier, also when its translation is kept from an earlier cycle
+    later = pending("7", eligible_time=int(NOW) + LEASE + 10, submit_time=int(NOW) - 5)
+    first = state([later])
+    observed = check([first, replace(first, read_at=NOW + 8), replace(first, read_at=NOW + 9)])
+    assert all(o.skipped["7"].startswith("waits for its begin time") for o in observed[:2])
+    assert [p.job.id for p in observed[2].pending] == ["7"]
+    # submitted after the read, with a begin just past its submission: due at once (the usual lease)
+    during = pending("8", eligible_time=int(NOW) + LEASE + 40, submit_time=int(NOW) + 40)
+    assert [p.job.id for o in check([state([during]), state([during])]) for p in o.pending] == ["8", "8"]
+
+
+def test_equal_eligible_node_keys_share_one_token_until_the_context_changes():
+    known = Translations()
+    known.begin("one")
+    a, b = known.token(("gpu", 4, 1000)), known.token(("gpu", 8, 1000))
+    assert a != b and known.token(("gpu", 4, 1000)) == a
+    known.begin("one")
+    assert known.token(("gpu", 8, 1000)) == b  # a new cycle keeps them
+    known.begin("two")
+    assert known.token(("gpu", 8, 1000)) == 0  # a new context starts afresh

@@ -59,9 +59,14 @@ class AbsState:
         self.residue: dict[int, Buckets] = {g: Buckets(g) for g in caps}
         self.pool_room: dict[int, Buckets] = {g: Buckets(g) for g in caps}
         self.vacant = MinSet()
+        #: nodes with a slot vacancy, usable or not (the raw GPUs may be taken by extras, or the node unavailable)
+        self.open = MinSet()
         self.orphaned = MinSet()
         self.foreign = MinSet()
         self.vacancy_total = 0
+        #: bumped whenever a node enters or leaves the pool nodes or its room there changes (what the pool
+        #: drain reads: a drain that found nothing to move finds nothing until it changes)
+        self.pools_changed = 0
         for i in range(n):
             self.refresh(i)
         cluster.watchers.append(self.refresh)
@@ -93,13 +98,19 @@ class AbsState:
         residue = self.residue_of(i) if avail and slotted else None
         self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None)
         room = cap - len(ones)  # negative only on an overcommitted adopted node: in no bucket
-        self.pool_room[cap].set(i, room if avail and ones and not slotted and room >= 0 else None)
+        if self.pool_room[cap].set(i, room if avail and ones and not slotted and room >= 0 else None):
+            self.pools_changed += 1
         # A vacancy is usable only while the node has raw GPUs free: a work-conserving
         # extra may sit in space that a slot's vacancy also claims.
-        if avail and slots and c.used[i] < cap and any(s.vacancy > 0 for s in slots):
+        open_slot = bool(slots) and any(s.vacancy > 0 for s in slots)
+        if avail and open_slot and c.used[i] < cap:
             self.vacant.add(i)
         else:
             self.vacant.discard(i)
+        if open_slot:
+            self.open.add(i)
+        else:
+            self.open.discard(i)
         if slotted and ones:
             self.orphaned.add(i)
         else:

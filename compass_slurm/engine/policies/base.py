@@ -78,6 +78,7 @@ class Policy(ABC):
         if config:
             raise EngineError(f"policy {self.name}: unknown option(s) {', '.join(sorted(config))}")
         self.cluster = ClusterState(nodes)
+        self._last_allowed: tuple[frozenset[str], frozenset[int]] | None = None
 
     # -- events ----------------------------------------------------------------------------
 
@@ -91,8 +92,7 @@ class Policy(ABC):
             raise EngineError(f"job {job.id} is already running")
         if job.gpus > c.max_gpus:
             raise EngineError(f"job {job.id}: {job.gpus} GPUs per instance exceed the largest node ({c.max_gpus})")
-        allowed = None if eligible is None else frozenset(self._indexes(eligible))
-        return self._place(job, allowed, budget)
+        return self._place(job, self._allowed(eligible), budget)
 
     def remove(self, job_id: str) -> tuple[Migration, ...]:
         """The job ended: free its GPUs. Returns the migrations the policy made in response."""
@@ -193,6 +193,19 @@ class Policy(ABC):
         """Hook for policies that index nodes themselves."""
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _allowed(self, eligible: Collection[str] | None) -> frozenset[int] | None:
+        """The indexes of ``eligible`` (None: every node). Kept for the last frozenset asked about: the daemon
+        hands the same object for every job with the same eligible nodes, thousands of names each."""
+        if eligible is None:
+            return None
+        last = self._last_allowed
+        if last is not None and last[0] is eligible:
+            return last[1]
+        allowed = frozenset(self._indexes(eligible))
+        if isinstance(eligible, frozenset):  # immutable: the indexes stay right for as long as it lives
+            self._last_allowed = (eligible, allowed)
+        return allowed
 
     def _indexes(self, names: Iterable[str]) -> list[int]:
         index = self.cluster.index

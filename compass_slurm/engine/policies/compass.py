@@ -73,6 +73,8 @@ class Compass(Policy):
         self._left: int | None = None
         self._spent = 0
         self._scarce = False  # the event's budget is finite and the policy is frugal
+        #: AbsState.pools_changed when the pool drain last found nothing to move (None: not since)
+        self._pools_stuck: int | None = None
 
     # -- views -------------------------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class Compass(Policy):
         node, in rule order. O(G) lookups.
         """
         gpus = job.gpus
-        allowed = None if eligible is None else frozenset(self._indexes(eligible))
+        allowed = self._allowed(eligible)
         a, names = self.abs, self.cluster.nodes
         caps = [cap for cap in a.empty if cap >= gpus]
         out: list[str] = []
@@ -313,17 +315,18 @@ class Compass(Policy):
         # Where orphans go: one spot for all of them until one moves (an orphan that reaches
         # the search has no vacancy on its own node, and pool nodes hold no orphans).
         spot: Spot | None = None
-        for i in list(a.orphaned):
-            if (homeless or self._left == 0) and not any(s.vacancy > 0 for s in a.slots[i]):
-                continue  # none of its orphans can become a filler in place or move
-            for key in list(a.ones[i]):
-                own = next((s for s in a.slots[i] if s.vacancy > 0), None)
-                if own is not None:  # a vacancy on its own node: becomes a filler without moving
-                    a.detach(key)
-                    a.add_filler(i, own, key)
-                    continue
-                if homeless or self._left == 0:
-                    continue
+        order = list(a.orphaned)
+        for at, i in enumerate(order):
+            if homeless or self._left == 0:
+                # No orphan moves from here on: only those on a node with an open slot become fillers
+                # in place, which changes no other node, so the other nodes need no visit.
+                later = set(order[at:])
+                for j in [j for j in a.open if j in later]:
+                    self._fill_in_place(j)
+                break
+            # Its orphans first fill its own vacancies without moving. Moving one out opens none, so
+            # the others each try to move, and what fails for every one of them ends the node's turn.
+            for key in self._fill_in_place(i):
                 # The spot kept from an earlier node may be a vacancy that one of this node's
                 # orphans has just filled in place: a full slot takes no one.
                 if spot is not None and spot[1] is Rule.VACANCY and spot[2].vacancy == 0:
@@ -332,16 +335,18 @@ class Compass(Policy):
                 spot = spot or self._spot(1, None, {i})
                 if spot is None or spot[1] not in (Rule.VACANCY, Rule.POOL):
                     homeless = True
-                    continue
+                    break
                 # A scarce budget buys fewer partial nodes, not ABS roles: on Philly, re-homing
                 # orphans spent most migrations and removed about one partial node per ten.
                 if self._scarce and self._gain(i, spot[0]) <= 0:
                     # a spot that one more GPU does not fill stays partial whoever moves there
                     homeless = self.cluster.free_gpus(spot[0]) > 1
-                    continue
+                    break
                 if self._can_move(key, spot[0]) and self._spend(1):
                     moves += self._move_one(key, spot)
                     spot = None
+                    if self._left == 0:
+                        break
         while a.vacancy_total > 0:
             target = next(
                 ((i, s) for i in a.vacant for s in a.slots[i] if s.vacancy > 0),
@@ -355,6 +360,18 @@ class Compass(Policy):
                 break
             moves += pulled
         return moves
+
+    def _fill_in_place(self, i: int) -> list[InstanceKey]:
+        """Node i's orphans become fillers of its own slot vacancies while there are any; returns the others."""
+        a = self.abs
+        ones = list(a.ones[i])
+        for at, key in enumerate(ones):
+            own = next((s for s in a.slots[i] if s.vacancy > 0), None)
+            if own is None:
+                return ones[at:]
+            a.detach(key)
+            a.add_filler(i, own, key)
+        return []
 
     def _fill(self, slot: Slot, i: int) -> list[Migration]:
         """Pull 1-GPU instances into ``slot``'s vacancy: orphans first, then the emptiest pool node."""
@@ -412,6 +429,8 @@ class Compass(Policy):
         """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
         a = self.abs
         moves: list[Migration] = []
+        if self._pools_stuck == a.pools_changed:
+            return moves  # no pool node changed since a drain found none of them with an orphan to move
         while self._left != 0:
             hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
             # Sources from the most room down; pinned ones are skipped without a rescan.
@@ -424,6 +443,8 @@ class Compass(Policy):
                     moves += self._move_one(key, (dst, Rule.POOL, None))
                     break
             else:
+                # nothing movable whatever the budget (a spend fails only at 0, which the loop excludes)
+                self._pools_stuck = a.pools_changed
                 return moves
         return moves
 
@@ -602,6 +623,7 @@ class Compass(Policy):
             assert c.used[i] <= cap or a.extras[i], f"{c.nodes[i].name} over capacity"
             if not a.extras[i]:
                 assert a.residue_of(i) >= 0, f"slots on {c.nodes[i].name} exceed its capacity"
+            assert (i in a.open) == any(s.vacancy > 0 for s in a.slots[i]), f"open slots of {c.nodes[i].name}"
             seen.update(keys)
         assert seen == set(c.location) == set(a.role), "an instance is lost or duplicated"
 
