@@ -46,10 +46,16 @@ class MinSet:
         """The k smallest members, ascending."""
         if k <= 0:
             return []
-        if k == 1:
-            m = self.min()
-            return [] if m is None else [m]
-        return heapq.nsmallest(k, self._members)
+        # Popped off the heap and pushed back: O(k log n), where a pass over the members is O(n).
+        heap, members = self._heap, self._members
+        out: list[int] = []
+        while heap and len(out) < k:
+            item = heapq.heappop(heap)
+            if item in members and (not out or item != out[-1]):  # a stale entry or a re-added one's twin: dropped
+                out.append(item)
+        for item in out:
+            heapq.heappush(heap, item)
+        return out
 
     def __contains__(self, item: int) -> bool:
         return item in self._members

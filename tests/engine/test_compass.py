@@ -593,6 +593,29 @@ def test_wc_places_a_three_gpu_job_where_d_is_two_and_compact_restores_abs():
     assert wc.policy.abs.role[("x", 0)][0] == "anchor"
 
 
+def test_wc_restore_searches_abs_once_per_size_while_it_has_no_place_then_restores():
+    # n0 and n1 each hold two 3-GPU anchors (width 4) and a 2-GPU job outside ABS; n2 is full.
+    policy = make_policy("compass-wc", cluster(3))
+    for job, node in [("a", "n0"), ("b", "n0"), ("d", "n1"), ("e", "n1")]:
+        policy.adopt(Job(job, 1, 3), [node])
+    policy.adopt(Job("c", 1, 2), ["n0"])
+    policy.adopt(Job("f", 1, 2), ["n1"])
+    policy.adopt(Job("big", 1, 8), ["n2"])
+    searched: list[tuple[int, frozenset[int]]] = []
+    spot = policy._spot
+    policy._spot = lambda gpus, allowed, exclude: searched.append((gpus, frozenset(exclude))) or spot(
+        gpus, allowed, exclude)
+    assert policy.compact().moves == ()
+    assert searched == [(2, frozenset())]  # no ABS place at all: none beside either extra's own node
+    searched.clear()
+    policy.remove("big")  # n2 empties: a new slot for both 2-GPU jobs
+    policy.compact()
+    assert policy.abs_violations() == {}
+    assert (2, frozenset({0})) in searched and (2, frozenset({1})) in searched
+    assert layout(policy)["n2"] == [("c", 0, 2), ("f", 0, 2)]
+    policy.check()
+
+
 def test_candidates_name_the_best_node_of_every_tier_the_rule_chooses_among():
     policy = make_policy("compass", [Node(f"n{i}", 8) for i in range(4)])
     steps = [(Job("a", 1, 4), ("n0 (empty)",)), (Job("b", 1, 2), ("n0 (D=4)", "n1 (empty)")),

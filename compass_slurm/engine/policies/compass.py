@@ -416,14 +416,26 @@ class Compass(Policy):
         """compass-wc: move instances placed outside ABS to an ABS place once one exists."""
         c, a = self.cluster, self.abs
         moves: list[Migration] = []
+        # Per size, whether ABS has a place excluding no node: without one, it has none excluding an extra's own
+        # node either, so the extras of that size are not searched one by one (until a move changes the state).
+        placeable: dict[int, bool] = {}
         for i in list(a.foreign):
             for key in list(a.extras[i]):
-                spot = self._spot(c.gpus_of(key), None, {i})
-                if spot is None or spot[1] in OUTSIDE_RULES:
+                gpus = c.gpus_of(key)
+                if gpus not in placeable:
+                    placeable[gpus] = self._abs_spot(gpus, set()) is not None
+                if not placeable[gpus]:
                     continue
-                if self._can_move(key, spot[0]) and self._spend(1):
+                spot = self._abs_spot(gpus, {i})
+                if spot is not None and self._can_move(key, spot[0]) and self._spend(1):
                     moves += self._move_one(key, spot)
+                    placeable.clear()
         return moves
+
+    def _abs_spot(self, gpus: int, exclude: set[int]) -> Spot | None:
+        """The next instance's spot under the ABS rules, not outside them (None: ABS has none)."""
+        spot = self._spot(gpus, None, exclude)
+        return None if spot is None or spot[1] in OUTSIDE_RULES else spot
 
     def _drain_pools(self) -> list[Migration]:
         """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
