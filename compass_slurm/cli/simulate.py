@@ -127,6 +127,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     except ValueError as err:  # the workload as a whole (empty, or a job no node set can hold)
         raise UserError(str(err)) from None
     shape = node_spec if ":" in node_spec else node_gpus
+    hourly = per_hour(budget, len(cluster_nodes))
     rows = [
         {
             "policy": r.policy,
@@ -143,9 +144,9 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "estimate_factor": factor,
             "cycle_interval_s": cycle_interval,
             "watch_s": watch if cycle_interval else None,
-            "migrations_per_hour": per_hour(budget, len(cluster_nodes)),
+            "migrations_per_hour": hourly,
             "migrations_per_hour_setting": budget,
-            "migrations_burst": per_burst(burst, per_hour(budget, len(cluster_nodes))),
+            "migrations_burst": per_burst(burst, hourly),
             "migrations_burst_setting": burst,
             "migratable": share_migratable,
             "managed": share_managed,

@@ -215,8 +215,9 @@ class CliBackend(Backend):
         wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
         fresh = self._json_jobs_of(wanted) if wanted else []
         if exclusive and fresh:
-            owning = {job_id for job_id, line, _ in lines
-                      if parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
+            # Only the lines of the jobs read again: the others keep the records (and flags) they were kept with.
+            owning = {job_id for job_id, line, _ in lines if parse_narrow.array_or_id(job_id) in wanted
+                      and parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
             fresh = _with_exclusive(fresh, _owners(owning, fresh))
         by_id = {job.id: job for job in fresh if not job.array_job}
         by_array: dict[str, list[SlurmJob]] = {}
