@@ -193,6 +193,13 @@ class Observation:
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
 
+    def pending_ids(self) -> Iterator[str]:
+        """The ids of ``pending``, in its order."""
+        return map(_JOB_ID, self.pending)
+
+
+_JOB_ID = attrgetter("job.id")
+
 
 _RUNNING, _PENDING, _OTHER = "running", "pending", "other"
 _UNSEEN = object()
