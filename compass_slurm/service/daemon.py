@@ -157,10 +157,10 @@ class Daemon:
         report = CycleReport(self.cycles)
         try:
             state = self.backend.read_state()
-            self.seen_pending = frozenset(j.id for j in state.jobs if j.pending and j.managed)
             translator = Translator(state, self.config.partitions, self.config.lease,
                                     migratable=self.config.migratable, known=self.translations)
             obs = translator.observe()
+            self.seen_pending = obs.pending_managed
             self.seen_running = frozenset(obs.running)
             if not obs.nodes:
                 scope = ", ".join(self.config.partitions) or "all"

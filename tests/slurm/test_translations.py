@@ -15,10 +15,9 @@ LEASE = 60
 
 
 def facts(obs: Observation) -> tuple:
-    """Everything an observation says, in its order (dicts and lists compare in order here)."""
-    return (obs.nodes, list(obs.running.items()), [(p.slurm, p.job, p.eligible) for p in obs.pending],
-            obs.queue_len, obs.pending_gpus, list(obs.skipped.items()), list(obs.waiting.items()),
-            list(obs.slurm_jobs.items()))
+    """Everything an observation says; the pending jobs in their order (the queue's), the dicts by id."""
+    return (obs.nodes, obs.running, [(p.slurm, p.job, p.eligible) for p in obs.pending], obs.queue_len,
+            obs.pending_gpus, obs.skipped, obs.waiting, obs.slurm_jobs, obs.pending_managed)
 
 
 def node(name: str, cpus_alloc: int = 0) -> SlurmNode:
