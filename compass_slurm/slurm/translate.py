@@ -258,8 +258,8 @@ class Translations:
     def _reset(self) -> None:
         #: the latest state's jobs by identity, with what each is (see Translator._classify)
         self._jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
-        self._ids: Counter[str] = Counter()
-        self.twice = False  # the latest state lists a job id twice
+        self._ids: Counter[str] = Counter()  # the ids of its jobs and of their array tasks
+        self.twice = False  # the latest state lists a job id twice (or a job, or an array task)
         self.running: dict[str, Running] = {}
         self.running_tasks: Counter[str] = Counter()
         self.slurm_jobs: dict[str, SlurmJob] = {}
@@ -293,9 +293,11 @@ class Translations:
             for ident in last.keys() - present:
                 self._drop(*last.pop(ident))
             fresh = [task for job in added for task in self._add(job, classify(job), make)]
-            if not any(self._ids[job.id] > 1 for job in added):
-                tasks, afresh = self._tasks, len(added) == len(jobs)
-                order = [] if afresh else list(compress(self.order, map(tasks.__contains__, map(id, map(_SLURM, self.order)))))
+            ids = self._ids
+            if not any(ids[job.id] > 1 for job in added) and not any(ids[t.slurm.id] > 1 for t in fresh):
+                afresh, order = len(added) == len(jobs), self.order
+                kept = map(self._tasks.__contains__, map(id, map(_SLURM, order)))
+                order = [] if afresh else list(compress(order, kept))
                 order += fresh
                 order.sort(key=_ORDER)
                 self.order = order
@@ -310,7 +312,7 @@ class Translations:
             found = known_jobs.get(id(job))
             order += self._add(job, classify(job) if found is None else found[1],
                                lambda task: known_tasks.get(id(task)) or make(task))
-        self.twice = len(self._ids) != len(jobs)
+        self.twice = any(n > 1 for n in self._ids.values()) or len(present) != len(idents)
         order.sort(key=_ORDER)
         self.order = order
         return True, order
@@ -335,6 +337,8 @@ class Translations:
             if managed:
                 out = [self._tasks.get(id(task)) or make(task) for task in tasks]
                 for task in out:
+                    if task.slurm is not job:  # an array's task: its id is a key too
+                        self._ids[task.slurm.id] += 1
                     self._tasks[id(task.slurm)] = task
                     if task.volatile:
                         self.volatile[id(task.slurm)] = task
@@ -343,9 +347,7 @@ class Translations:
 
     def _drop(self, job: SlurmJob, what: tuple[object, object]) -> None:
         """Counts ``job`` out (a job id is held by one job at most: see update)."""
-        self._ids[job.id] -= 1
-        if not self._ids[job.id]:
-            del self._ids[job.id]
+        self._uncount(job.id)
         self.pending_managed.discard(job.id)
         kind, value = what
         if kind is _RUNNING:
@@ -359,10 +361,17 @@ class Translations:
             self.pending_gpus -= gpus
             if managed:
                 for task in tasks:
+                    if task is not job:
+                        self._uncount(task.id)
                     facts = self._tasks.pop(id(task))
                     self.volatile.pop(id(task), None)
                     self.unsettle(facts)
                     self.slurm_jobs.pop(task.id, None)
+
+    def _uncount(self, job_id: str) -> None:
+        self._ids[job_id] -= 1
+        if not self._ids[job_id]:
+            del self._ids[job_id]
 
     def unsettle(self, facts: _Task) -> None:
         """Forget what ``facts`` came to."""
@@ -430,7 +439,9 @@ class Translator:
     def observe(self) -> Observation:
         known = self.known
         afresh, fresh = known.update(self.state.jobs, self._classify, self._task)
-        volatile = [facts.slurm for facts in known.volatile.values()]  # the only ones a throttle or a pin concern
+        # the only ones a throttle or a pin concerns (each time it is listed, as Slurm would count it)
+        volatile = [facts.slurm for facts in (known.order if known.twice else known.volatile.values())
+                    if facts.volatile]
         throttled = _beyond_throttle(volatile, known.running_tasks)
         self._claim_pins((job for job in volatile if job.id not in throttled) if throttled else volatile)
         if afresh or self._eligible_changed():
