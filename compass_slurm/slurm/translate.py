@@ -39,6 +39,7 @@ Scheduler, whose engine counts GPUs only, before it places the next job).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -221,7 +222,7 @@ class _Task:
     begin: float | None
     not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
     req: Request | None  # None: not w x g instances
-    #: what it comes to may change while the job does not: an array task under a throttle, a pin, a begin time
+    #: what it comes to may change while the job does not, with the other jobs: an array task under a throttle, a pin
     volatile: bool = False
     # made when first placed: the engine job and the CPUs and MB one instance needs
     job: Job | None = None
@@ -268,6 +269,10 @@ class Translations:
         self._tasks: dict[int, _Task] = {}  # by the identity of its SlurmJob
         self.order: list[_Task] = []  # Slurm's priority order
         self.volatile: dict[int, _Task] = {}
+        #: the tasks with a begin time, and (begin, identity) of each in begin order (with some gone: see came)
+        self._timed: dict[int, _Task] = {}
+        self._begins: list[tuple[float, int]] = []
+        self._after: float | None = None  # the last ``came``'s time
         self.skipped: dict[str, str] = {}
         self.waiting: dict[str, str] = {}
         #: per eligible-nodes key in use: the nodes, how many placed tasks use them, and one of those
@@ -342,6 +347,9 @@ class Translations:
                     self._tasks[id(task.slurm)] = task
                     if task.volatile:
                         self.volatile[id(task.slurm)] = task
+                    if task.begin is not None:
+                        self._timed[id(task.slurm)] = task
+                        self._begins.append((task.begin, id(task.slurm)))
                 return out
         return []
 
@@ -365,8 +373,23 @@ class Translations:
                         self._uncount(task.id)
                     facts = self._tasks.pop(id(task))
                     self.volatile.pop(id(task), None)
+                    self._timed.pop(id(task), None)
                     self.unsettle(facts)
                     self.slurm_jobs.pop(task.id, None)
+
+    def came(self, after: float) -> list[_Task]:
+        """The tasks whose begin time came, or no longer has, since the last call: those between its ``after``
+        and this one (a task waits while its begin is past ``after``)."""
+        timed, begins = self._timed, self._begins
+        if len(begins) > 2 * len(timed):
+            begins[:] = [entry for entry in begins if entry[1] in timed]
+        begins.sort()  # the new ones behind the sorted rest: about one pass
+        last, self._after = self._after, after
+        if last is None or last == after:
+            return []
+        low, high = sorted((last, after))
+        flipped = begins[bisect.bisect_right(begins, (low, math.inf)):bisect.bisect_right(begins, (high, math.inf))]
+        return [timed[ident] for _, ident in flipped if ident in timed]
 
     def _uncount(self, job_id: str) -> None:
         self._ids[job_id] -= 1
@@ -444,11 +467,12 @@ class Translator:
                     if facts.volatile]
         throttled = _beyond_throttle(volatile, known.running_tasks)
         self._claim_pins((job for job in volatile if job.id not in throttled) if throttled else volatile)
+        begin_after = self.state.read_at + BEGIN_SLACK
+        came = known.came(begin_after)
         if afresh or self._eligible_changed():
             todo: Iterable[_Task] = known.order
         else:
-            todo = {id(facts): facts for facts in (*fresh, *known.volatile.values())}.values()
-        begin_after = self.state.read_at + BEGIN_SLACK
+            todo = {id(facts): facts for facts in (*fresh, *known.volatile.values(), *came)}.values()
         for facts in todo:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
@@ -527,9 +551,9 @@ class Translator:
         begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
         if begin is not None and not begin > job.submit_time + BEGIN_SLACK:
             begin = None
-        # volatile: an array task a throttle may hold back, a job that may pin nodes (see _claim_pins), a begin time
+        # volatile: an array task a throttle may hold back, a job that may pin nodes (see _claim_pins)
         volatile = (bool(job.array_job and (job.array_throttle or job.reason == THROTTLED))
-                    or bool(job.required_nodes) or not job.num_nodes or begin is not None)
+                    or bool(job.required_nodes) or not job.num_nodes)
         return _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
                      request(job, capacity) if capacity else None, volatile)
 

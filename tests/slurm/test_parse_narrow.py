@@ -109,8 +109,9 @@ def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_q
 
 def test_lines_split_only_before_the_comment():
     fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
-    ((job_id, line, known),) = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, {})
-    assert (job_id, line, known) == ("4", f"{fixed}|a|4|b|4|", None)
+    read = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, {})
+    (line,) = read.rows
+    assert (line, read.known, read.new) == (f"{fixed}|a|4|b|4|", [None], [(0, "4")])
     assert parse_narrow.field(line, "ArrayTaskID", False) == f"f{len(parse_narrow.FIELDS) - 1}"
     assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, {}) is None  # an id twice
 

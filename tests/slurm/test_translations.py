@@ -160,14 +160,15 @@ def _job_pool(rng) -> list[SlurmJob]:
 @given(st.integers(0, 2**32))
 def test_a_kept_translation_equals_a_fresh_one_over_changing_states(seed):
     # States as the parsers hand them over: most job objects kept by identity, some gone, some new (an
-    # equal copy is a new object), now and then a job twice; nodes whose CPUs fill up or that leave service.
+    # equal copy is a new object), now and then a job twice; nodes whose CPUs fill up or that leave service;
+    # reads whose time passes begin times (or goes back before them).
     rng = random.Random(seed)
     pool = _job_pool(rng)
     jobs, states = rng.sample(pool, 12), []
     for step in range(8):
         nodes = [SlurmNode(f"n{i}", rng.choice(["idle", "idle", "idle", "down"]), frozenset(), ("gpu",), 8, 0, None,
                            32, rng.choice([0, 0, 8, 30]), 256000, 0) for i in range(1, 5)]
-        states.append(state(jobs, nodes, read_at=NOW + 3 * step))
+        states.append(state(jobs, nodes, read_at=NOW + rng.choice([3 * step, rng.randrange(25)])))  # now and then back
         jobs = [j for j in jobs if rng.random() > 0.2] + rng.sample(pool, rng.randrange(4))
         jobs = [replace(j) if rng.random() < 0.1 else j for j in jobs]
         rng.shuffle(jobs)
