@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import compress
-from operator import attrgetter, not_
+from operator import attrgetter
 
 from ..engine.model import Job, Node
 from ..engine.shape import instance_shape
@@ -234,7 +234,27 @@ class _Task:
     placed_key: object = None
 
 
-_SLURM, _ORDER, _PLACED = attrgetter("slurm"), attrgetter("order"), attrgetter("placed")
+_ORDER, _PLACED = attrgetter("order"), attrgetter("placed")
+
+
+def _spliced(order: list[_Task], removed: list[_Task], added: list[_Task]) -> list[_Task]:
+    """``order`` (sorted, every key once) less ``removed``, with ``added``: each found by bisection, the rest
+    copied in slices (a pass over 60,000 tasks' keys costs more than the copy)."""
+    kept: list[_Task] = []
+    start = 0
+    for at in sorted(bisect.bisect_left(order, facts.order, key=_ORDER) for facts in removed):
+        kept += order[start:at]
+        start = at + 1
+    kept += order[start:]
+    out: list[_Task] = []
+    start = 0
+    for facts in sorted(added, key=_ORDER):
+        at = bisect.bisect_left(kept, facts.order, start, key=_ORDER)
+        out += kept[start:at]
+        out.append(facts)
+        start = at
+    out += kept[start:]
+    return out
 
 
 class Translations:
@@ -259,6 +279,7 @@ class Translations:
     def _reset(self) -> None:
         #: the latest state's jobs by identity, with what each is (see Translator._classify)
         self._jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
+        self._present: set[int] = set()  # their identities
         self._ids: Counter[str] = Counter()  # the ids of its jobs and of their array tasks
         self.twice = False  # the latest state lists a job id twice (or a job, or an array task)
         self.running: dict[str, Running] = {}
@@ -291,21 +312,18 @@ class Translations:
         """Brings the kept translation to ``jobs``: whether all its tasks are new (their outcomes to be worked
         out), and the tasks new in it."""
         idents = list(map(id, jobs))
-        present, last = set(idents), self._jobs
+        present = set(idents)
         if not self.twice and len(present) == len(idents):
-            # (Maps, compress and set operations: a job that did not change costs a few steps in C.)
-            added = list(compress(jobs, map(not_, map(last.__contains__, idents))))
-            for ident in last.keys() - present:
-                self._drop(*last.pop(ident))
+            # (Set operations and compress: a job that did not change costs a few steps in C.)
+            new, gone = present - self._present, self._present - present
+            added = list(compress(jobs, map(new.__contains__, idents))) if len(new) < len(jobs) else list(jobs)
+            self._present = present
+            removed = [facts for ident in gone for facts in self._drop(*self._jobs.pop(ident))]
             fresh = [task for job in added for task in self._add(job, classify(job), make)]
             ids = self._ids
             if not any(ids[job.id] > 1 for job in added) and not any(ids[t.slurm.id] > 1 for t in fresh):
-                afresh, order = len(added) == len(jobs), self.order
-                kept = map(self._tasks.__contains__, map(id, map(_SLURM, order)))
-                order = [] if afresh else list(compress(order, kept))
-                order += fresh
-                order.sort(key=_ORDER)
-                self.order = order
+                afresh = len(added) == len(jobs)
+                self.order = sorted(fresh, key=_ORDER) if afresh else _spliced(self.order, removed, fresh)
                 return afresh, fresh
         # A job id twice: all jobs again in the state's order (what each job alone is, kept), tasks sorted as given.
         known_jobs, known_tasks = self._jobs, self._tasks
@@ -318,6 +336,7 @@ class Translations:
             order += self._add(job, classify(job) if found is None else found[1],
                                lambda task: known_tasks.get(id(task)) or make(task))
         self.twice = any(n > 1 for n in self._ids.values()) or len(present) != len(idents)
+        self._present = present
         order.sort(key=_ORDER)
         self.order = order
         return True, order
@@ -353,8 +372,8 @@ class Translations:
                 return out
         return []
 
-    def _drop(self, job: SlurmJob, what: tuple[object, object]) -> None:
-        """Counts ``job`` out (a job id is held by one job at most: see update)."""
+    def _drop(self, job: SlurmJob, what: tuple[object, object]) -> list[_Task]:
+        """Counts ``job`` out (a job id is held by one job at most: see update); returns its tasks."""
         self._uncount(job.id)
         self.pending_managed.discard(job.id)
         kind, value = what
@@ -368,6 +387,7 @@ class Translations:
             self.queue_len -= len(tasks)
             self.pending_gpus -= gpus
             if managed:
+                out = []
                 for task in tasks:
                     if task is not job:
                         self._uncount(task.id)
@@ -376,6 +396,9 @@ class Translations:
                     self._timed.pop(id(task), None)
                     self.unsettle(facts)
                     self.slurm_jobs.pop(task.id, None)
+                    out.append(facts)
+                return out
+        return []
 
     def came(self, after: float) -> list[_Task]:
         """The tasks whose begin time came, or no longer has, since the last call: those between its ``after``
