@@ -99,7 +99,7 @@ class CliBackend(Backend):
         self._json = json
         self._narrow = narrow
         #: the last narrow read's jobs by their line, and its arrays' records by the array's lines
-        self._lines: dict[str, SlurmJob] = {}
+        self._kept = parse_narrow.Kept()
         self._arrays: dict[str, tuple[str, list[SlurmJob]]] = {}
         #: why jobs are read with squeue --json although this Slurm has the narrow read
         self.narrow_reason: str | None = None
@@ -176,7 +176,7 @@ class CliBackend(Backend):
                 jobs = self._read_narrow(self._run(argv))
             except SlurmParseError as err:
                 self.narrow_reason = str(err)
-                self._lines, self._arrays = {}, {}
+                self._kept, self._arrays = parse_narrow.Kept(), {}
                 jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
                 log.warning("cannot read jobs narrow (%s); reading them with squeue --json from now on", err)
                 return jobs
@@ -203,9 +203,9 @@ class CliBackend(Backend):
         Only the new lines are worked on one by one: the unchanged ones are taken, and forgotten when gone, in C.
         """
         exclusive = self._exclusive_gone
-        read = parse_narrow.lines(output, exclusive, self._lines)
+        read = parse_narrow.lines(output, exclusive, self._kept)
         if read is None:
-            self._lines, self._arrays = {}, {}
+            self._kept, self._arrays = parse_narrow.Kept(), {}
             return None
         rows, slots = read.rows, list(read.known)
         arrays: dict[str, list[tuple[str, str]]] = {}
@@ -229,15 +229,14 @@ class CliBackend(Backend):
         for job in fresh:
             if job.array_job:
                 by_array.setdefault(job.array_job, []).append(job)
-        kept = self._lines
-        for line in kept.keys() - set(rows):
-            del kept[line]
+        kept = self._kept
+        kept.renew(read.kept)
         # A record read now that its line does not show changed in between: used this cycle, not kept under the line.
         for at, job_id in read.new:
             if "_" not in job_id:
                 job = slots[at] = by_id.get(job_id)
                 if job is not None and parse_narrow.agrees(rows[at], job, exclusive):
-                    kept[rows[at]] = job
+                    kept.keep(rows[at], job)
         known_arrays, self._arrays = self._arrays, {}
         records: dict[int, list[SlurmJob]] = {}  # an array's records stand where its first line does
         for array, at in first.items():

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
@@ -69,27 +68,48 @@ def field(line: str, name: str, exclusive: bool) -> str:
     return line.split("|", len(names) - 2)[names.index(name)]
 
 
+class Kept:
+    """The lines of the last read that stand for their jobs (``jobs``), and the latest such line of each job id
+    (``line``: some may be gone; pruned now and then)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, SlurmJob] = {}
+        self.line: dict[str, str] = {}
+
+    def keep(self, line: str, job: SlurmJob) -> None:
+        self.jobs[line] = job
+        self.line[job.id] = line
+
+    def renew(self, jobs: dict[str, SlurmJob]) -> None:
+        """Stand for this read: its lines' ``jobs``."""
+        self.jobs = jobs
+        if len(self.line) > 2 * len(jobs) + 1024:
+            self.line = {job.id: line for line, job in jobs.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Lines:
     """A narrow read's lines in squeue's order (blank ones left out), the job each stood for in the last
-    read (None: new), and the (row, job id) of the new ones."""
+    read (None: new), the (row, job id) of the new ones, and the lines not new with their jobs."""
 
     rows: list[str]
     known: list[SlurmJob | None]
     new: list[tuple[int, str]]
+    kept: dict[str, SlurmJob]
 
 
-def lines(output: str, exclusive: bool, known: Mapping[str, SlurmJob]) -> Lines | None:
+def lines(output: str, exclusive: bool, known: Kept) -> Lines | None:
     """The read's lines, each looked up in ``known``; None when a comment holds a line break or an id repeats
     (the lines cannot be trusted). A line in ``known`` was checked when it was new: only new lines are split
-    (an unchanged one costs a lookup, in C).
+    (an unchanged one costs a lookup, in C); a known line's id repeats only where the line does, or where a
+    new line has it (then that job's latest kept line is in this read).
 
     Raises SlurmParseError naming the line when a new line is not one of ours.
     """
     command = " ".join(argv(exclusive))
     separators = len(fields(exclusive))
     rows = output.split("\n")
-    found = list(map(known.get, rows))
+    found = list(map(known.jobs.get, rows))
     first_known = next(compress(range(len(rows)), found), len(rows))
     new: list[tuple[int, str]] = []
     blank: list[int] = []
@@ -123,9 +143,14 @@ def lines(output: str, exclusive: bool, known: Mapping[str, SlurmJob]) -> Lines 
     elif blank:
         gaps = set(blank)
         rows = [row for at, row in enumerate(rows) if at not in gaps]
-        found = list(map(known.get, rows))
+        found = list(map(known.jobs.get, rows))
         new = [(at - bisect.bisect_left(blank, at), job_id) for at, job_id in new]
-    return None if _repeat(found, new) else Lines(rows, found, new)
+    kept = dict(zip(compress(rows, found), compress(found, found)))
+    new_ids = {job_id for _, job_id in new}
+    if len(kept) + len(new) != len(rows) or len(new_ids) != len(new) or any(
+            known.line.get(job_id) in kept for job_id in new_ids):
+        return None  # a line twice, an id twice among the new lines, a new line with the id of a known one
+    return Lines(rows, found, new, kept)
 
 
 def _repeat(found: list[SlurmJob | None], new: list[tuple[int, str]]) -> bool:
