@@ -120,7 +120,7 @@ class Actuator:
         Array tasks past their throttle are renewed too: Slurm would start them by itself when a slot
         frees. One bad job (one that ended meanwhile, say) never costs the others their lease.
         """
-        waiting = set(obs.pending_ids())
+        waiting = set(obs.pending_ids)
         waiting -= books.placed.keys()
         waiting |= obs.waiting.keys()
         leases = books.leases

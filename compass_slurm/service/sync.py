@@ -33,9 +33,10 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
             policy.set_available(node.name, node.available)
             log.info("node %s %s", node.name, "is available again" if node.available else "takes no new work")
     moves: list[Migration] = []
-    pending = set(obs.pending_ids())
     placed, seen, running = books.placed, books.seen, obs.running
     gone = policy.cluster.jobs.keys() - running.keys()  # (set operations and maps: 100,000 jobs a cycle)
+    # decided and still pending: kept
+    pending = set(obs.pending_ids) if not placed.keys().isdisjoint(gone) else set()
     for job_id in list(filter(gone.__contains__, policy.cluster.jobs)):
         if job_id in placed and job_id in pending:
             continue

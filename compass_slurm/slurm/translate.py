@@ -40,9 +40,10 @@ Scheduler, whose engine counts GPUs only, before it places the next job).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter
@@ -196,10 +197,13 @@ class Observation:
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     #: the managed pending jobs by the ids squeue prints (an array's tasks not split off yet as one): the look's
     pending_managed: frozenset[str] = frozenset()
+    #: when each running job will have ended by its time limit (None: unlimited); not there: no start time known
+    ends: dict[str, float | None] = field(default_factory=dict)
 
-    def pending_ids(self) -> Iterator[str]:
-        """The ids of ``pending``, in its order."""
-        return map(_JOB_ID, self.pending)
+    @functools.cached_property
+    def pending_ids(self) -> list[str]:
+        """The ids of ``pending``, in its order (made once: sync, decide and the leases ask)."""
+        return list(map(_JOB_ID, self.pending))
 
 
 _JOB_ID = attrgetter("job.id")
@@ -283,6 +287,7 @@ class Translations:
         self._ids: Counter[str] = Counter()  # the ids of its jobs and of their array tasks
         self.twice = False  # the latest state lists a job id twice (or a job, or an array task)
         self.running: dict[str, Running] = {}
+        self.ends: dict[str, float | None] = {}
         self.running_tasks: Counter[str] = Counter()
         self.slurm_jobs: dict[str, SlurmJob] = {}
         self.queue_len = self.pending_gpus = 0
@@ -354,6 +359,8 @@ class Translations:
             if value is not None:
                 self.running[job.id] = value
                 self.slurm_jobs[job.id] = job
+                if job.time_limit_s is None or job.start_time:
+                    self.ends[job.id] = None if job.time_limit_s is None else job.start_time + job.time_limit_s
         elif kind is _PENDING:
             tasks, gpus, managed = value
             self.queue_len += len(tasks)
@@ -382,6 +389,7 @@ class Translations:
                 self.running_tasks[job.array_job] -= 1
             if value is not None:
                 del self.running[job.id], self.slurm_jobs[job.id]
+                self.ends.pop(job.id, None)
         elif kind is _PENDING:
             tasks, gpus, managed = value
             self.queue_len -= len(tasks)
@@ -500,7 +508,7 @@ class Translator:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
-                           dict(known.slurm_jobs), frozenset(known.pending_managed))
+                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends))
 
     def _eligible_changed(self) -> bool:
         """Whether the eligible nodes of a key that kept tasks use are other than they were (a pin's own key
