@@ -268,8 +268,9 @@ class Translations:
     a state's jobs are the last ones (by identity) less those gone, plus those new. Only the
     new ones are classified and made tasks; the running jobs, the counts, the managed pending
     tasks in priority order follow the difference. What a task comes to (placed, waiting, left
-    to Slurm) is worked out again for the new tasks and the volatile ones, and for all of them
-    when the eligible nodes of a key in use changed (``Translator.observe``). Valid for one set
+    to Slurm) is worked out again for the new tasks, the volatile ones, those whose begin time
+    the read's time passed (either way: ``came``), and for all of them when the eligible nodes
+    of a key in use changed (``Translator.observe``). Valid for one set
     of managed partitions, nodes and GPU counts, lease and migratable mode: a change starts
     afresh; so does a state that lists a job id twice (kept jobs are found again by identity).
     """
