@@ -13,6 +13,7 @@ only if the daemon is gone. Every Slurm refusal is returned or recorded, never r
 from __future__ import annotations
 
 import re
+from itertools import compress
 
 from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
@@ -119,12 +120,18 @@ class Actuator:
         Array tasks past their throttle are renewed too: Slurm would start them by itself when a slot
         frees. One bad job (one that ended meanwhile, say) never costs the others their lease.
         """
-        waiting = {p.job.id for p in obs.pending if p.job.id not in books.placed} | set(obs.waiting)
-        books.leases = {j: t for j, t in books.leases.items() if j in waiting}
+        waiting = set(obs.pending_ids)
+        waiting -= books.placed.keys()
+        waiting |= obs.waiting.keys()
+        leases = books.leases
+        for job_id in leases.keys() - waiting:
+            del leases[job_id]
         lease = self.lease
         if lease < 1:
             return
-        due = sorted((j for j in waiting if j not in books.leases or now - books.leases[j] >= lease / 2),
+        # Renewed at a few cycles' times: which of those are half a lease ago, then the jobs renewed then.
+        old = {t for t in set(leases.values()) if now - t >= lease / 2}
+        due = sorted(waiting - leases.keys() | set(compress(leases, map(old.__contains__, leases.values()))),
                      key=id_order)
         for start in range(0, len(due), LEASE_BATCH):
             renewed = self._renew(due[start:start + LEASE_BATCH], report)

@@ -99,7 +99,7 @@ class CliBackend(Backend):
         self._json = json
         self._narrow = narrow
         #: the last narrow read's jobs by their line, and its arrays' records by the array's lines
-        self._lines: dict[str, SlurmJob] = {}
+        self._kept = parse_narrow.Kept()
         self._arrays: dict[str, tuple[str, list[SlurmJob]]] = {}
         #: why jobs are read with squeue --json although this Slurm has the narrow read
         self.narrow_reason: str | None = None
@@ -176,7 +176,7 @@ class CliBackend(Backend):
                 jobs = self._read_narrow(self._run(argv))
             except SlurmParseError as err:
                 self.narrow_reason = str(err)
-                self._lines, self._arrays = {}, {}
+                self._kept, self._arrays = parse_narrow.Kept(), {}
                 jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
                 log.warning("cannot read jobs narrow (%s); reading them with squeue --json from now on", err)
                 return jobs
@@ -200,50 +200,56 @@ class CliBackend(Backend):
         ``A_[..]``, and the split ones as ``A_T``). None when the lines cannot be trusted (a
         comment with a line break). A job gone between the two reads is left out; a job changed
         between them is not kept under its line (``parse_narrow.agrees``): the next read asks for it again.
+        Only the new lines are worked on one by one: the unchanged ones are taken, and forgotten when gone, in C.
         """
         exclusive = self._exclusive_gone
-        lines = parse_narrow.lines(output, exclusive, self._lines)
-        if lines is None:
-            self._lines, self._arrays = {}, {}
+        read = parse_narrow.lines(output, exclusive, self._kept)
+        if read is None:
+            self._kept, self._arrays = parse_narrow.Kept(), {}
             return None
+        rows, slots = read.rows, list(read.known)
         arrays: dict[str, list[tuple[str, str]]] = {}
-        for job_id, line, _ in lines:
+        first: dict[str, int] = {}  # each array's first line
+        for at, job_id in read.new:
             if "_" in job_id:
-                arrays.setdefault(parse_narrow.array_or_id(job_id), []).append((job_id, line))
+                array = parse_narrow.array_or_id(job_id)
+                arrays.setdefault(array, []).append((job_id, rows[at]))
+                first.setdefault(array, at)
         texts = {array: "\n".join(line for _, line in elements) for array, elements in arrays.items()}
-        wanted = {job_id for job_id, _, job in lines if job is None and "_" not in job_id}
+        wanted = {job_id for _, job_id in read.new if "_" not in job_id}
         wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
         fresh = self._json_jobs_of(wanted) if wanted else []
         if exclusive and fresh:
             # Only the lines of the jobs read again: the others keep the records (and flags) they were kept with.
-            owning = {job_id for job_id, line, _ in lines if parse_narrow.array_or_id(job_id) in wanted
-                      and parse_narrow.field(line, parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
+            owning = {job_id for at, job_id in read.new if parse_narrow.array_or_id(job_id) in wanted
+                      and parse_narrow.field(rows[at], parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
             fresh = _with_exclusive(fresh, _owners(owning, fresh))
         by_id = {job.id: job for job in fresh if not job.array_job}
         by_array: dict[str, list[SlurmJob]] = {}
         for job in fresh:
             if job.array_job:
                 by_array.setdefault(job.array_job, []).append(job)
-        known_arrays, self._arrays, self._lines = self._arrays, {}, {}
-        jobs: list[SlurmJob] = []
-        done: set[str] = set()
+        kept = self._kept
+        kept.renew(read.kept)
         # A record read now that its line does not show changed in between: used this cycle, not kept under the line.
-        for job_id, line, known in lines:
+        for at, job_id in read.new:
             if "_" not in job_id:
-                job = known or by_id.get(job_id)
-                if job is not None:
-                    jobs.append(job)
-                    if known is not None or parse_narrow.agrees(line, job, exclusive):
-                        self._lines[line] = job
-                continue
-            array = parse_narrow.array_or_id(job_id)
-            if array in done:
-                continue  # its records stand where its first line does
-            done.add(array)
-            records = by_array.get(array, []) if array in wanted else known_arrays[array][1]
-            if array not in wanted or parse_narrow.array_agrees(arrays[array], records, exclusive):
-                self._arrays[array] = (texts[array], records)
-            jobs += records
+                job = slots[at] = by_id.get(job_id)
+                if job is not None and parse_narrow.agrees(rows[at], job, exclusive):
+                    kept.keep(rows[at], job)
+        known_arrays, self._arrays = self._arrays, {}
+        records: dict[int, list[SlurmJob]] = {}  # an array's records stand where its first line does
+        for array, at in first.items():
+            records[at] = by_array.get(array, []) if array in wanted else known_arrays[array][1]
+            if array not in wanted or parse_narrow.array_agrees(arrays[array], records[at], exclusive):
+                self._arrays[array] = (texts[array], records[at])
+        jobs: list[SlurmJob] = []
+        start = 0
+        for at in sorted(records):
+            jobs += filter(None, slots[start:at])
+            jobs += records[at]
+            start = at + 1
+        jobs += filter(None, slots[start:])
         return jobs
 
     def _json_jobs_of(self, ids: set[str]) -> list[SlurmJob]:

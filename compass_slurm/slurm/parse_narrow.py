@@ -26,8 +26,11 @@ again even if its line has gone back to that text.
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, is_
 
 from .errors import SlurmParseError
 from .hostlist import expand
@@ -41,6 +44,7 @@ FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", 
           "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID")
 #: 26.05's squeue --json no longer says which jobs are --exclusive: its line does
 EXCLUSIVE_FIELD = "Exclusive"
+_JOB_ID = attrgetter("id")
 _ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\])|\+\d+)?")
 
 
@@ -64,45 +68,95 @@ def field(line: str, name: str, exclusive: bool) -> str:
     return line.split("|", len(names) - 2)[names.index(name)]
 
 
-def lines(output: str, exclusive: bool,
-          known: Mapping[str, SlurmJob]) -> list[tuple[str, str, SlurmJob | None]] | None:
-    """(job id, line, ``known[line]``) per job in squeue's order; None when a comment holds a line break or an
-    id repeats (the lines cannot be trusted). A line in ``known`` was checked when it was new.
+class Kept:
+    """The lines of the last read that stand for their jobs (``jobs``), and the latest such line of each job id
+    (``line``: some may be gone; pruned now and then)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, SlurmJob] = {}
+        self.line: dict[str, str] = {}
+
+    def keep(self, line: str, job: SlurmJob) -> None:
+        self.jobs[line] = job
+        self.line[job.id] = line
+
+    def renew(self, jobs: dict[str, SlurmJob]) -> None:
+        """Stand for this read: its lines' ``jobs``."""
+        self.jobs = jobs
+        if len(self.line) > 2 * len(jobs) + 1024:
+            self.line = {job.id: line for line, job in jobs.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """A narrow read's lines in squeue's order (blank ones left out), the job each stood for in the last
+    read (None: new), the (row, job id) of the new ones, and the lines not new with their jobs."""
+
+    rows: list[str]
+    known: list[SlurmJob | None]
+    new: list[tuple[int, str]]
+    kept: dict[str, SlurmJob]
+
+
+def lines(output: str, exclusive: bool, known: Kept) -> Lines | None:
+    """The read's lines, each looked up in ``known``; None when a comment holds a line break or an id repeats
+    (the lines cannot be trusted). A line in ``known`` was checked when it was new: only new lines are split
+    (an unchanged one costs a lookup, in C); a known line's id repeats only where the line does, or where a
+    new line has it (then that job's latest kept line is in this read).
 
     Raises SlurmParseError naming the line when a new line is not one of ours.
     """
     command = " ".join(argv(exclusive))
     separators = len(fields(exclusive))
     rows = output.split("\n")
-    out: list[tuple[str, str, SlurmJob | None]] = []
-    ids: set[str] = set()
-    at = 0
-    while at < len(rows):
+    found = list(map(known.jobs.get, rows))
+    first_known = next(compress(range(len(rows)), found), len(rows))
+    new: list[tuple[int, str]] = []
+    blank: list[int] = []
+    for at in compress(range(len(rows)), map(is_, found, repeat(None))):
         line, lineno = rows[at], at + 1
-        at += 1
-        before = known.get(line)
-        if before is not None:
-            job_id = before.id
-        elif not line.strip():
+        if not line.strip():
+            blank.append(at)
             continue
-        else:
-            job_id = line.split("|", 1)[0]
-            if not _ID.fullmatch(job_id):
-                if out:
-                    return None  # the rest of a comment with a line break
-                raise SlurmParseError(f"{command}: line {lineno}: no job id: {line[:80]!r}")
-            end = f"|{job_id}|"
-            if not line.endswith(end):
-                if any(row.endswith(end) for row in rows[at:]):
-                    return None  # a comment with a line break
-                raise SlurmParseError(f"{command}: line {lineno}: does not end in |{job_id}|: {line[:80]!r}")
-            if line.count("|") < separators:
-                raise SlurmParseError(f"{command}: line {lineno}: fewer than {separators} fields: {line[:80]!r}")
-        if job_id in ids or "+" in job_id:  # a heterogeneous job's component: squeue --json names it otherwise
+        job_id = line.split("|", 1)[0]
+        wrong = None
+        if not _ID.fullmatch(job_id):
+            if new or first_known < at:
+                return None  # the rest of a comment with a line break
+            wrong = "no job id"
+        elif not line.endswith(end := f"|{job_id}|"):
+            if any(row.endswith(end) for row in rows[at + 1:]):
+                return None  # a comment with a line break
+            wrong = f"does not end in |{job_id}|"
+        elif line.count("|") < separators:
+            wrong = f"fewer than {separators} fields"
+        if wrong is not None:
+            if _repeat(found[:at], new):
+                return None  # as read line by line: an id repeated above it
+            raise SlurmParseError(f"{command}: line {lineno}: {wrong}: {line[:80]!r}")
+        if "+" in job_id:  # a heterogeneous job's component: squeue --json names it otherwise
             return None
-        ids.add(job_id)
-        out.append((job_id, line, before))
-    return out
+        new.append((at, job_id))
+    if blank == [len(rows) - 1]:  # the newline at the end
+        rows.pop()
+        found.pop()
+    elif blank:
+        gaps = set(blank)
+        rows = [row for at, row in enumerate(rows) if at not in gaps]
+        found = list(map(known.jobs.get, rows))
+        new = [(at - bisect.bisect_left(blank, at), job_id) for at, job_id in new]
+    kept = dict(zip(compress(rows, found), compress(found, found)))
+    new_ids = {job_id for _, job_id in new}
+    if len(kept) + len(new) != len(rows) or len(new_ids) != len(new) or any(
+            known.line.get(job_id) in kept for job_id in new_ids):
+        return None  # a line twice, an id twice among the new lines, a new line with the id of a known one
+    return Lines(rows, found, new, kept)
+
+
+def _repeat(found: list[SlurmJob | None], new: list[tuple[int, str]]) -> bool:
+    """Whether a job id repeats among the known lines' jobs and the new lines' ids."""
+    ids = [*map(_JOB_ID, filter(None, found)), *(job_id for _, job_id in new)]
+    return len(set(ids)) != len(ids)
 
 
 def agrees(line: str, job: SlurmJob, exclusive: bool) -> bool:

@@ -39,10 +39,13 @@ Scheduler, whose engine counts GPUs only, before it places the next job).
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import compress
 from operator import attrgetter
 
 from ..engine.model import Job, Node
@@ -192,15 +195,28 @@ class Observation:
     waiting: dict[str, str] = field(default_factory=dict)
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
+    #: the managed pending jobs by the ids squeue prints (an array's tasks not split off yet as one): the look's
+    pending_managed: frozenset[str] = frozenset()
+    #: when each running job will have ended by its time limit (None: unlimited); not there: no start time known
+    ends: dict[str, float | None] = field(default_factory=dict)
+
+    @functools.cached_property
+    def pending_ids(self) -> list[str]:
+        """The ids of ``pending``, in its order (made once: sync, decide and the leases ask)."""
+        return list(map(_JOB_ID, self.pending))
+
+
+_JOB_ID = attrgetter("job.id")
 
 
 _RUNNING, _PENDING, _OTHER = "running", "pending", "other"
 _UNSEEN = object()
+_NO_CLAIM: tuple[frozenset[str], int, int] = (frozenset(), 0, 0)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Task:
-    """A managed pending job's translation as far as the job alone decides it."""
+    """A managed pending job's translation as far as the job alone decides it, and what it came to last."""
 
     slurm: SlurmJob
     order: tuple  # its place in Slurm's priority order
@@ -210,93 +226,235 @@ class _Task:
     begin: float | None
     not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
     req: Request | None  # None: not w x g instances
+    #: what it comes to may change while the job does not, with the other jobs: an array task under a throttle, a pin
+    volatile: bool = False
     # made when first placed: the engine job and the CPUs and MB one instance needs
     job: Job | None = None
     needs: tuple[int, int] = (0, 0)
     key: object = None  # what its eligible nodes depend on, of the job alone (see Translator._eligible_key)
     pending: Pending | None = None  # the last Pending made of it (kept while its eligible nodes are the same)
+    #: the Pending it came to in the latest translation (None: waiting or left to Slurm), and its eligible key
+    placed: Pending | None = None
+    placed_key: object = None
+
+
+_ORDER, _PLACED = attrgetter("order"), attrgetter("placed")
+
+
+def _spliced(order: list[_Task], removed: list[_Task], added: list[_Task]) -> list[_Task]:
+    """``order`` (sorted, every key once) less ``removed``, with ``added``: each found by bisection, the rest
+    copied in slices (a pass over 60,000 tasks' keys costs more than the copy)."""
+    kept: list[_Task] = []
+    start = 0
+    for at in sorted(bisect.bisect_left(order, facts.order, key=_ORDER) for facts in removed):
+        kept += order[start:at]
+        start = at + 1
+    kept += order[start:]
+    out: list[_Task] = []
+    start = 0
+    for facts in sorted(added, key=_ORDER):
+        at = bisect.bisect_left(kept, facts.order, start, key=_ORDER)
+        out += kept[start:at]
+        out.append(facts)
+        start = at
+    out += kept[start:]
+    return out
 
 
 class Translations:
-    """What each job translated to in the last cycle, kept between the daemon's cycles.
+    """The latest translation, kept between the daemon's cycles and brought up to date by what changed.
 
-    The JSON parser's memo hands back the same SlurmJob object for a job whose fields did
-    not change, so a job seen before (by identity) keeps what the job alone decides: its
-    kind, its Running, its array tasks, its request, engine job and priority key, and the
-    Pending made of it while its eligible nodes are the same. What depends on the whole
-    state (throttles, pins, begin times, eligible nodes) is worked out every cycle. Valid for
-    one set of managed partitions, nodes and GPU counts, lease and migratable mode: a change
-    starts afresh. Jobs not in the latest state are dropped.
+    The parsers hand back the same SlurmJob object for a job whose fields did not change, so
+    a state's jobs are the last ones (by identity) less those gone, plus those new. Only the
+    new ones are classified and made tasks; the running jobs, the counts, the managed pending
+    tasks in priority order follow the difference. What a task comes to (placed, waiting, left
+    to Slurm) is worked out again for the new tasks, the volatile ones, those whose begin time
+    the read's time passed (either way: ``came``), and for all of them when the eligible nodes
+    of a key in use changed (``Translator.observe``). Valid for one set
+    of managed partitions, nodes and GPU counts, lease and migratable mode: a change starts
+    afresh; so does a state that lists a job id twice (kept jobs are found again by identity).
     """
 
     def __init__(self) -> None:
         self._context: object = None
-        self._jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
-        self._tasks: dict[int, _Task] = {}
-        self._last_jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
-        self._last_tasks: dict[int, _Task] = {}
-        self._eligible: dict[object, Eligible] = {}
-        self._last_eligible: dict[object, Eligible] = {}
-        self._order: list[_Task] = []  # the last cycle's tasks in priority order
         #: a small int per distinct eligible-nodes key: hashed per job and cycle, where the key's tuple would be
         self._tokens: dict[tuple, int] = {}
-        self._fresh: list[_Task] = []  # the tasks made this cycle
+        self._reset()
+
+    def _reset(self) -> None:
+        #: the latest state's jobs by identity, with what each is (see Translator._classify)
+        self._jobs: dict[int, tuple[SlurmJob, tuple[object, object]]] = {}
+        self._present: set[int] = set()  # their identities
+        self._ids: Counter[str] = Counter()  # the ids of its jobs and of their array tasks
+        self.twice = False  # the latest state lists a job id twice (or a job, or an array task)
+        self.running: dict[str, Running] = {}
+        self.ends: dict[str, float | None] = {}
+        self.running_tasks: Counter[str] = Counter()
+        self.slurm_jobs: dict[str, SlurmJob] = {}
+        self.queue_len = self.pending_gpus = 0
+        self.pending_managed: set[str] = set()
+        self._tasks: dict[int, _Task] = {}  # by the identity of its SlurmJob
+        self.order: list[_Task] = []  # Slurm's priority order
+        self.volatile: dict[int, _Task] = {}
+        #: the tasks with a begin time, and (begin, identity) of each in begin order (with some gone: see came)
+        self._timed: dict[int, _Task] = {}
+        self._begins: list[tuple[float, int]] = []
+        self._after: float | None = None  # the last ``came``'s time
+        self.skipped: dict[str, str] = {}
+        self.waiting: dict[str, str] = {}
+        #: per eligible-nodes key in use: the nodes, how many placed tasks use them, and one of those
+        self.eligible: dict[object, Eligible] = {}
+        self._users: Counter[object] = Counter()
+        self.user: dict[object, _Task] = {}
 
     def begin(self, context: object) -> None:
-        """A new state, translated in ``context``; what was not seen in the last one is forgotten."""
+        """A new state, translated in ``context``: what was kept for another one is forgotten."""
         if context != self._context:
-            self._context = context
-            self._jobs, self._tasks, self._eligible, self._order, self._tokens = {}, {}, {}, [], {}
-        self._last_jobs, self._jobs = self._jobs, {}
-        self._last_tasks, self._tasks = self._tasks, {}
-        self._last_eligible, self._eligible = self._eligible, {}
-        self._fresh = []
+            self._context, self._tokens = context, {}
+            self._reset()
 
-    def jobs(self, jobs: Iterable[SlurmJob], classify: Callable[[SlurmJob], tuple[object, object]]
-             ) -> Iterator[tuple[SlurmJob, tuple[object, object]]]:
-        """Each job with what it is (``classify``'s answer, kept from the last cycle for a job seen there)."""
-        last, kept = self._last_jobs, self._jobs
+    def update(self, jobs: tuple[SlurmJob, ...], classify: Callable[[SlurmJob], tuple[object, object]],
+               make: Callable[[SlurmJob], _Task]) -> tuple[bool, list[_Task]]:
+        """Brings the kept translation to ``jobs``: whether all its tasks are new (their outcomes to be worked
+        out), and the tasks new in it."""
+        idents = list(map(id, jobs))
+        present = set(idents)
+        if not self.twice and len(present) == len(idents):
+            # (Set operations and compress: a job that did not change costs a few steps in C.)
+            new, gone = present - self._present, self._present - present
+            added = list(compress(jobs, map(new.__contains__, idents))) if len(new) < len(jobs) else list(jobs)
+            self._present = present
+            removed = [facts for ident in gone for facts in self._drop(*self._jobs.pop(ident))]
+            fresh = [task for job in added for task in self._add(job, classify(job), make)]
+            ids = self._ids
+            if not any(ids[job.id] > 1 for job in added) and not any(ids[t.slurm.id] > 1 for t in fresh):
+                afresh = len(added) == len(jobs)
+                self.order = sorted(fresh, key=_ORDER) if afresh else _spliced(self.order, removed, fresh)
+                return afresh, fresh
+        # A job id twice: all jobs again in the state's order (what each job alone is, kept), tasks sorted as given.
+        known_jobs, known_tasks = self._jobs, self._tasks
+        self._reset()
+        for facts in known_tasks.values():
+            facts.placed = facts.placed_key = None
+        order = []
         for job in jobs:
-            found = last.get(id(job))
-            if found is None or found[0] is not job:
-                found = (job, classify(job))
-            kept[id(job)] = found
-            yield found
+            found = known_jobs.get(id(job))
+            order += self._add(job, classify(job) if found is None else found[1],
+                               lambda task: known_tasks.get(id(task)) or make(task))
+        self.twice = any(n > 1 for n in self._ids.values()) or len(present) != len(idents)
+        self._present = present
+        order.sort(key=_ORDER)
+        self.order = order
+        return True, order
 
-    def task(self, job: SlurmJob) -> _Task | None:
-        found = self._last_tasks.get(id(job))
-        if found is None or found.slurm is not job:
-            return None
-        self._tasks[id(job)] = found
-        return found
+    def _add(self, job: SlurmJob, what: tuple[object, object], make: Callable[[SlurmJob], _Task]) -> list[_Task]:
+        """Counts ``job`` in; returns its tasks, if it is managed and pending."""
+        self._jobs[id(job)] = (job, what)
+        self._ids[job.id] += 1
+        if job.pending and job.managed:
+            self.pending_managed.add(job.id)
+        kind, value = what
+        if kind is _RUNNING:
+            if job.array_job:
+                self.running_tasks[job.array_job] += 1
+            if value is not None:
+                self.running[job.id] = value
+                self.slurm_jobs[job.id] = job
+                if job.time_limit_s is None or job.start_time:
+                    self.ends[job.id] = None if job.time_limit_s is None else job.start_time + job.time_limit_s
+        elif kind is _PENDING:
+            tasks, gpus, managed = value
+            self.queue_len += len(tasks)
+            self.pending_gpus += gpus
+            if managed:
+                out = [self._tasks.get(id(task)) or make(task) for task in tasks]
+                for task in out:
+                    if task.slurm is not job:  # an array's task: its id is a key too
+                        self._ids[task.slurm.id] += 1
+                    self._tasks[id(task.slurm)] = task
+                    if task.volatile:
+                        self.volatile[id(task.slurm)] = task
+                    if task.begin is not None:
+                        self._timed[id(task.slurm)] = task
+                        self._begins.append((task.begin, id(task.slurm)))
+                return out
+        return []
 
-    def keep_task(self, job: SlurmJob, task: _Task) -> _Task:
-        self._tasks[id(job)] = task
-        self._fresh.append(task)
-        return task
+    def _drop(self, job: SlurmJob, what: tuple[object, object]) -> list[_Task]:
+        """Counts ``job`` out (a job id is held by one job at most: see update); returns its tasks."""
+        self._uncount(job.id)
+        self.pending_managed.discard(job.id)
+        kind, value = what
+        if kind is _RUNNING:
+            if job.array_job:
+                self.running_tasks[job.array_job] -= 1
+            if value is not None:
+                del self.running[job.id], self.slurm_jobs[job.id]
+                self.ends.pop(job.id, None)
+        elif kind is _PENDING:
+            tasks, gpus, managed = value
+            self.queue_len -= len(tasks)
+            self.pending_gpus -= gpus
+            if managed:
+                out = []
+                for task in tasks:
+                    if task is not job:
+                        self._uncount(task.id)
+                    facts = self._tasks.pop(id(task))
+                    self.volatile.pop(id(task), None)
+                    self._timed.pop(id(task), None)
+                    self.unsettle(facts)
+                    self.slurm_jobs.pop(task.id, None)
+                    out.append(facts)
+                return out
+        return []
 
-    def ordered(self, tasks: list[_Task]) -> list[_Task]:
-        """``tasks`` (this cycle's) in Slurm's priority order. The sort starts from the last cycle's
-        order with the new tasks behind, so a queue that hardly changed sorts in about one pass."""
-        current = self._tasks
-        order = [t for t in self._order if current.get(id(t.slurm)) is t] + self._fresh
-        if len(order) != len(tasks) or len(set(map(id, order))) != len(order):
-            order = list(tasks)  # the same job twice: sort what was given
-        order.sort(key=attrgetter("order"))
-        self._order = order
-        return order
+    def came(self, after: float) -> list[_Task]:
+        """The tasks whose begin time came, or no longer has, since the last call: those between its ``after``
+        and this one (a task waits while its begin is past ``after``)."""
+        timed, begins = self._timed, self._begins
+        if len(begins) > 2 * len(timed):
+            begins[:] = [entry for entry in begins if entry[1] in timed]
+        begins.sort()  # the new ones behind the sorted rest: about one pass
+        last, self._after = self._after, after
+        if last is None or last == after:
+            return []
+        low, high = sorted((last, after))
+        flipped = begins[bisect.bisect_right(begins, (low, math.inf)):bisect.bisect_right(begins, (high, math.inf))]
+        return [timed[ident] for _, ident in flipped if ident in timed]
+
+    def _uncount(self, job_id: str) -> None:
+        self._ids[job_id] -= 1
+        if not self._ids[job_id]:
+            del self._ids[job_id]
+
+    def unsettle(self, facts: _Task) -> None:
+        """Forget what ``facts`` came to."""
+        job_id = facts.slurm.id
+        self.skipped.pop(job_id, None)
+        self.waiting.pop(job_id, None)
+        key, facts.placed, facts.placed_key = facts.placed_key, None, None
+        if key is not None:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self.eligible[key], self.user[key]
+
+    def place(self, facts: _Task, key: object, eligible: Eligible) -> None:
+        """``facts`` came to its Pending, on the nodes of ``key``."""
+        facts.placed, facts.placed_key = facts.pending, key
+        self._users[key] += 1
+        self.eligible[key] = eligible
+        self.user.setdefault(key, facts)
 
     def token(self, key: tuple) -> int:
         """``key``'s small int, the same for an equal key as long as the context stays."""
         return self._tokens.setdefault(key, len(self._tokens))
 
     def same_eligible(self, key: object, eligible: Eligible) -> Eligible:
-        """Last cycle's object for an equal set of eligible nodes (so Pendings can be kept), else ``eligible``."""
-        last = self._last_eligible.get(key, _UNSEEN)
-        if last is not _UNSEEN and last == eligible:
-            eligible = last
-        self._eligible[key] = eligible
-        return eligible
+        """The kept object for an equal set of eligible nodes of ``key`` (so Pendings can be kept), else
+        ``eligible``."""
+        kept = self.eligible.get(key, _UNSEEN)
+        return kept if kept is not _UNSEEN and kept == eligible else eligible
 
 
 class Translator:
@@ -334,60 +492,71 @@ class Translator:
                           migratable, lease))
 
     def observe(self) -> Observation:
-        out = Observation(self.nodes)
-        pending: list[SlurmJob] = []
-        running_tasks: Counter[str] = Counter()
-        for job, (kind, value) in self.known.jobs(self.state.jobs, self._classify):
-            if kind is _RUNNING:
-                if job.array_job:
-                    running_tasks[job.array_job] += 1
-                if value is not None:
-                    out.running[job.id] = value
-                    out.slurm_jobs[job.id] = job
-            elif kind is _PENDING:
-                tasks, gpus, managed = value
-                out.queue_len += len(tasks)
-                out.pending_gpus += gpus
-                if managed:
-                    pending += tasks
-        throttled = _beyond_throttle(pending, running_tasks)
-        self._claim_pins((job for job in pending if job.id not in throttled) if throttled else pending)
+        known = self.known
+        afresh, fresh = known.update(self.state.jobs, self._classify, self._task)
+        # the only ones a throttle or a pin concerns (each time it is listed, as Slurm would count it)
+        volatile = [facts.slurm for facts in (known.order if known.twice else known.volatile.values())
+                    if facts.volatile]
+        throttled = _beyond_throttle(volatile, known.running_tasks)
+        self._claim_pins((job for job in volatile if job.id not in throttled) if throttled else volatile)
         begin_after = self.state.read_at + BEGIN_SLACK
-        kept, made = self.known.task, self._task
-        slurm_jobs, claims, eligible_by_key, add = out.slurm_jobs, self._claims, self._eligible, out.pending.append
-        for facts in self.known.ordered([kept(job) or made(job) for job in pending]):
-            job = facts.slurm
-            slurm_jobs[job.id] = job
-            if job.id in throttled:
-                out.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
-                continue
-            why = facts.held_back
-            # its begin (--begin plus the lease) still more than the lease away, from the later of read and submission
-            # (the submission's part is the task's own)
-            if why is None and facts.begin is not None and facts.begin > begin_after:
-                why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
-            why = why or facts.not_startable
-            if why is not None:
-                if facts.held_back is None and job.reason == DEPENDENCY and facts.req is not None:
-                    # Met, Slurm would start it at once if its lease had run out meanwhile: it stays leased.
-                    out.waiting[job.id] = "waits for its dependency"
-                else:
-                    out.skipped[job.id] = why
-                continue
-            if facts.req is None:
-                out.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
-                continue
-            if facts.job is None:
-                facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
-                facts.key = self._eligible_key(job, facts.needs)
-            key = (facts.key, job.id) if job.id in claims else facts.key  # a pinned job: not against its own claim
-            eligible = eligible_by_key.get(key, _UNSEEN)
-            if eligible is _UNSEEN:
-                eligible = self._eligible_for(job, facts.needs, key)
-            if facts.pending is None or facts.pending.eligible is not eligible:
-                facts.pending = Pending(job, facts.job, eligible)
-            add(facts.pending)
-        return out
+        came = known.came(begin_after)
+        if afresh or self._eligible_changed():
+            todo: Iterable[_Task] = known.order
+        else:
+            todo = {id(facts): facts for facts in (*fresh, *known.volatile.values(), *came)}.values()
+        for facts in todo:
+            self._settle(facts, throttled, begin_after)
+        return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
+                           known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
+                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends))
+
+    def _eligible_changed(self) -> bool:
+        """Whether the eligible nodes of a key that kept tasks use are other than they were (a pin's own key
+        is not one: its task is volatile)."""
+        known = self.known
+        for key, eligible in list(known.eligible.items()):
+            if not isinstance(key, tuple):
+                facts = known.user[key]
+                if self._eligible_for(facts.slurm, facts.needs, key) is not eligible:
+                    return True
+        return False
+
+    def _settle(self, facts: _Task, throttled: set[str], begin_after: float) -> None:
+        """What a managed pending job comes to in this state: placed (a Pending), waiting, or left to Slurm."""
+        known = self.known
+        known.unsettle(facts)
+        job = facts.slurm
+        known.slurm_jobs[job.id] = job
+        if job.id in throttled:
+            known.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
+            return
+        why = facts.held_back
+        # its begin (--begin plus the lease) still more than the lease away, from the later of read and submission
+        # (the submission's part is the task's own)
+        if why is None and facts.begin is not None and facts.begin > begin_after:
+            why = f"waits for its begin time ({facts.begin:.0f}, Unix seconds)"
+        why = why or facts.not_startable
+        if why is not None:
+            if facts.held_back is None and job.reason == DEPENDENCY and facts.req is not None:
+                # Met, Slurm would start it at once if its lease had run out meanwhile: it stays leased.
+                known.waiting[job.id] = "waits for its dependency"
+            else:
+                known.skipped[job.id] = why
+            return
+        if facts.req is None:
+            known.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
+            return
+        if facts.job is None:
+            facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
+            facts.key = self._eligible_key(job, facts.needs)
+        key = (facts.key, job.id) if job.id in self._claims else facts.key  # a pinned job: not against its own claim
+        eligible = self._eligible.get(key, _UNSEEN)
+        if eligible is _UNSEEN:
+            eligible = self._eligible_for(job, facts.needs, key)
+        if facts.pending is None or facts.pending.eligible is not eligible:
+            facts.pending = Pending(job, facts.job, eligible)
+        known.place(facts, key, eligible)
 
     def _classify(self, job: SlurmJob) -> tuple[object, object]:
         """What ``job`` is to the daemon, from the job alone: (_RUNNING, its Running or None),
@@ -414,9 +583,11 @@ class Translator:
         begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
         if begin is not None and not begin > job.submit_time + BEGIN_SLACK:
             begin = None
-        facts = _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
-                      request(job, capacity) if capacity else None)
-        return self.known.keep_task(job, facts)
+        # volatile: an array task a throttle may hold back, a job that may pin nodes (see _claim_pins)
+        volatile = (bool(job.array_job and (job.array_throttle or job.reason == THROTTLED))
+                    or bool(job.required_nodes) or not job.num_nodes)
+        return _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
+                     request(job, capacity) if capacity else None, volatile)
 
     def partitions_of(self, job: SlurmJob) -> list[str]:
         """The job's partitions that the daemon manages (cached per partition list)."""
@@ -461,9 +632,11 @@ class Translator:
                                  job.exclusive))
 
     def _eligible_for(self, job: SlurmJob, needs: tuple[int, int], key: object) -> Eligible:
+        """The eligible nodes of ``key``: of ``job``, or of any job of that key (a pinned job's key is its own)."""
         found = self._eligible.get(key, _UNSEEN)
         if found is _UNSEEN:
-            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs))
+            own = self._claims[job.id] if isinstance(key, tuple) else _NO_CLAIM
+            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs, own))
         return found
 
     def _claim_pins(self, jobs: Iterable[SlurmJob]) -> None:
@@ -486,9 +659,11 @@ class Translator:
                 memory_claimed[name] += memory
         self._claimed = {name: (claimed[name], memory_claimed[name]) for name in claimed}
 
-    def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int) -> Eligible:
+    def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int,
+                          own: tuple[frozenset[str], int, int]) -> Eligible:
+        """``own``: the job's own pin's claim, which does not count against it."""
         excluded, required = set(job.excluded_nodes), set(job.required_nodes)
-        own_nodes, own_cpus, own_memory = self._claims.get(job.id, (frozenset(), 0, 0))
+        own_nodes, own_cpus, own_memory = own
         names = set()
         for p in self.partitions_of(job):
             for name in self.partitions[p]:

@@ -147,7 +147,7 @@ def test_version_line_reads_or_raises(text):
 
 @target("squeue --Format (narrow)", st.one_of(mutated_text("narrow.txt"), garbage))
 def test_mutated_narrow_lines_read_or_raise(text):
-    lines = clear(lambda: parse_narrow.lines(text, False, {}), SlurmParseError)
+    lines = clear(lambda: parse_narrow.lines(text, False, parse_narrow.Kept()), SlurmParseError)
     if isinstance(lines, list):  # a trusted read: each line one job's, ending in its id
         assert all(line.endswith(f"|{job_id}|") and "\n" not in line for job_id, line, _ in lines)
         assert len({job_id for job_id, _, _ in lines}) == len(lines)

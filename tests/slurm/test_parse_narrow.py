@@ -10,6 +10,7 @@ import pytest
 from compass_slurm.slurm import cli_backend, parse_narrow
 from compass_slurm.slurm.cli_backend import JOBS_JSON, CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
+from compass_slurm.slurm.state import SlurmJob
 
 
 FIELDS_24_11 = ("JobArrayID:|,State:|,UserName:|,UserID:|,Partition:|,NodeList:|,NumNodes:|,NumCPUs:|,NumTasks:|,"
@@ -109,16 +110,29 @@ def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_q
 
 def test_lines_split_only_before_the_comment():
     fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
-    ((job_id, line, known),) = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, {})
-    assert (job_id, line, known) == ("4", f"{fixed}|a|4|b|4|", None)
+    read = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, parse_narrow.Kept())
+    (line,) = read.rows
+    assert (line, read.known, read.new, read.kept) == (f"{fixed}|a|4|b|4|", [None], [(0, "4")], {})
     assert parse_narrow.field(line, "ArrayTaskID", False) == f"f{len(parse_narrow.FIELDS) - 1}"
-    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, {}) is None  # an id twice
+    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, parse_narrow.Kept()) is None  # an id twice
+
+
+def test_an_id_twice_is_found_also_where_a_line_is_known():
+    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
+    known, other = f"{fixed}|a|4|", f"{fixed.replace('4', '5', 1)}|b|5|"
+    kept = parse_narrow.Kept()
+    kept.keep(known, SlurmJob("4", "alice", "PENDING", "gpu"))
+    read = parse_narrow.lines(f"{known}\n{other}\n", False, kept)
+    assert read.known[0] is kept.jobs[known] and read.new == [(1, "5")] and read.kept == {known: kept.jobs[known]}
+    assert parse_narrow.lines(f"{known}\n{known}\n", False, kept) is None  # the known line twice
+    assert parse_narrow.lines(f"{known}\n{fixed}|b|4|\n", False, kept) is None  # a new line with its id
+    assert parse_narrow.lines(f"{fixed}|b|4|\n{known}\n", False, kept) is None  # the other way round
 
 
 @pytest.mark.parametrize("bad", ["garbage", "4|RUNNING|root|comment|4", "4|too|few|4|"])
 def test_a_malformed_line_names_it(bad):
     with pytest.raises(SlurmParseError, match=r"^squeue --noheader --array --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
-        parse_narrow.lines(f"\n{bad}\n", False, {})
+        parse_narrow.lines(f"\n{bad}\n", False, parse_narrow.Kept())
 
 
 def test_a_malformed_narrow_output_falls_back_to_json_with_one_warning(narrow_queue, caplog):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
@@ -15,10 +18,9 @@ LEASE = 60
 
 
 def facts(obs: Observation) -> tuple:
-    """Everything an observation says, in its order (dicts and lists compare in order here)."""
-    return (obs.nodes, list(obs.running.items()), [(p.slurm, p.job, p.eligible) for p in obs.pending],
-            obs.queue_len, obs.pending_gpus, list(obs.skipped.items()), list(obs.waiting.items()),
-            list(obs.slurm_jobs.items()))
+    """Everything an observation says; the pending jobs in their order (the queue's), the dicts by id."""
+    return (obs.nodes, obs.running, [(p.slurm, p.job, p.eligible) for p in obs.pending], obs.queue_len,
+            obs.pending_gpus, obs.skipped, obs.waiting, obs.slurm_jobs, obs.pending_managed)
 
 
 def node(name: str, cpus_alloc: int = 0) -> SlurmNode:
@@ -118,3 +120,56 @@ def test_equal_eligible_node_keys_share_one_token_until_the_context_changes():
     assert known.token(("gpu", 8, 1000)) == b  # a new cycle keeps them
     known.begin("two")
     assert known.token(("gpu", 8, 1000)) == 0  # a new context starts afresh
+
+
+def _job_pool(rng) -> list[SlurmJob]:
+    """Jobs of every kind the translation tells apart: running (array tasks too), plain pending ones, pins
+    that claim CPUs, array records under a throttle, held, begin times, dependencies, reservations, non-GPU."""
+    names = [f"n{i}" for i in range(1, 5)]
+    pool = []
+    for k in range(40):
+        job_id, kind = str(100 + k), rng.randrange(9)
+        if kind == 0:
+            node_name = rng.choice(names)
+            array = rng.choice(["", "90"])
+            pool.append(SlurmJob(f"90_{k}" if array else job_id, "bob", "RUNNING", "gpu", nodes=(node_name,),
+                                 gpus_alloc={node_name: 2}, gpus_per_node=2, cpus=rng.choice([1, 8]),
+                                 start_time=int(NOW) - 100, array_job=array))
+        elif kind == 1:
+            pool.append(pending("90_[0-5]", array_job="90", array_pending="0-5", array_throttle=rng.choice([0, 2, 3]),
+                                reason=rng.choice(["JobArrayTaskLimit", "BeginTime"]), priority=rng.randrange(5)))
+        elif kind == 2:
+            pool.append(pending(job_id, required_nodes=tuple(rng.sample(names, 1)), cpus=rng.choice([4, 30]),
+                                held=rng.random() < 0.2))
+        elif kind == 3:
+            pool.append(pending(job_id, eligible_time=int(NOW) + LEASE + rng.randrange(0, 20),
+                                submit_time=int(NOW) - 5))
+        elif kind == 4:
+            pool.append(pending(job_id, reason=rng.choice(["Dependency", "Resources", "QOSMaxGRESPerUser"]),
+                                held=rng.random() < 0.3, reservation=rng.choice(["", "maint"])))
+        elif kind == 5:
+            pool.append(SlurmJob(job_id, "carol", "PENDING", "gpu", comment="compass"))  # not a GPU job
+        else:
+            pool.append(pending(job_id, priority=rng.randrange(4), gpus_per_node=rng.choice([1, 2, 8, 9]),
+                                cpus=rng.choice([1, 16]), excluded_nodes=tuple(rng.sample(names, rng.randrange(2))),
+                                comment=rng.choice(["compass", "compass:migratable", ""])))
+    return pool
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32))
+def test_a_kept_translation_equals_a_fresh_one_over_changing_states(seed):
+    # States as the parsers hand them over: most job objects kept by identity, some gone, some new (an
+    # equal copy is a new object), now and then a job twice; nodes whose CPUs fill up or that leave service;
+    # reads whose time passes begin times (or goes back before them).
+    rng = random.Random(seed)
+    pool = _job_pool(rng)
+    jobs, states = rng.sample(pool, 12), []
+    for step in range(8):
+        nodes = [SlurmNode(f"n{i}", rng.choice(["idle", "idle", "idle", "down"]), frozenset(), ("gpu",), 8, 0, None,
+                           32, rng.choice([0, 0, 8, 30]), 256000, 0) for i in range(1, 5)]
+        states.append(state(jobs, nodes, read_at=NOW + rng.choice([3 * step, rng.randrange(25)])))  # now and then back
+        jobs = [j for j in jobs if rng.random() > 0.2] + rng.sample(pool, rng.randrange(4))
+        jobs = [replace(j) if rng.random() < 0.1 else j for j in jobs]
+        rng.shuffle(jobs)
+    check(states)
