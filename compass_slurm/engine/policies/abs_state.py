@@ -72,6 +72,7 @@ class AbsState:
         self.version: list[int] = [0] * n
         # per capacity group, partial_hosts() as last listed; dropped when a node enters, leaves or moves in it
         self._hosts: dict[int, tuple[int, ...]] = {}
+        self._pools: tuple[int, tuple[tuple[int, int], ...]] = (-1, ())  # partial_pools() at pools_changed
         for i in range(n):
             self.refresh(i)
         cluster.watchers.append(self.refresh)
@@ -192,11 +193,12 @@ class AbsState:
             hosts = self._hosts[cap] = tuple(i for d in range(1, cap + 1) for i in buckets.bucket(d))
         return hosts
 
-    def partial_pools(self) -> list[int]:
-        out: list[int] = []
-        for cap, buckets in self.pool_room.items():
-            for room in range(1, cap):
-                bucket = buckets.bucket(room)
-                if bucket:
-                    out.extend(bucket)
-        return out
+    def partial_pools(self) -> tuple[tuple[int, int], ...]:
+        """(room, node) of every partial pool node, the fullest first (room, then index)."""
+        if self._pools[0] != self.pools_changed:  # what the pool drain reads after every event
+            pools = [(room, i) for cap, buckets in self.pool_room.items() for room in range(1, cap)
+                     for i in buckets.bucket(room)]
+            if len(self.pool_room) > 1:  # one group's come in order already
+                pools.sort()
+            self._pools = (self.pools_changed, tuple(pools))
+        return self._pools[1]

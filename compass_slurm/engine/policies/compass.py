@@ -457,13 +457,15 @@ class Compass(Policy):
         if self._pools_stuck == a.pools_changed:
             return moves  # no pool node changed since a drain found none of them with an orphan to move
         while self._left != 0:
-            hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
+            hosts = a.partial_pools()
             # Sources from the most room down; pinned ones are skipped without a rescan.
-            for src in reversed(hosts):
-                dst = hosts[0] if hosts[0] != src else (hosts[1] if len(hosts) > 1 else None)
-                if dst is None or self._pool_room(dst) > self._pool_room(src):
+            for room, src in reversed(hosts):
+                if not self._mobile(src).ones_somewhere:
+                    continue
+                dst_room, dst = hosts[0] if hosts[0][1] != src else (hosts[1] if len(hosts) > 1 else (0, None))
+                if dst is None or dst_room > room:
                     continue  # only ever towards the fuller node, or moves could cycle
-                key = self._movable(a.ones[src], dst) if self._mobile(src).ones_somewhere else None
+                key = self._movable(a.ones[src], dst)
                 if key is not None and self._spend(1):
                     moves += self._move_one(key, (dst, Rule.POOL, None))
                     break
@@ -472,9 +474,6 @@ class Compass(Policy):
                 self._pools_stuck = a.pools_changed
                 return moves
         return moves
-
-    def _pool_room(self, i: int) -> int:
-        return self.cluster.capacity[i] - len(self.abs.ones[i])
 
     def _drain_slots(self, cap: int, width: int) -> list[Migration]:
         """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
