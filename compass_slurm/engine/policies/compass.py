@@ -86,6 +86,10 @@ class Compass(Policy):
         self._scarce = False  # the event's budget is finite and the policy is frugal
         #: AbsState.pools_changed when the pool drain last found nothing to move (None: not since)
         self._pools_stuck: int | None = None
+        #: per capacity group, the partial hosts and their AbsState.version when the slot passes last found
+        #: nothing to move whatever the budget
+        self._slots_stuck: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._refused = 0  # spends refused for want of budget (a pass that found nothing may find more with more)
         #: node -> (AbsState.version when read, what on it may move): Compact asks after every event
         self._mobiles: dict[int, tuple[int, Mobile]] = {}
 
@@ -309,13 +313,22 @@ class Compass(Policy):
             if restored:  # a restored anchor may have opened a slot vacancy
                 moves += self._settle_ones()
         moves += self._drain_pools()
-        for cap in self.abs.empty:
-            if len(self.abs.partial_hosts(cap)) < 2:  # slot passes and repair need two hosts
+        a = self.abs
+        for cap in a.empty:
+            hosts = a.partial_hosts(cap)
+            if len(hosts) < 2:  # slot passes and repair need two hosts
                 continue
+            # They read only these hosts: while none changed, what found nothing to move finds nothing again.
+            seen = hosts, tuple(a.version[i] for i in hosts)
+            if self._slots_stuck.get(cap) == seen:
+                continue
+            before, refused = len(moves), self._refused
             for width in sorted((w for w in _movable_widths(cap)), reverse=True):
                 moves += self._drain_slots(cap, width)
             if self.repair:
                 moves += self._repack(cap)
+            if len(moves) == before and self._refused == refused and self._left != 0:  # nothing, whatever the budget
+                self._slots_stuck[cap] = seen
         return moves
 
     def _settle_ones(self) -> list[Migration]:
@@ -652,6 +665,7 @@ class Compass(Policy):
     def _spend(self, n: int) -> bool:
         if self._left is not None:
             if self._left < n:
+                self._refused += 1
                 return False
             self._left -= n
         self._spent += n
