@@ -350,6 +350,13 @@ class Compass(Policy):
                 for j in [j for j in a.open if j in later]:
                     self._fill_in_place(j)
                 break
+            # A node without a vacancy of its own keeps its orphans as they are: under a scarce budget, what its
+            # first orphan meets below, no partial node removed by the spot kept, ends its turn (on every full
+            # node, whose number grows across daemon cycles), so it is decided without listing them.
+            if (self._scarce and spot is not None and i not in a.open
+                    and not (spot[1] is Rule.VACANCY and spot[2].vacancy == 0) and self._gain(i, spot[0]) <= 0):
+                homeless = self.cluster.free_gpus(spot[0]) > 1
+                continue
             # Its orphans first fill its own vacancies without moving. Moving one out opens none, so
             # the others each try to move, and what fails for every one of them ends the node's turn.
             for key in self._fill_in_place(i):
@@ -447,6 +454,8 @@ class Compass(Policy):
         placeable: dict[int, bool] = {}
         for i in list(a.foreign):
             for key in list(a.extras[i]):
+                if not c.jobs[key[0]].migratable:
+                    continue  # pinned (adopted from Slurm's own placement): no search, it would not move
                 gpus = c.gpus_of(key)
                 if gpus not in placeable:
                     placeable[gpus] = self._abs_spot(gpus, set()) is not None
