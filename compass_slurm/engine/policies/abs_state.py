@@ -190,14 +190,16 @@ class AbsState:
         hosts = self._hosts.get(cap)
         if hosts is None:  # Compact asks after every event; most events change no slotted node's residue
             buckets = self.residue[cap]
-            hosts = self._hosts[cap] = tuple(i for d in range(1, cap + 1) for i in buckets.bucket(d))
+            # most buckets are empty; listing one sorts it
+            hosts = tuple(i for d in range(1, cap + 1) if buckets.count(d) for i in buckets.bucket(d))
+            self._hosts[cap] = hosts
         return hosts
 
     def partial_pools(self) -> tuple[tuple[int, int], ...]:
         """(room, node) of every partial pool node, the fullest first (room, then index)."""
         if self._pools[0] != self.pools_changed:  # what the pool drain reads after every event
             pools = [(room, i) for cap, buckets in self.pool_room.items() for room in range(1, cap)
-                     for i in buckets.bucket(room)]
+                     if buckets.count(room) for i in buckets.bucket(room)]
             if len(self.pool_room) > 1:  # one group's come in order already
                 pools.sort()
             self._pools = (self.pools_changed, tuple(pools))

@@ -590,11 +590,13 @@ class Compass(Policy):
             return kept[1]
         cap = self.cluster.capacity[i]
         jobs = self.cluster.jobs
-        mobile = Mobile(
-            tuple(s.width for s in a.slots[i] if s.width < cap and self._slot_movable(s)),
-            sum(1 for k in a.ones[i] if self._can_move(k, None)),
-            sum(1 for k in a.ones[i] if jobs[k[0]].migratable),
-        )
+        anywhere = somewhere = 0
+        for key in a.ones[i]:
+            if jobs[key[0]].migratable:
+                somewhere += 1
+                anywhere += self._can_move(key, None)
+        widths = tuple(s.width for s in a.slots[i] if s.width < cap and self._slot_movable(s))
+        mobile = Mobile(widths, anywhere, somewhere)
         self._mobiles[i] = (a.version[i], mobile)
         return mobile
 
