@@ -141,6 +141,8 @@ class Scheduler:
         #: the latest drain's reservation (backfill with a blocked head), else None.
         self.reservation: Reservation | None = None
         self._budget: int | None = None  # the budget of the drain being run (its argument)
+        #: (eligible, closed nodes) -> the nodes a job that ends after the shadow time may use, as last made
+        self._outside: tuple[tuple[frozenset[str] | None, tuple[str, ...]], frozenset[str]] | None = None
         self._ends: dict[str, tuple[float, int]] = {}  # running job -> (expected end, tiebreak)
         self._by_end: list[tuple[float, int, str]] = []  # the same, sorted
         self._seq = 0
@@ -375,10 +377,15 @@ class Scheduler:
         tight = [i for i, spare in res.spare.items() if c.free_gpus(i) > spare]
         if not tight:
             return self._start(entry, None, now, step, res)
-        closed = [c.nodes[i].name for i in tight if res.spare[i] < g]
+        closed = tuple(c.nodes[i].name for i in tight if res.spare[i] < g)
         allowed = None
         if closed:
-            allowed = frozenset(c.index if entry.eligible is None else entry.eligible).difference(closed)
+            # The same set object while its inputs repeat (jobs that fail leave the layout as it was): the
+            # policy keeps the node indexes of the last set it was handed, thousands of names at 16,384 nodes.
+            key = (entry.eligible, closed)
+            if self._outside is None or self._outside[0] != key:
+                self._outside = key, frozenset(c.index if entry.eligible is None else entry.eligible).difference(closed)
+            allowed = self._outside[1]
         return self._start(entry, allowed, now, step, res)
 
     def _start(

@@ -67,6 +67,12 @@ class AbsState:
         #: bumped whenever a node enters or leaves the pool nodes or its room there changes (what the pool
         #: drain reads: a drain that found nothing to move finds nothing until it changes)
         self.pools_changed = 0
+        #: per node, bumped by every change of its contents: what a policy derives from a node's
+        #: contents (e.g. which of its slots may move) it keeps until this moves on
+        self.version: list[int] = [0] * n
+        # per capacity group, partial_hosts() as last listed; dropped when a node enters, leaves or moves in it
+        self._hosts: dict[int, tuple[int, ...]] = {}
+        self._pools: tuple[int, tuple[tuple[int, int], ...]] = (-1, ())  # partial_pools() at pools_changed
         for i in range(n):
             self.refresh(i)
         cluster.watchers.append(self.refresh)
@@ -89,6 +95,7 @@ class AbsState:
         c = self.c
         cap = c.capacity[i]
         avail = c.available[i]
+        self.version[i] += 1
         slots, ones, extras = self.slots[i], self.ones[i], self.extras[i]
         slotted = bool(slots or extras)
         if avail and not slotted and not ones:
@@ -96,7 +103,8 @@ class AbsState:
         else:
             self.empty[cap].discard(i)
         residue = self.residue_of(i) if avail and slotted else None
-        self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None)
+        if self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None):
+            self._hosts.pop(cap, None)
         room = cap - len(ones)  # negative only on an overcommitted adopted node: in no bucket
         if self.pool_room[cap].set(i, room if avail and ones and not slotted and room >= 0 else None):
             self.pools_changed += 1
@@ -177,21 +185,22 @@ class AbsState:
         self.slots[i].append(slot)
         self.refresh(i)
 
-    def partial_hosts(self, cap: int) -> list[int]:
-        """Available slotted nodes of one capacity group with residue left (not full)."""
-        buckets = self.residue[cap]
-        out: list[int] = []
-        for d in range(1, cap + 1):
-            bucket = buckets.bucket(d)
-            if bucket:  # most are empty; listing one sorts it (Compact calls this on every event)
-                out.extend(bucket)
-        return out
+    def partial_hosts(self, cap: int) -> tuple[int, ...]:
+        """Available slotted nodes of one capacity group with residue left (not full), by (D(n), index)."""
+        hosts = self._hosts.get(cap)
+        if hosts is None:  # Compact asks after every event; most events change no slotted node's residue
+            buckets = self.residue[cap]
+            # most buckets are empty; listing one sorts it
+            hosts = tuple(i for d in range(1, cap + 1) if buckets.count(d) for i in buckets.bucket(d))
+            self._hosts[cap] = hosts
+        return hosts
 
-    def partial_pools(self) -> list[int]:
-        out: list[int] = []
-        for cap, buckets in self.pool_room.items():
-            for room in range(1, cap):
-                bucket = buckets.bucket(room)
-                if bucket:
-                    out.extend(bucket)
-        return out
+    def partial_pools(self) -> tuple[tuple[int, int], ...]:
+        """(room, node) of every partial pool node, the fullest first (room, then index)."""
+        if self._pools[0] != self.pools_changed:  # what the pool drain reads after every event
+            pools = [(room, i) for cap, buckets in self.pool_room.items() for room in range(1, cap)
+                     if buckets.count(room) for i in buckets.bucket(room)]
+            if len(self.pool_room) > 1:  # one group's come in order already
+                pools.sort()
+            self._pools = (self.pools_changed, tuple(pools))
+        return self._pools[1]

@@ -17,9 +17,10 @@ exceed the budget the driver passes to ``place`` or ``compact`` is not made.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from enum import Enum
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ..fragmentation import slot_width, slot_widths
 from ..index import Buckets, MinSet
@@ -44,6 +45,16 @@ class Rule(Enum):
 SLOT_RULES = frozenset({Rule.SLOT, Rule.NEW_SLOT})
 #: rules outside ABS (compass-wc's fallback)
 OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
+
+
+class Mobile(NamedTuple):
+    """What on a node may move: slots as a whole (their widths; a full-node slot never moves), orphans
+    or pool ones anywhere, and ones anywhere but beside a sibling (``ones_somewhere`` counts both)."""
+
+    widths: tuple[int, ...]
+    ones: int
+    ones_somewhere: int
+
 
 Spot = tuple[int, Rule, Slot | None]  # node, the rule that chose it, the slot with a vacancy (fillers only)
 Unit = Slot | InstanceKey  # what Compact moves as one piece: a whole slot, or one orphan
@@ -75,6 +86,12 @@ class Compass(Policy):
         self._scarce = False  # the event's budget is finite and the policy is frugal
         #: AbsState.pools_changed when the pool drain last found nothing to move (None: not since)
         self._pools_stuck: int | None = None
+        #: per capacity group, the partial hosts and their AbsState.version when the slot passes last found
+        #: nothing to move whatever the budget
+        self._slots_stuck: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._refused = 0  # spends refused for want of budget (a pass that found nothing may find more with more)
+        #: node -> (AbsState.version when read, what on it may move): Compact asks after every event
+        self._mobiles: dict[int, tuple[int, Mobile]] = {}
 
     # -- views -------------------------------------------------------------------------------
 
@@ -296,13 +313,22 @@ class Compass(Policy):
             if restored:  # a restored anchor may have opened a slot vacancy
                 moves += self._settle_ones()
         moves += self._drain_pools()
-        for cap in self.abs.empty:
-            if len(self.abs.partial_hosts(cap)) < 2:  # slot passes and repair need two hosts
+        a = self.abs
+        for cap in a.empty:
+            hosts = a.partial_hosts(cap)
+            if len(hosts) < 2:  # slot passes and repair need two hosts
                 continue
+            # They read only these hosts: while none changed, what found nothing to move finds nothing again.
+            seen = hosts, tuple(a.version[i] for i in hosts)
+            if self._slots_stuck.get(cap) == seen:
+                continue
+            before, refused = len(moves), self._refused
             for width in sorted((w for w in _movable_widths(cap)), reverse=True):
                 moves += self._drain_slots(cap, width)
             if self.repair:
                 moves += self._repack(cap)
+            if len(moves) == before and self._refused == refused and self._left != 0:  # nothing, whatever the budget
+                self._slots_stuck[cap] = seen
         return moves
 
     def _settle_ones(self) -> list[Migration]:
@@ -324,6 +350,13 @@ class Compass(Policy):
                 for j in [j for j in a.open if j in later]:
                     self._fill_in_place(j)
                 break
+            # A node without a vacancy of its own keeps its orphans as they are: under a scarce budget, what its
+            # first orphan meets below, no partial node removed by the spot kept, ends its turn (on every full
+            # node, whose number grows across daemon cycles), so it is decided without listing them.
+            if (self._scarce and spot is not None and i not in a.open
+                    and not (spot[1] is Rule.VACANCY and spot[2].vacancy == 0) and self._gain(i, spot[0]) <= 0):
+                homeless = self.cluster.free_gpus(spot[0]) > 1
+                continue
             # Its orphans first fill its own vacancies without moving. Moving one out opens none, so
             # the others each try to move, and what fails for every one of them ends the node's turn.
             for key in self._fill_in_place(i):
@@ -421,6 +454,8 @@ class Compass(Policy):
         placeable: dict[int, bool] = {}
         for i in list(a.foreign):
             for key in list(a.extras[i]):
+                if not c.jobs[key[0]].migratable:
+                    continue  # pinned (adopted from Slurm's own placement): no search, it would not move
                 gpus = c.gpus_of(key)
                 if gpus not in placeable:
                     placeable[gpus] = self._abs_spot(gpus, set()) is not None
@@ -444,11 +479,13 @@ class Compass(Policy):
         if self._pools_stuck == a.pools_changed:
             return moves  # no pool node changed since a drain found none of them with an orphan to move
         while self._left != 0:
-            hosts = sorted(a.partial_pools(), key=lambda i: (self._pool_room(i), i))
+            hosts = a.partial_pools()
             # Sources from the most room down; pinned ones are skipped without a rescan.
-            for src in reversed(hosts):
-                dst = hosts[0] if hosts[0] != src else (hosts[1] if len(hosts) > 1 else None)
-                if dst is None or self._pool_room(dst) > self._pool_room(src):
+            for room, src in reversed(hosts):
+                if not self._mobile(src).ones_somewhere:
+                    continue
+                dst_room, dst = hosts[0] if hosts[0][1] != src else (hosts[1] if len(hosts) > 1 else (0, None))
+                if dst is None or dst_room > room:
                     continue  # only ever towards the fuller node, or moves could cycle
                 key = self._movable(a.ones[src], dst)
                 if key is not None and self._spend(1):
@@ -460,23 +497,24 @@ class Compass(Policy):
                 return moves
         return moves
 
-    def _pool_room(self, i: int) -> int:
-        return self.cluster.capacity[i] - len(self.abs.ones[i])
-
     def _drain_slots(self, cap: int, width: int) -> list[Migration]:
         """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
         a = self.abs
+        residue = a.residue[cap].key  # D(n) of a partial host, without summing its contents
         moves: list[Migration] = []
         while self._left != 0:
-            room = {i: a.residue_of(i) // width for i in a.partial_hosts(cap)}
-            dsts = sorted((i for i in room if room[i] >= 1), key=lambda i: (room[i], a.residue_of(i), i))
+            # Hosts come by (D(n), index), so by (room, D(n), index): the fullest first.
+            dsts = [i for i in a.partial_hosts(cap) if residue(i) >= width]
+            # Only a host with room and a movable slot of this width can be a source (the others are skipped).
+            srcs = sorted((i for i in dsts if width in self._mobile(i).widths),
+                          key=lambda i: (residue(i) // width, i), reverse=True)
             # Sources from the most room down: move one of their slots to the fullest other host.
-            for src in sorted(room, key=lambda i: (room[i], i), reverse=True):
-                dst = next((i for i in dsts if i != src), None)
-                if dst is None or room[dst] > room[src]:
+            for src in srcs:
+                dst = dsts[0] if dsts[0] != src else (dsts[1] if len(dsts) > 1 else None)
+                if dst is None or residue(dst) // width > residue(src) // width:
                     continue
-                slot = next((s for s in a.slots[src] if s.width == width and self._slot_movable(s)), None)
-                if slot is not None and self._spend(len(slot.members())):
+                slot = next(s for s in a.slots[src] if s.width == width and self._slot_movable(s))
+                if self._spend(len(slot.members())):
                     moves += self._move_units([(slot, src, dst)])
                     break
             else:
@@ -494,28 +532,40 @@ class Compass(Policy):
         only if it reduces the number of non-full nodes and fits the budget.
         """
         a = self.abs
-        hosts = sorted(a.partial_hosts(cap), key=lambda i: (a.residue_of(i), i))
+        hosts = a.partial_hosts(cap)  # by (D(n), index)
         if not 2 <= len(hosts) <= REPAIR_MAX_HOSTS:
+            return []
+        residue = a.residue[cap].key
+        mobile = {i: self._mobile(i) for i in hosts}
+        room = {i: residue(i) + sum(mobile[i].widths) + mobile[i].ones for i in hosts}
+        fixed = {i: room[i] < cap for i in hosts}  # pinned slots, extras or pinned orphans stay
+        count: Counter[int] = Counter()
+        for i in hosts:
+            count.update(mobile[i].widths)
+            count[1] += mobile[i].ones
+        # First fit, widest first, by counts: equal items fill the first host with room until it has none.
+        planned: dict[int, list[int]] = {i: [] for i in hosts}
+        for width in sorted(count, reverse=True):
+            left = count[width]
+            for i in hosts:
+                if left == 0:
+                    break
+                n = min(left, room[i] // width)
+                room[i] -= n * width
+                planned[i] += [width] * n
+                left -= n
+            if left:
+                return []
+        after = sum(1 for i in hosts if room[i] > 0 and (planned[i] or fixed[i]))
+        if after >= len(hosts):
             return []
         units: dict[int, list[Unit]] = {
             i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)]
             + [k for k in a.ones[i] if self._can_move(k, None)]
             for i in hosts
         }
-        room = {i: a.residue_of(i) + sum(_width(u) for u in units[i]) for i in hosts}
-        fixed = {i: room[i] < cap for i in hosts}  # pinned slots, extras or pinned orphans stay
         order = {i: n for n, i in enumerate(hosts)}
         items = sorted(((u, i) for i in hosts for u in units[i]), key=lambda ui: (-_width(ui[0]), order[ui[1]]))
-        planned: dict[int, list[int]] = {i: [] for i in hosts}
-        for unit, _ in items:
-            dst = next((i for i in hosts if room[i] >= _width(unit)), None)
-            if dst is None:
-                return []
-            room[dst] -= _width(unit)
-            planned[dst].append(_width(unit))
-        after = sum(1 for i in hosts if room[i] > 0 and (planned[i] or fixed[i]))
-        if after >= len(hosts):
-            return []
         # Items of equal width are interchangeable: let each node keep its own first.
         unassigned = {id(u): (u, i) for u, i in items}
         plan: list[tuple[Unit, int, int]] = []
@@ -531,6 +581,24 @@ class Compass(Policy):
         if not self._spend(sum(len(_members(u)) for u, _, _ in plan)):
             return []
         return self._move_units(plan)
+
+    def _mobile(self, i: int) -> Mobile:
+        """What on node i may move (see Mobile), kept until the node's contents change."""
+        a = self.abs
+        kept = self._mobiles.get(i)
+        if kept is not None and kept[0] == a.version[i]:
+            return kept[1]
+        cap = self.cluster.capacity[i]
+        jobs = self.cluster.jobs
+        anywhere = somewhere = 0
+        for key in a.ones[i]:
+            if jobs[key[0]].migratable:
+                somewhere += 1
+                anywhere += self._can_move(key, None)
+        widths = tuple(s.width for s in a.slots[i] if s.width < cap and self._slot_movable(s))
+        mobile = Mobile(widths, anywhere, somewhere)
+        self._mobiles[i] = (a.version[i], mobile)
+        return mobile
 
     # -- moves -----------------------------------------------------------------------------
 
@@ -608,6 +676,7 @@ class Compass(Policy):
     def _spend(self, n: int) -> bool:
         if self._left is not None:
             if self._left < n:
+                self._refused += 1
                 return False
             self._left -= n
         self._spent += n
