@@ -16,7 +16,7 @@ LIVES = 4
 def test_killed_during_a_cycle_the_lease_starts_every_job(daemons, name):
     lease = 8
     daemon = daemons(lease=lease).start()
-    daemon.wait_cycles(1)  # its log exists
+    daemon.wait_cycles(2)  # its log exists: the count moves as a cycle begins, so the first one has been written
     daemon.signal(signal.SIGSTOP)  # jobs pile up, so the next cycle has many to place
     jobs = [submit_managed(f"{name}{i}", lease, f"--gpus={1 + i % 4}", "--nodes=1") for i in range(40)]
     daemon.signal(signal.SIGCONT)
@@ -35,6 +35,8 @@ def test_killed_during_database_writes_restarts_cleanly(daemons, name):
     jobs: list[str] = []
     for life in range(LIVES):
         daemon.start()
+        if life == 0:
+            daemon.wait_cycles(2)  # its log exists (else a kill before the first write leaves none to check)
         daemon.signal(signal.SIGSTOP)
         jobs += [submit_managed(f"{name}{life}-{i}", lease, f"--gpus={1 + i % 3}", seconds=600) for i in range(8)]
         placed = daemon.text().count("INFO placed job")
