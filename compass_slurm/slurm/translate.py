@@ -551,9 +551,7 @@ class Translator:
             facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
             facts.key = self._eligible_key(job, facts.needs)
         key = (facts.key, job.id) if job.id in self._claims else facts.key  # a pinned job: not against its own claim
-        eligible = self._eligible.get(key, _UNSEEN)
-        if eligible is _UNSEEN:
-            eligible = self._eligible_for(job, facts.needs, key)
+        eligible = self._eligible_for(job, facts.needs, key)
         if facts.pending is None or facts.pending.eligible is not eligible:
             facts.pending = Pending(job, facts.job, eligible)
         known.place(facts, key, eligible)

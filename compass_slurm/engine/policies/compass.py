@@ -48,11 +48,12 @@ OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
 
 
 class Mobile(NamedTuple):
-    """What on a node may move: slots as a whole (their widths; a full-node slot never moves), orphans
-    or pool ones anywhere, and ones anywhere but beside a sibling (``ones_somewhere`` counts both)."""
+    """What on a node may move: its slots as a whole (a full-node slot never moves), its orphans or pool
+    ones anywhere (``ones``), and how many of its ones may move anywhere but beside a sibling
+    (``ones_somewhere``, those of ``ones`` included)."""
 
-    widths: tuple[int, ...]
-    ones: int
+    slots: tuple[Slot, ...]
+    ones: tuple[InstanceKey, ...]
     ones_somewhere: int
 
 
@@ -506,14 +507,14 @@ class Compass(Policy):
             # Hosts come by (D(n), index), so by (room, D(n), index): the fullest first.
             dsts = [i for i in a.partial_hosts(cap) if residue(i) >= width]
             # Only a host with room and a movable slot of this width can be a source (the others are skipped).
-            srcs = sorted((i for i in dsts if width in self._mobile(i).widths),
+            srcs = sorted((i for i in dsts if any(s.width == width for s in self._mobile(i).slots)),
                           key=lambda i: (residue(i) // width, i), reverse=True)
             # Sources from the most room down: move one of their slots to the fullest other host.
             for src in srcs:
                 dst = dsts[0] if dsts[0] != src else (dsts[1] if len(dsts) > 1 else None)
                 if dst is None or residue(dst) // width > residue(src) // width:
                     continue
-                slot = next(s for s in a.slots[src] if s.width == width and self._slot_movable(s))
+                slot = next(s for s in self._mobile(src).slots if s.width == width)
                 if self._spend(len(slot.members())):
                     moves += self._move_units([(slot, src, dst)])
                     break
@@ -537,12 +538,12 @@ class Compass(Policy):
             return []
         residue = a.residue[cap].key
         mobile = {i: self._mobile(i) for i in hosts}
-        room = {i: residue(i) + sum(mobile[i].widths) + mobile[i].ones for i in hosts}
+        room = {i: residue(i) + sum(s.width for s in mobile[i].slots) + len(mobile[i].ones) for i in hosts}
         fixed = {i: room[i] < cap for i in hosts}  # pinned slots, extras or pinned orphans stay
         count: Counter[int] = Counter()
         for i in hosts:
-            count.update(mobile[i].widths)
-            count[1] += mobile[i].ones
+            count.update(s.width for s in mobile[i].slots)
+            count[1] += len(mobile[i].ones)
         # First fit, widest first, by counts: equal items fill the first host with room until it has none.
         planned: dict[int, list[int]] = {i: [] for i in hosts}
         for width in sorted(count, reverse=True):
@@ -559,11 +560,7 @@ class Compass(Policy):
         after = sum(1 for i in hosts if room[i] > 0 and (planned[i] or fixed[i]))
         if after >= len(hosts):
             return []
-        units: dict[int, list[Unit]] = {
-            i: [s for s in a.slots[i] if s.width < cap and self._slot_movable(s)]
-            + [k for k in a.ones[i] if self._can_move(k, None)]
-            for i in hosts
-        }
+        units: dict[int, list[Unit]] = {i: [*mobile[i].slots, *mobile[i].ones] for i in hosts}
         order = {i: n for n, i in enumerate(hosts)}
         items = sorted(((u, i) for i in hosts for u in units[i]), key=lambda ui: (-_width(ui[0]), order[ui[1]]))
         # Items of equal width are interchangeable: let each node keep its own first.
@@ -590,13 +587,9 @@ class Compass(Policy):
             return kept[1]
         cap = self.cluster.capacity[i]
         jobs = self.cluster.jobs
-        anywhere = somewhere = 0
-        for key in a.ones[i]:
-            if jobs[key[0]].migratable:
-                somewhere += 1
-                anywhere += self._can_move(key, None)
-        widths = tuple(s.width for s in a.slots[i] if s.width < cap and self._slot_movable(s))
-        mobile = Mobile(widths, anywhere, somewhere)
+        slots = tuple(s for s in a.slots[i] if s.width < cap and self._slot_movable(s))
+        ones = tuple(key for key in a.ones[i] if self._can_move(key, None))
+        mobile = Mobile(slots, ones, sum(1 for key in a.ones[i] if jobs[key[0]].migratable))
         self._mobiles[i] = (a.version[i], mobile)
         return mobile
 
