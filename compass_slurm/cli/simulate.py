@@ -58,9 +58,9 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--watch", type=click.FloatRange(min=0), default=Config.watch, metavar="S",
               help="With --cycle-interval: the daemon's look every S seconds notices a departure and cycles at once "
                    f"(0: no look) [default: {Config.watch:g}, the daemon's].")
-@click.option("--slack", type=click.FloatRange(min=0), default=0.0, metavar="S",
-              help="Backfill: 1-GPU jobs may delay a blocked one-node whole-node job up to S x its estimate past "
-                   "its first reservation (0: EASY's rule) [default: 0].")
+@click.option("--slack", type=click.FloatRange(min=0), default=Config.slack, metavar="S",
+              help="Backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to S x its estimate "
+                   f"past its first reservation (0: EASY's rule) [default: {Config.slack:g}, the daemon's].")
 @click.option("--limit", type=click.IntRange(min=1),
               help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
