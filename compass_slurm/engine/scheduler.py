@@ -12,12 +12,13 @@ Disciplines (``QUEUES``):
 
 Slack (``slack`` = S > 0, backfill only; 0 is EASY): a head of one whole node may be
 delayed by 1-GPU jobs up to S times its own estimate past the shadow time of its first
-reservation (after Talby and Feitelson's slack-based backfilling). A 1-GPU job then
-starts on any GPUs if it is expected to end by that deadline, not only by the current
-shadow time; the deadline is fixed when the head is first reserved, so the slack is
-not renewed, and the head starts no later than its first shadow time plus the slack
-(by the estimates). Other heads (multi-node ones: a stream of small jobs must not
-starve them) and other passers keep EASY's rule.
+reservation (after Talby and Feitelson's slack-based backfilling; a head that fits when
+first at the front has its first shadow time now). Until that deadline a 1-GPU job
+starts on any GPUs if it is expected to end by it, not only by the current shadow time,
+and a head that fits lets such jobs go first, then starts in the same drain if it still
+fits (no GPU idles for it). The deadline is not renewed, so the head starts no later
+than its first shadow time plus the slack (by the estimates). Other heads (multi-node
+ones: a stream of small jobs must not starve them) and other passers keep EASY's rule.
 
 Run-time estimates: a job's ``limit`` (Slurm's time limit; the simulator passes the
 real duration) times ``estimate_factor``; a job without a limit is expected to run
@@ -377,7 +378,7 @@ class Scheduler:
             moves = len(step.migrations)
             ok = self._start(entry, None, now, step) if short else self._start_outside(entry, now, step)
             if head is not None and (len(step.migrations) != moves or (
-                    ok and horizon is not None and now + self._estimate(entry) > res.shadow)):
+                    ok and short and horizon is not None and now + self._estimate(entry) > res.shadow)):
                 # moves changed the layout, or a job within the slack took GPUs the head was to have
                 self.reservation = self._reserve(head, now)
             if ok:
