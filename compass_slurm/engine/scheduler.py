@@ -342,6 +342,13 @@ class Scheduler:
         return self._start(head, None, now, step)
 
     def _backfill(self, now: float, step: Step) -> None:
+        while self._walk(now, step):
+            # a held head started on what the jobs that went first left it (no GPU idles for the
+            # slack): the walk starts over behind it
+            self.reservation = None
+
+    def _walk(self, now: float, step: Step) -> bool:
+        """One backfill walk down the queue; True when it ended by starting a held head (walk again)."""
         # A shape that found no place stays refused until something else starts (placing
         # only takes GPUs, but an ABS placement can open a vacancy), so a long queue of
         # blocked jobs costs one attempt per shape, and the walk ends once all are refused.
@@ -394,13 +401,12 @@ class Scheduler:
                     break
         if held is not None:
             if self._start(held, None, now, step) or self._make_room(held, now, step):
-                # what went first left it room (no GPU idles for the slack): the walk starts over behind it
-                self.reservation = None
-                self._backfill(now, step)
-            elif head is held:
+                return True
+            if head is held:
                 self.reservation = self._reserve(held, now)
         elif head is None:
             self.policy.blocked(None)
+        return False
 
     def _holds(self, entry: Entry, now: float) -> bool:
         """Whether a head that may fit now lets 1-GPU jobs go first: it has slack, and its deadline is ahead."""
