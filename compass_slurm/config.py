@@ -7,6 +7,7 @@ Every value remembers where it came from, for ``compass config show``.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -37,6 +38,10 @@ class Config:
     #: queue discipline of the daemon's Scheduler, as `compass simulate --queue`: "backfill" (EASY, as Slurm's
     #: sched/backfill: a reservation for the highest-priority job that does not fit) or "fifo" (strict order).
     queue: str = "backfill"
+    #: backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to this many times its time
+    #: limit past its first reservation (engine/scheduler.py, "Slack"; README "Slack for whole-node heads");
+    #: 0: EASY's rule, the head's reservation is never delayed.
+    slack: float = 0.0
     #: seconds between daemon cycles.
     interval: float = 5.0
     #: seconds between the daemon's cheap looks for new managed pending jobs (one squeue of the
@@ -85,6 +90,9 @@ CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("manage
            "queue": ("backfill", "fifo")}
 
 
+#: numbers that must be finite (the others may be inf: never)
+_FINITE = {"slack"}
+
 #: the migration rate settings, parsed by the rate limit that spends them
 _RATES = {"migrations_per_hour": parse_setting, "migrations_burst": parse_burst}
 
@@ -103,7 +111,7 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if isinstance(value, bool):
                 raise ValueError
             value = float(value)
-            if value < 0:
+            if not value >= 0 or (name in _FINITE and math.isinf(value)):
                 raise ValueError
         elif kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):

@@ -58,6 +58,9 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--watch", type=click.FloatRange(min=0), default=Config.watch, metavar="S",
               help="With --cycle-interval: the daemon's look every S seconds notices a departure and cycles at once "
                    f"(0: no look) [default: {Config.watch:g}, the daemon's].")
+@click.option("--slack", type=click.FloatRange(min=0), default=Config.slack, metavar="S",
+              help="Backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to S x its estimate "
+                   f"past its first reservation (0: EASY's rule) [default: {Config.slack:g}, the daemon's].")
 @click.option("--limit", type=click.IntRange(min=1),
               help=f"At most this many jobs, the first in the window (synthetic: {SYNTHETIC_JOBS} unless given).")
 @click.option("--window", metavar="START:END", help="Only jobs submitted in this span of trace time, e.g. 2d:9d.")
@@ -71,8 +74,8 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
 def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
-            estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, limit,
-            window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
+            estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, slack,
+            limit, window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
     if sweep_file or sbatch:
         _sweep(sweep_file, sbatch, as_json)
@@ -115,7 +118,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     configs = [
         SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
                   estimate_factor=factor, migrations_per_hour=budget, migrations_burst=burst,
-                  cycle_interval=cycle_interval, watch=watch)
+                  cycle_interval=cycle_interval, watch=watch, slack=slack)
         for p in chosen
     ]
     try:
@@ -144,6 +147,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "estimate_factor": factor,
             "cycle_interval_s": cycle_interval,
             "watch_s": watch if cycle_interval else None,
+            "slack": slack,
             "migrations_per_hour": hourly,
             "migrations_per_hour_setting": budget,
             "migrations_burst": per_burst(burst, hourly),

@@ -10,6 +10,16 @@ Disciplines (``QUEUES``):
   the head: it is expected to end by the shadow time, or it leaves the reserved
   GPUs alone. One reservation only (EASY); it is rebuilt on every drain.
 
+Slack (``slack`` = S > 0, backfill only; 0 is EASY): a head of one whole node may be
+delayed by 1-GPU jobs up to S times its own estimate past the shadow time of its first
+reservation (after Talby and Feitelson's slack-based backfilling; a head that fits when
+first at the front has its first shadow time now). Until that deadline a 1-GPU job
+starts on any GPUs if it is expected to end by it, not only by the current shadow time,
+and a head that fits lets such jobs go first, then starts in the same drain if it still
+fits (no GPU idles for it). The deadline is not renewed, so the head starts no later
+than its first shadow time plus the slack (by the estimates). Other heads (multi-node
+ones: a stream of small jobs must not starve them) and other passers keep EASY's rule.
+
 Run-time estimates: a job's ``limit`` (Slurm's time limit; the simulator passes the
 real duration) times ``estimate_factor``; a job without a limit is expected to run
 forever, so it never ends before a shadow time. A running job past its estimate is
@@ -121,6 +131,7 @@ class Scheduler:
         *,
         explain: bool = False,
         on_start: Callable[[Decision], None] | None = None,
+        slack: float = 0.0,
     ) -> None:
         if queue not in QUEUES:
             raise EngineError(f"unknown queue {queue!r}; choose from: {', '.join(QUEUES)}")
@@ -129,6 +140,11 @@ class Scheduler:
         self.policy = policy
         self.discipline = queue
         self.estimate_factor = estimate_factor
+        if not slack >= 0 or math.isinf(slack):
+            raise EngineError(f"slack must be a number >= 0 (times the head's estimate), got {slack!r}")
+        self.slack = slack
+        #: queued single-node whole-node job -> the deadline its first reservation set (slack > 0)
+        self._deadline: dict[str, float] = {}
         self.foreign = foreign
         #: record in each decision the nodes the policy chose among (for drivers that log them: it costs lookups)
         self.explain = explain
@@ -206,6 +222,7 @@ class Scheduler:
             self.submit(job, eligible, limit)
         for entry in old.values():
             self._unshape(entry)
+            self._deadline.pop(entry.job.id, None)
         # A queue kept for long: heaps that hold mostly jobs gone are rebuilt from the queue.
         for shape, heap in self._shortest.items():
             if len(heap) > 2 * self._shapes[shape] + 64:
@@ -270,6 +287,7 @@ class Scheduler:
         if entry is None:
             raise EngineError(f"job {job_id} is not queued")
         self._unshape(entry)
+        self._deadline.pop(job_id, None)
 
     def arrive(
         self,
@@ -324,16 +342,27 @@ class Scheduler:
         return self._start(head, None, now, step)
 
     def _backfill(self, now: float, step: Step) -> None:
+        while self._walk(now, step):
+            # a held head started on what the jobs that went first left it (no GPU idles for the
+            # slack): the walk starts over behind it
+            self.reservation = None
+
+    def _walk(self, now: float, step: Step) -> bool:
+        """One backfill walk down the queue; True when it ended by starting a held head (walk again)."""
         # A shape that found no place stays refused until something else starts (placing
         # only takes GPUs, but an ABS placement can open a vacancy), so a long queue of
         # blocked jobs costs one attempt per shape, and the walk ends once all are refused.
         refused: dict[tuple, bool] = {}  # shape -> refused even when short (True) or only when long
         head: Entry | None = None
+        deadline: float | None = None  # the head's slack deadline, if it has one
         everywhere = 0  # shapes refused whatever the job's length
+        held: Entry | None = None  # a head within its slack: 1-GPU jobs go first, then it
         for entry in list(self.queue.values()):
             shape = _shape(entry)
             if head is None:
-                if self._start(entry, None, now, step) or (entry.managed and self._make_room(entry, now, step)):
+                held = entry if self._holds(entry, now) else None
+                if held is None and (self._start(entry, None, now, step) or (
+                        entry.managed and self._make_room(entry, now, step))):
                     continue
                 refused[shape] = True
                 everywhere += 1
@@ -341,31 +370,63 @@ class Scheduler:
                 # A head that cannot be planned (no estimates) reserves nothing, as in Slurm:
                 # the next blocked job may reserve instead.
                 head = entry if self.reservation is not None else None
+                deadline = self._slack_deadline(head)
                 if everywhere == len(self._shapes):
                     break
                 continue
             res = self.reservation
-            short = res is None or now + self._estimate(entry) <= res.shadow
+            # a 1-GPU job may delay a slack head up to its deadline; everything else up to the shadow time
+            horizon = None if res is None else (
+                max(res.shadow, deadline) if deadline is not None and _passes(shape) else res.shadow)
+            short = horizon is None or now + self._estimate(entry) <= horizon
             seen = refused.get(shape)
             if seen or (seen is False and not short):
                 continue
             moves = len(step.migrations)
             ok = self._start(entry, None, now, step) if short else self._start_outside(entry, now, step)
-            if len(step.migrations) != moves and head is not None:
-                self.reservation = self._reserve(head, now)  # moves changed the layout
+            if head is not None and (len(step.migrations) != moves or (
+                    ok and short and horizon is not None and now + self._estimate(entry) > res.shadow)):
+                # moves changed the layout, or a job within the slack took GPUs the head was to have
+                self.reservation = self._reserve(head, now)
             if ok:
                 if refused:
                     refused.clear()
                     everywhere = 0
                 continue
             # A shape refused as long is refused everywhere once none of its jobs is short.
-            refused[shape] = short or (res is not None and now + self._least_estimate(shape) > res.shadow)
+            refused[shape] = short or (horizon is not None and now + self._least_estimate(shape) > horizon)
             if refused[shape]:
                 everywhere += 1
                 if everywhere == len(self._shapes):
                     break
-        if head is None:
+        if held is not None:
+            if self._start(held, None, now, step) or self._make_room(held, now, step):
+                return True
+            if head is held:
+                self.reservation = self._reserve(held, now)
+        elif head is None:
             self.policy.blocked(None)
+        return False
+
+    def _holds(self, entry: Entry, now: float) -> bool:
+        """Whether a head that may fit now lets 1-GPU jobs go first: it has slack, and its deadline is ahead."""
+        if not self._has_slack(entry):
+            return False
+        deadline = self._deadline.get(entry.job.id)
+        return deadline is None or now < deadline
+
+    def _has_slack(self, entry: Entry) -> bool:
+        job = entry.job
+        return bool(self.slack) and entry.managed and entry.limit is not None and job.instances == 1 and (
+            job.gpus >= self.policy.cluster.max_gpus)
+
+    def _slack_deadline(self, head: Entry | None) -> float | None:
+        """A reserved head's slack deadline (set by its first reservation), or None: EASY's rule for it."""
+        if head is None or not self._has_slack(head):
+            return None
+        res = self.reservation
+        assert res is not None
+        return self._deadline.setdefault(head.job.id, res.shadow + self.slack * self._estimate(head))
 
     def _start_outside(self, entry: Entry, now: float, step: Step) -> bool:
         """Start a job that ends after the shadow time only on GPUs the reservation does not need."""
@@ -411,8 +472,7 @@ class Scheduler:
             # The policy stacked instances beyond a reserved node's spare: not this job, not now.
             step.migrations.extend(policy.remove(job.id))
             return False
-        del self.queue[job.id]
-        self._unshape(entry)
+        self._dequeue(entry)
         step.decisions.append(decision)
         self._expect(job.id, now, entry.limit)
         _compacted(step, policy.compact(self._left(step)))
@@ -437,8 +497,7 @@ class Scheduler:
         job = replace(entry.job, migratable=False)
         names = tuple(c.nodes[i].name for i in nodes)
         self.policy.adopt(job, names)
-        del self.queue[job.id]
-        self._unshape(entry)
+        self._dequeue(entry)
         step.decisions.append(Decision(job.id, names, job.gpus, "not managed: placed by Slurm, adopted pinned"))
         self._expect(job.id, now, entry.limit)
         _compacted(step, self.policy.compact(self._left(step)))
@@ -580,6 +639,12 @@ class Scheduler:
             k = bisect.bisect_left(self._by_end, (*known, job_id))
             del self._by_end[k]
 
+    def _dequeue(self, entry: Entry) -> None:
+        """A queued job starts."""
+        del self.queue[entry.job.id]
+        self._unshape(entry)
+        self._deadline.pop(entry.job.id, None)
+
     def _unshape(self, entry: Entry) -> None:
         if self.discipline != "backfill":
             return
@@ -602,6 +667,12 @@ class Scheduler:
 def _compacted(step: Step, done: Compaction) -> None:
     step.migrations.extend(done.moves)
     step.spent += done.spent
+
+
+def _passes(shape: tuple) -> bool:
+    """Whether jobs of ``shape`` may use a slack head's slack: one managed instance of one GPU."""
+    instances, gpus, _, _, managed = shape
+    return instances == 1 and gpus == 1 and managed
 
 
 def _shape(entry: Entry) -> tuple:

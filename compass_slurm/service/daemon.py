@@ -247,7 +247,7 @@ class Daemon:
                               map(not_, map(held.__contains__, ids))))
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
-            self.scheduler = Scheduler(policy, self.config.queue, explain=True)
+            self.scheduler = Scheduler(policy, self.config.queue, explain=True, slack=self.config.slack)
         scheduler = self.scheduler
 
         def started(decision: Decision) -> None:

@@ -69,6 +69,9 @@ class SimConfig:
     #: with a cycle: the daemon's look between cycles, every this many seconds, notices a departure and
     #: starts a cycle at once (the next multiple of it, when sooner than the next cycle; 0: no look)
     watch: float = 0.0
+    #: backfill: 1-GPU jobs may delay a blocked one-node whole-node head up to this many times its
+    #: estimate past its first reservation (engine/scheduler.py; 0: EASY's rule)
+    slack: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ class Simulation:
         self.jobs = jobs
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
-        self.scheduler = Scheduler(self.policy, config.queue, config.estimate_factor, foreign=slurm_nodes)
+        self.scheduler = Scheduler(self.policy, config.queue, config.estimate_factor, foreign=slurm_nodes,
+                                   slack=config.slack)
         self.rate = RateLimit(config.migrations_per_hour, len(config.nodes), config.migrations_burst)
         self.by_id = {sj.job.id: sj for sj in jobs}
         self.total_gpus = sum(n.gpus for n in config.nodes)

@@ -92,6 +92,16 @@ def test_config_show_bad_value_is_a_clear_error(isolated: Path) -> None:
     assert "interval = -1" in result.stderr and "hint: " in result.stderr and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("text", ["-0.5", "inf", "nan", '"some"'])
+def test_a_bad_slack_is_one_line_and_exit_2(isolated: Path, text: str) -> None:
+    isolated.write_text(f"[compass]\nslack = {text}\n")
+    result = invoke("config", "show")
+    assert result.exit_code == 2
+    assert "slack = " in result.stderr and "Traceback" not in result.output
+    isolated.write_text("[compass]\nslack = 0.5\n")
+    assert json_of("config", "show")["settings"]["slack"]["value"] == 0.5
+
+
 @pytest.mark.parametrize(("text", "value"), [("", "per-node"), ('"per-node"', "per-node"), ("48", 48), ("0", 0),
                                            ('"unlimited"', "unlimited"), ('"Unlimited"', "unlimited")])
 def test_the_migration_budget_is_a_number_unlimited_or_per_node(isolated: Path, text: str, value) -> None:

@@ -192,3 +192,71 @@ def test_check_catches_a_job_that_would_delay_the_reservation():
     s._expect("sneak", 0, 500)
     with pytest.raises(AssertionError, match="node n1: 2 GPUs stay past the shadow time 100, 8 reserved for h"):
         s.check()
+
+
+def test_slack_must_be_a_finite_number_of_estimates():
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(EngineError, match="slack must be a number >= 0"):
+            scheduler(1, slack=bad)
+
+
+def test_slack_lets_1_gpu_jobs_delay_a_blocked_whole_node_head_up_to_its_first_deadline():
+    # a (4 GPUs) ends at 100: h's first shadow time is 100, its deadline 100 + 0.5 x 100 = 150.
+    s = scheduler(1, slack=0.5)
+    s.arrive(Job("a", 1, 4), now=0, limit=100)
+    s.submit(Job("h", 1, 8), limit=100)
+    s.submit(Job("two", 1, 2), limit=140)  # not a 1-GPU job: EASY's rule (ends after 100)
+    s.submit(Job("late", 1, 1), limit=160)  # ends after the deadline
+    s.submit(Job("within", 1, 1), limit=140)
+    assert started(s.drain(0)) == ["within"]
+    assert s.reservation.shadow == 140  # delayed by it, not beyond the deadline
+    s.check()
+    # the deadline is the first one: the later shadow time does not renew the slack
+    s.submit(Job("next", 1, 1), limit=145)  # ends at 155
+    s.submit(Job("last", 1, 1), limit=139)  # ends at 149
+    assert started(s.drain(10)) == ["last"]
+    assert s.reservation.shadow == 149
+    s.depart("a", now=100)
+    s.depart("within", now=140)
+    assert started(s.depart("last", now=149)) == ["h"]
+
+
+def test_a_whole_node_head_that_fits_lets_1_gpu_jobs_go_first_then_starts_if_it_still_fits():
+    s = scheduler(2, slack=1.0)
+    s.arrive(Job("a", 1, 4), now=0, limit=1000)
+    s.submit(Job("h", 1, 8), limit=100)
+    s.submit(Job("j", 1, 1), limit=50)
+    assert started(s.drain(0)) == ["j", "h"]  # best fit put j beside a: h kept its node, no GPU idled
+    assert s.reservation is None
+
+
+def test_a_whole_node_head_passed_within_its_slack_waits_no_later_than_its_deadline():
+    s = scheduler(1, slack=1.0)
+    s.submit(Job("h", 1, 8), limit=100)  # fits at 0: deadline 0 + 100
+    s.submit(Job("j", 1, 1), limit=50)
+    s.submit(Job("long", 1, 1), limit=150)  # would end after the deadline
+    assert started(s.drain(0)) == ["j"]
+    assert (s.reservation.job, s.reservation.shadow) == ("h", 50)
+    s.check()
+    s.submit(Job("k", 1, 1), limit=90)  # ends at 100: within the deadline
+    assert started(s.drain(10)) == ["k"]
+    s.depart("j", now=50)
+    step = s.depart("k", now=100)
+    assert started(step)[0] == "h"
+    # past its deadline a head is not passed: the next one that fits starts first again
+    s2 = scheduler(1, slack=0.1)
+    s2.submit(Job("h", 1, 8), limit=100)
+    s2.submit(Job("j", 1, 1), limit=5)
+    assert started(s2.drain(0)) == ["j"]  # h's deadline is 10
+    s2.submit(Job("m", 1, 1), limit=1)
+    assert started(s2.depart("j", now=20)) == ["h"]  # j ran late: m, behind h, no longer goes first
+
+
+def test_slack_keeps_easy_for_multi_node_heads():
+    # the starvation case (tests/sim/test_starvation.py): a multi-node head keeps EASY's promise
+    s = scheduler(2, slack=1.0)
+    s.arrive(Job("a", 1, 4), now=0, limit=100)
+    s.submit(Job("big", 2, 8), limit=100)
+    s.submit(Job("j", 1, 1), limit=150)
+    assert started(s.drain(0)) == []
+    assert s.reservation.shadow == 100

@@ -735,3 +735,18 @@ def test_a_12_gpu_job_is_told_to_slurm_as_two_nodes_of_six(tmp_path):
     assert decision.request == "2x6" and sorted(decision.gpus_per_node.values()) == [6, 6]
     (command,) = backend.commands
     assert "NumNodes=2" in command and "TresPerNode=gres:gpu:6" in command
+
+
+@pytest.mark.parametrize(("slack", "order"), [(0.0, ["10", "11"]), (1.0, ["11", "10"])])
+def test_the_daemon_s_scheduler_takes_the_slack_setting(tmp_path, slack, order):
+    # n1 holds a 4-GPU job: the whole-node 10 fits on n2. With slack, the 1-GPU 11 behind it goes first (best
+    # fit puts it beside the running job), then 10, which still fits: the same Scheduler rule as the simulator's.
+    state = cluster(nodes(2), [
+        running("5", {"n1": 4}),
+        pending("10", per_node=8, priority=90, time_limit_s=6000),
+        pending("11", gpus=1, priority=50, time_limit_s=600),
+    ])
+    daemon, _, _ = daemon_for(state, tmp_path, policy="best-fit", slack=slack)
+    report = daemon.cycle()
+    assert daemon.scheduler.slack == slack
+    assert [d.job_id for d in report.decisions] == order

@@ -34,6 +34,13 @@ def test_the_big_job_starts_by_its_first_reservation(policy, delay):
     assert waits[len(waits) // 2] < 60
 
 
+@pytest.mark.parametrize("policy", ["compass-easy", "best-fit"])
+def test_slack_for_one_node_heads_leaves_the_multi_node_job_its_promise(policy):
+    sim = Simulation(stream(), SimConfig(policy, make_nodes([(8, 16)]), 8.0, "backfill", check=True, slack=1.0))
+    sim.run()
+    assert sim.started["big"] <= sim.promised["big"] + 1e-9 and sim.promised["big"] <= 121
+
+
 def test_under_fifo_the_stream_waits_behind_the_big_job():
     sim = Simulation(stream(), SimConfig("best-fit", make_nodes([(8, 16)]), 0.0, "fifo", check=True))
     sim.run()
