@@ -48,7 +48,8 @@ JOBS_TEXT = ["scontrol", "show", "job", "--details", "--oneliner"]
 PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 VERSION = ["scontrol", "--version"]
-#: the first Slurm whose squeue --json prints only the jobs --jobs names (22.05 prints all): the narrow read's
+#: the first Slurm whose squeue --json prints only the jobs --jobs names (22.05 prints all; 23.11 all for two or more,
+#: and its squeue --Format has no ExcNodes): the narrow read's
 NARROW_SINCE = (24, 11)
 #: a longer --jobs list reads all of squeue --json instead (one argument may hold at most 128 KiB)
 JOBS_ARG_MAX = 100_000

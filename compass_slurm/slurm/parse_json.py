@@ -1,7 +1,7 @@
 """Parsers for ``sinfo --json`` and ``squeue --json``.
 
-Read from real output of Slurm 22.05 (openapi v0.0.38), 24.11 (data_parser v0.0.42)
-and 26.05 (v0.0.45): numbers wrapped as ``{"set": .., "number": ..}``, states given
+Read from real output of Slurm 22.05 (openapi v0.0.38), 23.11 (data_parser v0.0.40),
+24.11 (v0.0.42) and 26.05 (v0.0.45): numbers wrapped as ``{"set": .., "number": ..}``, states given
 as lists, the meta block's ``Slurm`` spelt ``slurm``, and from 23.02 on ``sinfo
 --json`` printing a ``sinfo`` list of records that each group several nodes
 (``nodes.nodes``) with shared ``node.state`` and ``gres.total``/``gres.used``.

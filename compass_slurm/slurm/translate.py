@@ -58,6 +58,9 @@ from .state import SlurmJob, SlurmNode, SlurmState
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
 #: the pending reason of array tasks beyond the array's throttle
 THROTTLED = "JobArrayTaskLimit"
+#: what 23.11's main scheduler says, without accounting storage, of every job it looks at (its association check
+#: fails); its backfill starts the job all the same, a pinned one on its nodes, so a pin keeps the job's place
+INVALID_ACCOUNT = "InvalidAccount"
 #: the pending reason of a job whose dependency is not met yet (DependencyNeverSatisfied: never will be)
 DEPENDENCY = "Dependency"
 #: seconds a job's begin time may lie past the read (or its submission) and still count as come:
@@ -612,7 +615,9 @@ class Translator:
 
     def _not_startable(self, job: SlurmJob) -> str | None:
         reason = job.reason.split(",")[0].strip()
-        if reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job):  # within its free slots
+        if (reason not in STARTABLE_REASONS and not (reason == THROTTLED and job.array_job)  # within its free slots
+                and not (reason == INVALID_ACCOUNT and job.required_nodes
+                         and len(set(job.required_nodes)) == job.num_nodes)):
             return f"Slurm holds it back: {job.reason}"
         if self.capacity_of(job) == 0:
             return f"no GPU nodes in partition {job.partition}"

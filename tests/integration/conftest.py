@@ -4,10 +4,11 @@ The project's job_submit/lua hook is installed (``--job-submit-lua``); it change
 until a test's daemon writes the hook's config (COMPASS_HOOK_CONFIG), so the other
 tests see plain Slurm.
 
-Every test that uses the cluster runs once per release (22.05, 24.11, 26.05, or those in
-$COMPASS_TEST_SLURM), one release's cluster after the other. A cluster already running
+Every test that uses the cluster runs once per release (22.05, 23.11, 24.11, 26.05, or those
+in $COMPASS_TEST_SLURM), one release's cluster after the other. A cluster already running
 with that layout is reused (and left running); one this fixture started is stopped when
-its release is done. Skipped only where Slurm cannot run here: not Linux, or not root.
+its release is done. Skipped only where Slurm cannot run here: not Linux, or not root, or
+a release's chroot not built and its archive unreachable (the reason in pytest's summary).
 """
 
 from __future__ import annotations

@@ -79,7 +79,22 @@ def test_an_unknown_release_exits_2_naming_the_known_ones():
     done = dev("start", "--slurm", "23.02")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines()[-1] == ("dev-cluster: error: unknown Slurm release '23.02': "
-                                            "known are 22.05, 24.11, 26.05")
+                                            "known are 22.05, 23.11, 24.11, 26.05")
+
+
+def test_an_unreachable_archive_is_one_line_and_exit_3(tmp_path, monkeypatch):
+    from devcluster import UNREACHABLE, dev
+
+    monkeypatch.setenv("COMPASS_CHROOT_CACHE", str(tmp_path / "cache"))  # nothing built there: 23.11 must be
+    monkeypatch.setenv("COMPASS_UBUNTU_MIRROR", "http://127.0.0.1:9/ubuntu")  # the discard port: refused
+    said = ("Ubuntu's archive cannot be reached (http://127.0.0.1:9/ubuntu/dists/noble/Release: [Errno 111] "
+            "Connection refused); set $COMPASS_UBUNTU_MIRROR to a mirror of it")
+    done = dev("start", "--slurm", "23.11", "--nodes", "1")
+    assert (done.returncode, done.stdout, done.stderr) == (UNREACHABLE, "", f"dev-cluster: error: {said}\n")
+    done = dev("prepare", "23.11")  # the tests' background build: the other releases are built all the same
+    assert (done.returncode, done.stdout) == (0, "dev-cluster: ready: Slurm -\n")
+    assert done.stderr == f"dev-cluster: warning: {said}: Slurm 23.11 not built\n"
+    assert not (tmp_path / "cache" / "noble").exists()
 
 
 def test_prepare_without_the_pyslurm_source_warns_and_builds_the_rest(tmp_path):

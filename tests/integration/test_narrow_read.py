@@ -1,17 +1,20 @@
 """The narrow job read (one squeue --Format line per job, squeue --json only for the changed) on the real cluster.
 
 From 24.11 it yields the very SlurmJobs the whole ``squeue --json`` read does, and the daemon places on it;
-22.05 (whose squeue --json ignores --jobs, and whose --Format has no ExcNodes) keeps the JSON read.
+22.05 and 23.11 (whose squeue --json lists every job for two --jobs ids, and whose --Format has no ExcNodes) keep
+the JSON read.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
+from compass_slurm.slurm import parse_narrow
 from compass_slurm.slurm.cli_backend import JOBS_JSON, CliBackend, run_process
 
 pytestmark = pytest.mark.slurm
@@ -47,7 +50,7 @@ def a_mixed_queue(slurm) -> list[str]:
 
 def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it(idle_cluster, dev_cluster, tmp_path):
     slurm = idle_cluster
-    a_mixed_queue(slurm)
+    running = a_mixed_queue(slurm)
     calls: list[list[str]] = []
 
     def runner(argv: list[str], timeout: float) -> tuple[int, str, str]:
@@ -62,8 +65,14 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
     assert (cut, whole) == (comment[:20], comment + "|")
 
     narrow = CliBackend(runner=runner, narrow=None)
-    if dev_cluster.release == "22.05":
+    if dev_cluster.release < "24.11":
         assert not narrow.uses_narrow and narrow.read_commands()["jobs"] == JOBS_JSON
+        # why: squeue --json lists every job for two ids, and squeue --Format has no ExcNodes
+        two = subprocess.run([*JOBS_JSON, f"--jobs={running[0]},{running[1]}"], check=True, capture_output=True,
+                             text=True).stdout
+        assert len(json.loads(two)["jobs"]) == len(CliBackend().read_jobs()) > 2
+        lines = subprocess.run(parse_narrow.argv(False), capture_output=True, text=True)
+        assert "Invalid job format specification: ExcNodes" in lines.stderr
         return
     assert narrow.uses_narrow
     by_narrow = narrow.read_jobs()

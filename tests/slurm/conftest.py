@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-RELEASES = ("22.05", "24.11", "26.05")
+RELEASES = ("22.05", "23.11", "24.11", "26.05")
 #: the first release the CLI backend reads jobs narrow on (cli_backend.NARROW_SINCE)
 NARROW_SINCE = "24.11"
 
@@ -58,6 +58,12 @@ def queue(request: pytest.FixtureRequest) -> RecordedSlurm:
 @pytest.fixture(params=[r for r in RELEASES if r >= NARROW_SINCE])
 def narrow_queue(request: pytest.FixtureRequest) -> RecordedSlurm:
     """The narrow read's scenario on the releases that read narrow."""
+    return RecordedSlurm("narrow-8x8", request.param)
+
+
+@pytest.fixture(params=[r for r in RELEASES if r < NARROW_SINCE])
+def wide_queue(request: pytest.FixtureRequest) -> RecordedSlurm:
+    """The narrow read's scenario on the releases that read all of squeue --json."""
     return RecordedSlurm("narrow-8x8", request.param)
 
 

@@ -64,7 +64,7 @@ def test_versions_without_json_use_text(mixed):
 @pytest.mark.parametrize("use_json", [True, False])
 def test_nodes(mixed, use_json):
     state = CliBackend(runner=mixed, json=use_json).read_state()
-    assert state.version == {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}[mixed.release]
+    assert state.version == {"22.05": "22.05.8", "23.11": "23.11.4", "24.11": "24.11.5", "26.05": "26.05.5"}[mixed.release]
     assert [n.name for n in state.nodes] == [f"node{i:02d}" for i in range(1, 17)]
     assert all(n.gpus == 8 and n.cpus == 32 and n.memory_mb == 256000 for n in state.nodes)
     assert all(n.partitions == ("gpu",) for n in state.nodes)
@@ -105,7 +105,10 @@ def test_jobs(mixed, use_json):
     assert held.pending and held.held and held.reason == "JobHeldUser" and held.nodes == ()
     assert held.managed and not held.migratable and held.gpus_requested == 8
     waiting = jobs["10"]
-    assert waiting.pending and not waiting.held and waiting.reason == "Resources"
+    # 23.11.4 without accounting storage: its main scheduler's association check fails ("has invalid account",
+    # reason InvalidAccount) on every pass, which leaves the starting to the backfill; between them, None (read as "")
+    assert waiting.pending and not waiting.held and waiting.reason == ("" if mixed.release == "23.11"
+                                                                       else "Resources")
     array = jobs["11_[1-3]"]
     assert (array.gpus_per_task, array.tasks, array.gpus_requested, array.held) == (1, 2, 2, True)
     assert all(not j.managed for j in state.jobs if j.id not in ("3", "9"))

@@ -28,13 +28,19 @@ def narrow_argv(release: str) -> list[str]:
 def test_the_exact_command_lines(queue):
     assert parse_narrow.argv(queue.release >= "26.05") == narrow_argv(queue.release)
     backend = CliBackend(runner=queue, narrow=None)
-    if queue.release == "22.05":  # its squeue --json prints every job whatever --jobs says: nothing to narrow
+    if queue.release < "24.11":  # its squeue --json prints every job for two ids: nothing to narrow
         assert len(CliBackend(runner=queue).read_jobs()) == 12
         assert not backend.uses_narrow and backend.read_commands()["jobs"] == JOBS_JSON
         return
     backend.read_jobs()
     assert queue.calls == [["scontrol", "--version"], narrow_argv(queue.release), [*JOBS_JSON, f"--jobs={ALL_IDS}"]]
     assert backend.read_commands()["jobs"] == narrow_argv(queue.release)
+
+
+def test_before_24_11_squeue_json_prints_every_job_for_two_ids(wide_queue):
+    """Why 22.05 and 23.11 read no narrow: ``squeue --json --jobs=1,2`` (recorded) lists all 12 jobs (23.11 prints
+    only the job a single id names; and its squeue --Format has no ExcNodes)."""
+    assert len(json.loads(wide_queue.text(wide_queue.answers["squeue --json --jobs=1,2"]))["jobs"]) == 12
 
 
 def test_the_narrow_read_is_the_json_read_field_by_field(narrow_queue):

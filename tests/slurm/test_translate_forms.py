@@ -101,6 +101,17 @@ def test_a_begin_later_than_the_lease_waits_for_it_unleased():
 
 
 
+def test_invalid_account_keeps_a_job_pinned_to_its_nodes_placed_and_leaves_others_to_slurm():
+    """23.11 without accounting storage: its main scheduler says InvalidAccount of every job it looks at, and its
+    backfill starts a pinned job on its nodes all the same; the pin's GPUs must not be handed to another job."""
+    pinned = job("1", reason="InvalidAccount", required_nodes=("n1",), num_nodes=1)
+    unpinned = job("2", reason="InvalidAccount")
+    other = job("3", reason="InvalidAccount", required_nodes=("n1", "n2"), num_nodes=1)  # may start on either
+    obs = observe([pinned, unpinned, other])
+    assert [p.job.id for p in obs.pending] == ["1"]
+    assert obs.skipped == {"2": "Slurm holds it back: InvalidAccount", "3": "Slurm holds it back: InvalidAccount"}
+
+
 def test_a_job_pinned_but_not_started_holds_its_memory_against_others():
     """The daemon pinned job 1 to n1 a cycle ago; Slurm has not started it: n1's 250 GB are 200 GB taken."""
     pinned = job("1", gpus_per_node=None, gpus_per_job=2, memory_per_gpu_mb=102400, required_nodes=("n1",),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-record the Slurm outputs the unit tests replay (needs root; restarts the dev cluster).
 
-    python3 tests/data/slurm/record.py [--slurm 22.05|24.11|26.05]
+    python3 tests/data/slurm/record.py [--slurm 22.05|23.11|24.11|26.05] [--only narrow|exclusive|mixed]
 
 Each scenario directory holds one file per command plus commands.json, which
 maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
@@ -128,8 +128,8 @@ def typed_cluster(release: str) -> None:
 
 
 def narrow_cluster(release: str) -> None:
-    """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (22.05: of one, which
-    prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
+    """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (before 24.11: of two,
+    which prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
     (a '|' in the comment), pending, held and throttled ones, one task of the throttled array split off."""
     sys.path.insert(0, str(REPO))
     from compass_slurm.slurm import parse_narrow
@@ -158,8 +158,8 @@ def narrow_cluster(release: str) -> None:
         lines = parse_narrow.lines(sh(*narrow) + "\n", exclusive, {})
         wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for job_id, _, _ in lines}, key=int))
         extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
-    else:
-        extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]}"]}
+    else:  # two ids: 23.11 prints only the job one names, and every job for two, as 22.05 does for any
+        extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]},{running[1]}"]}
     out = scenario_dir("narrow-8x8", release)
     out.mkdir(exist_ok=True)
     manifest = {}
@@ -192,12 +192,13 @@ def exclusive_arrays(release: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
-    parser.add_argument("--only", choices=("narrow", "exclusive"), help="record only this scenario")
+    parser.add_argument("--only", choices=("narrow", "exclusive", "mixed"), help="record only this scenario")
     args = parser.parse_args()
     if args.only is None:
         typed_cluster(args.slurm)
+    if args.only in (None, "mixed"):
         mixed_cluster(args.slurm)
-    if args.only != "exclusive":
+    if args.only in (None, "narrow"):
         narrow_cluster(args.slurm)
-    if args.only != "narrow" and args.slurm >= "26.05":
+    if args.only in (None, "exclusive") and args.slurm >= "26.05":
         exclusive_arrays(args.slurm)
