@@ -53,7 +53,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     state = read_slurm(snapshot)
     try:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
-            status = build_status(state, partition, config.policy, config.migratable, config.queue,
+            status = build_status(state, partition, config.policy, config.migratable, config.queue, config.slack,
                                   config.migrations_per_hour, config.migrations_burst, config.partitions)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
@@ -95,7 +95,8 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     budget = budget_text(status.migrations_per_hour_setting, status.migrations_per_hour,
                          status.migrations_burst_setting, status.migrations_burst)
     parts: list[RenderableType] = [
-        Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue} · "
+        Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue}"
+             + (f" (slack {status.slack:g})" if status.slack and status.queue == "backfill" else "") + " · "
              f"{budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),

@@ -90,6 +90,8 @@ class Status:
     policy: str
     #: the daemon's queue discipline (the config's ``queue``), shown beside its policy
     queue: str
+    #: the config's ``slack``: how long 1-GPU jobs may delay a one-node whole-node head (times its estimate)
+    slack: float
     #: the daemon's migration budget: the config's ``migrations_per_hour`` and what it comes to on the
     #: GPU nodes the daemon manages (None: unlimited)
     migrations_per_hour_setting: int | str
@@ -126,6 +128,7 @@ class Status:
             "within_bound": self.fragmentation.within_bound,
             "policy": self.policy,
             "queue": self.queue,
+            "slack": self.slack,
             "migrations_per_hour": self.migrations_per_hour,
             "migrations_per_hour_setting": self.migrations_per_hour_setting,
             "migrations_burst": self.migrations_burst,
@@ -150,7 +153,7 @@ class StatusError(ValueError):
 
 
 def build_status(state: SlurmState, partition: str | None = None, policy: str = Config.policy,
-                 migratable: str = Config.migratable, queue: str = Config.queue,
+                 migratable: str = Config.migratable, queue: str = Config.queue, slack: float = Config.slack,
                  migrations_per_hour: int | str = Config.migrations_per_hour,
                  migrations_burst: int | str = Config.migrations_burst,
                  partitions: tuple[str, ...] = Config.partitions) -> Status:
@@ -173,6 +176,7 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         fragmentation=measure(adopted.cluster),
         policy=policy,
         queue=queue,
+        slack=slack,
         migrations_per_hour_setting=migrations_per_hour,
         migrations_per_hour=hourly,
         migrations_burst_setting=migrations_burst,
