@@ -171,11 +171,21 @@ def test_doctor_says_the_budget_and_what_it_comes_to_on_the_managed_nodes(isolat
         "at most 2 in any 5 min (10%) (all partitions)")
 
 
+
+def test_doctor_says_the_slack_beside_the_queue(isolated: Path) -> None:
+    isolated.write_text('[compass]\nslack = 0.5\n')
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert "queue backfill (slack 0.5)," in checks["config file"]["detail"]
+    isolated.write_text('[compass]\nslack = 0\n')
+    checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
+    assert "queue backfill," in checks["config file"]["detail"]
+
 def test_the_shipped_example_config_loads() -> None:
     etc = Path(__file__).resolve().parents[2] / "etc" / "config.toml"
     settings = json_of("config", "show", "--config", str(etc))["settings"]
     assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
+    assert settings["slack"] == {"value": 0.0, "source": str(etc)}
     assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
     assert settings["migrations_burst"] == {"value": "unlimited", "source": str(etc)}
 
