@@ -70,6 +70,9 @@ class Books:
     leases: dict[str, float] = field(default_factory=dict)
     #: jobs a failed migration may have left requeue-held (the release came too early): released once pending
     unreleased: set[str] = field(default_factory=set)
+    #: decided jobs let go while Slurm held them back (a QOS or association limit reached meanwhile), still
+    #: pinned to the decided nodes: that ReqNodeList is ours, not the user's, and must not tie them there
+    pins: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def forget(self) -> None:
         """A rebuilt policy starts from Slurm alone."""

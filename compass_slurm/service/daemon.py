@@ -230,18 +230,25 @@ class Daemon:
         # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
         replanned = set()
         pending, ids = obs.pending, obs.pending_ids
-        placed, held = self.books.placed, policy.cluster.jobs
+        placed, held, pins = self.books.placed, policy.cluster.jobs, self.books.pins
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
             stale = self._stale(p, policy, now, translator)
             if stale is not None:
                 if pending is obs.pending:
                     pending = list(pending)
-                pending[at] = _unpinned(p, placed[job_id].decision, translator)
+                pending[at] = _unpinned(p, placed[job_id].decision.nodes, translator)
                 policy.remove(job_id)
                 del placed[job_id]
                 replanned.add(job_id)
                 log.info("job %s: re-planning, %s", job_id, stale)
+        if pins:
+            self._let_go_pins(obs)
+            for at in compress(range(len(ids)), map(pins.__contains__, ids)):
+                if pending is obs.pending:
+                    pending = list(pending)
+                pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
+                replanned.add(ids[at])
         by_id = dict(zip(ids, pending))
         queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
                               map(not_, map(held.__contains__, ids))))
@@ -285,6 +292,7 @@ class Daemon:
                 # and a job told late must not look stale (and be placed again) in the next cycle
                 self.books.placed[p.job.id] = Placed(decision, p.job, self.clock())
                 self.books.leases.pop(p.job.id, None)
+                pins.pop(p.job.id, None)
                 action = "dry-run" if self.dry_run else action
             record = DecisionRecord.of(
                 decision, p.job, policy.name, sif_before=_sif(before), sif_after=_sif(after),
@@ -296,6 +304,14 @@ class Daemon:
                      fmt(record.gpus_per_node), record.reason, _num(record.sif_before), _num(record.sif_after))
         placed_now = {d.job for d in step.decisions}
         return [m for m in step.migrations if m.job not in placed_now]
+
+    def _let_go_pins(self, obs: Observation) -> None:
+        """Forget the pins of jobs let go that Slurm started or forgot, or whose nodes someone else has set since."""
+        pins = self.books.pins
+        for job_id, nodes in list(pins.items()):
+            slurm = obs.slurm_jobs.get(job_id)
+            if slurm is None or not slurm.pending or set(slurm.required_nodes) != set(nodes):
+                del pins[job_id]
 
     def _expected_ends(self, obs: Observation, policy: Policy, now: float) -> dict[str, float | None]:
         """When each job the policy holds will have ended by its time limit (None: unlimited or unknown).
@@ -365,10 +381,10 @@ class Daemon:
 _JOB, _ELIGIBLE, _LIMIT = attrgetter("job"), attrgetter("eligible"), attrgetter("slurm.time_limit_s")
 
 
-def _unpinned(p: Pending, decision: Decision, translator: Translator) -> Pending:
-    """The job as the user asked for it: Slurm's ReqNodeList is our own pin when it names the decided nodes,
+def _unpinned(p: Pending, pinned: tuple[str, ...], translator: Translator) -> Pending:
+    """The job as the user asked for it: Slurm's ReqNodeList is our own pin when it names the ``pinned`` nodes,
     and must not keep the re-plan on them (a drained or lost node would hold the job forever)."""
-    if set(p.slurm.required_nodes) != set(decision.nodes):
+    if set(p.slurm.required_nodes) != set(pinned):
         return p
     slurm = replace(p.slurm, required_nodes=())
     req = Request(p.job.instances, p.job.gpus, p.job.distinct_nodes)

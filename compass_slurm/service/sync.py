@@ -14,6 +14,7 @@ from operator import attrgetter, is_not
 
 from ..engine.model import Decision, EngineError, Migration, Node
 from ..engine.policies.base import Policy
+from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, adoption_order
 from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import DecisionRecord
@@ -40,7 +41,9 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
     for job_id in list(filter(gone.__contains__, policy.cluster.jobs)):
         if job_id in placed and job_id in pending:
             continue
-        placed.pop(job_id, None)
+        was = placed.pop(job_id, None)
+        if was is not None and (slurm := obs.slurm_jobs.get(job_id)) is not None and slurm.pending:
+            books.pins[job_id] = was.decision.nodes  # held back by Slurm since it was decided
         seen.pop(job_id, None)
         moves += policy.remove(job_id)
         report.departed.append(job_id)
@@ -89,13 +92,15 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
     that Slurm is about to start. ``last`` holds the last logged decision of each pending
     job that has a ReqNodeList (``pinned_pending``).
     """
+    for job_id in obs.skipped.keys() & last.keys():  # held back by Slurm now: the pin is ours all the same
+        slurm, record = obs.slurm_jobs.get(job_id), last[job_id]
+        if slurm is not None and record is not None and _ours(record, slurm):
+            books.pins[job_id] = record.nodes
     for p in obs.pending:
         if not p.slurm.required_nodes:
             continue
         record = last.get(p.job.id)
-        if (record is None or record.action not in ("placed", "replanned", "migrated")
-                or len(record.nodes) != p.job.instances
-                or set(record.nodes) != set(p.slurm.required_nodes)):
+        if record is None or len(record.nodes) != p.job.instances or not _ours(record, p.slurm):
             continue
         try:
             policy.adopt(p.job, record.nodes)
@@ -107,8 +112,14 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
 
 
 def pinned_pending(obs: Observation) -> list[str]:
-    """Pending jobs that name their nodes: those an earlier daemon may have pinned."""
-    return [p.job.id for p in obs.pending if p.slurm.required_nodes]
+    """Pending jobs that name their nodes: those an earlier daemon may have pinned (also those Slurm holds back)."""
+    held_back = [j for j in obs.skipped if (s := obs.slurm_jobs.get(j)) is not None and s.pending and s.required_nodes]
+    return [p.job.id for p in obs.pending if p.slurm.required_nodes] + held_back
+
+
+def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
+    """Whether the job's ReqNodeList is the pin of its last logged decision."""
+    return record.action in ("placed", "replanned", "migrated") and set(record.nodes) == set(job.required_nodes)
 
 
 def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:

@@ -350,6 +350,47 @@ def test_a_restarted_daemon_takes_over_the_pins_of_the_one_before(tmp_path):
     assert second.policy.view()[0].used == 6
 
 
+
+def test_a_decided_job_slurm_holds_back_awhile_is_not_tied_to_its_pin_afterwards(tmp_path):
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=8)]), tmp_path)
+    daemon.cycle()
+    assert backend.commands == [update("50", "n1", 1, 8)]
+    # Before it starts, a QOS limit holds it back (another of the user's jobs started): let go, pin and all.
+    held_back = pending("50", gpus=8, required_nodes=("n1",), reason="QOSMaxGRESPerUser")
+    backend.state = cluster(nodes(3), [held_back])
+    clock.now += 10
+    assert daemon.cycle().departed == ["50"] and daemon.books.pins == {"50": ("n1",)}
+    # The limit clears while n1 runs other work: the pin is ours, so the job goes where there is room.
+    backend.state = cluster(nodes(3), [running("60", {"n1": 8}), replace(held_back, reason="Resources")])
+    clock.now += 10
+    report = daemon.cycle()
+    assert [(d.action, d.gpus_per_node) for d in report.decisions] == [("replanned", {"n2": 8})]
+    assert backend.commands[-1] == update("50", "n2", 1, 8) and daemon.books.pins == {}
+
+
+def test_a_pin_someone_else_set_since_is_the_job_s_own(tmp_path):
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=8)]), tmp_path)
+    daemon.cycle()
+    backend.state = cluster(nodes(3), [pending("50", gpus=8, required_nodes=("n1",), reason="QOSMaxGRESPerUser")])
+    clock.now += 10
+    daemon.cycle()
+    # An admin points it at n3 meanwhile: that is not our pin, and the job stays where it was sent.
+    backend.state = cluster(nodes(3), [running("60", {"n1": 8}), pending("50", gpus=8, required_nodes=("n3",))])
+    clock.now += 10
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n3": 8}] and daemon.books.pins == {}
+
+
+def test_a_restarted_daemon_knows_its_pins_on_jobs_slurm_holds_back(tmp_path):
+    first, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=8)]), tmp_path)
+    first.cycle()
+    first.close()
+    held_back = pending("50", gpus=8, required_nodes=("n1",), reason="QOSMaxGRESPerUser")
+    second, backend, clock = daemon_for(cluster(nodes(3), [running("60", {"n1": 8}), held_back]), tmp_path)
+    assert second.cycle().decisions == [] and second.books.pins == {"50": ("n1",)}
+    backend.state = cluster(nodes(3), [running("60", {"n1": 8}), replace(held_back, reason="Priority")])
+    clock.now += 10
+    assert [(d.action, d.gpus_per_node) for d in second.cycle().decisions] == [("replanned", {"n2": 8})]
+
 def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
     class Refusing(SnapshotBackend):
         def scontrol(self, argv):
