@@ -1,5 +1,8 @@
 """Fault tests on the real dev cluster (marker ``faults``): 64 nodes x 8 GPUs, one per session.
 
+They run on 22.05 (CI's time goes to the integration suite on every release);
+COMPASS_FAULTS_SLURM names another release to run them on.
+
 Like tests/integration, a cluster already running with this layout is reused and one
 this fixture started is stopped at the end; COMPASS_DEV_DIR and COMPASS_DEV_PORT
 keep it apart from other clusters on the machine. Skipped only where Slurm cannot
@@ -18,17 +21,26 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
-from devcluster import Layout, session_cluster, use_cluster  # noqa: E402
+from devcluster import RELEASES, Layout, session_cluster, use_cluster  # noqa: E402
 from harness import DaemonProcess, cancel, jobs_named  # noqa: E402
 
 NODES, GPUS = 64, 8
 _TESTS = itertools.count()
 
 
+def _release() -> str:
+    return os.environ.get("COMPASS_FAULTS_SLURM") or "22.05"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _release() not in RELEASES:
+        raise pytest.UsageError(f"COMPASS_FAULTS_SLURM: unknown release {_release()!r}; known are {', '.join(RELEASES)}")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[dict[str, str]]:
     """The running dev cluster's environment (SLURM_CONF, ...), also set in os.environ meanwhile."""
-    with session_cluster(NODES, GPUS) as env:
+    with session_cluster(NODES, GPUS, _release()) as env:
         yield env
 
 
