@@ -1,4 +1,4 @@
-"""Sweeps: one ``compass simulate`` run per (trace window, policy, eta, queue, budget, burst cap), merged into one table.
+"""Sweeps: one ``compass simulate`` run per (trace window, policy, eta, queue, slack, budget, burst cap), merged into one table.
 
 A sweep file (TOML) names the grid; every value may be one value or a list::
 
@@ -6,6 +6,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     policies = ["compass", "best-fit"]    # required
     eta = [0.85, 0.90]                    # default 0.90
     queue = ["backfill", "fifo"]          # default backfill
+    slack = [0, 0.5]                      # backfill's slack for whole-node heads (--slack; default 0)
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
     migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
@@ -61,11 +62,12 @@ DEFAULT_ETA = 0.90
 DEFAULT_QUEUE = "backfill"
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
-                         "--queue", "--backfill", "--no-backfill", "--migrations-per-hour", "--migrations-burst", "--json",
+                         "--queue", "--backfill", "--no-backfill", "--slack", "--migrations-per-hour",
+                         "--migrations-burst", "--json",
                          "--output",
                          "--sweep", "--sbatch"})
-_TOP = frozenset({"output", "policies", "eta", "queue", "migrations_per_hour", "migrations_burst", "options",
-                  "windows", "sbatch"})
+_TOP = frozenset({"output", "policies", "eta", "queue", "slack", "migrations_per_hour", "migrations_burst",
+                  "options", "windows", "sbatch"})
 _WINDOW = frozenset({"trace", "window", "limit", "cluster", "name"})
 
 
@@ -87,10 +89,14 @@ class Task:
     argv: tuple[str, ...]
     #: the burst cap per 5 minutes (a plan saved before the setting has none: the default)
     migrations_burst: int | str = BURST_DEFAULT
+    #: backfill's slack for whole-node heads (a plan saved before the setting has none: 0, EASY's rule)
+    slack: float = 0.0
 
     def label(self) -> str:
         burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
-        return f"{self.window} {self.policy} eta={self.eta:g} {self.queue} budget={self.migrations_per_hour}{burst}"
+        slack = f" slack={self.slack:g}" if self.slack else ""
+        return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue}{slack} "
+                f"budget={self.migrations_per_hour}{burst}")
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,10 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
+    slacks = _list(doc, "slack", 0.0, (int, float), bad)
+    for slack in slacks:
+        if slack < 0:
+            raise bad(f"slack {slack} is negative: give 0 (EASY's rule) or more")
     budgets = _rates(doc, "migrations_per_hour", DEFAULT_BUDGET, parse_setting, bad)
     bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
     options = _options(doc.get("options", []), "options", bad)
@@ -218,11 +228,12 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         raise bad("'output' must be a directory name")
     tasks = tuple(
         Task(i, label, policy, float(eta), queue, budget,
-             (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue, "--migrations-per-hour", str(budget),
+             (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue,
+              *(("--slack", f"{slack:g}") if slack else ()), "--migrations-per-hour", str(budget),
               *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))), *options, "--json"),
-             burst)
-        for i, ((label, argv), policy, eta, queue, budget, burst)
-        in enumerate(product(spans, chosen, etas, queues, budgets, bursts))
+             burst, float(slack))
+        for i, ((label, argv), policy, eta, queue, slack, budget, burst)
+        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
 
@@ -377,7 +388,7 @@ def collect(plan: Plan) -> Collected:
             failed.append((task, _failure(plan, task)))
             continue
         coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
-                       "queue": task.queue, "migrations_per_hour_setting": task.migrations_per_hour,
+                       "queue": task.queue, "slack": task.slack, "migrations_per_hour_setting": task.migrations_per_hour,
                        "migrations_burst_setting": task.migrations_burst}
         rows += [{**row, **coordinates} for row in found]
     return Collected(rows, failed)
@@ -417,12 +428,16 @@ COLUMNS = (
 
 #: the burst cap's column, after the budget's, in a sweep that caps bursts
 BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
+#: the slack's column, after the queue's, in a sweep that sets one
+SLACK_COLUMN = ("slack", "slack", "{:g}".format)
 
 
 def markdown(collected: Collected) -> str:
     columns = list(COLUMNS)
     if any(row.get("migrations_burst_setting", BURST_DEFAULT) != BURST_DEFAULT for row in collected.rows):
         columns.insert(5, BURST_COLUMN)
+    if any(row.get("slack") for row in collected.rows):
+        columns.insert(4, SLACK_COLUMN)
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
              "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in columns) + "|"]
     for row in sorted(collected.rows, key=lambda r: (r["task"], r["policy"])):
@@ -452,7 +467,8 @@ def plot(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
     for ax, (window, group) in zip(axes[:, 0], by_window.items()):
         labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour_setting']}"
                   + ("" if r.get("migrations_burst_setting", BURST_DEFAULT) == BURST_DEFAULT
-                     else f" b5={r['migrations_burst_setting']}") for r in group]
+                     else f" b5={r['migrations_burst_setting']}")
+                  + (f" s={r['slack']:g}" if r.get("slack") else "") for r in group]
         ax.bar(range(len(group)), [r["ajct_s"] for r in group])
         ax.set_xticks(range(len(group)), labels, fontsize=7)
         ax.set_ylabel("AJCT (s)")

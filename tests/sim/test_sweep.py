@@ -84,6 +84,22 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
     assert table.startswith("| window | policy | eta | queue | budget/h | burst/5 min | nodes |"), result.output
 
 
+def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
+    text = GOOD.replace('migrations_per_hour = [0, "per-node"]', 'migrations_per_hour = "per-node"\nslack = [0, 0.5]')
+    plan = sweep.load(write(sweep_dir, text), POLICIES)
+    assert len(plan.tasks) == 2 * 2 * 2 * 2
+    assert [t.slack for t in plan.tasks[:2]] == [0.0, 0.5]
+    assert "--slack" not in plan.tasks[0].argv  # 0: EASY's rule, the command line as before the setting
+    assert plan.tasks[1].argv[-9:-3] == ("--queue", "backfill", "--slack", "0.5", "--migrations-per-hour", "per-node")
+    assert plan.tasks[1].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node"
+    plan.save()
+    assert sweep.Plan.load(plan.output / "plan.json") == plan
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(sweep_dir / "s.toml")])
+    rows = json.loads((plan.output / "results.json").read_text())
+    assert {r["slack"] for r in rows} == {0.0, 0.5}
+    table = (plan.output / "table.md").read_text()
+    assert table.startswith("| window | policy | eta | queue | slack | budget/h | nodes |"), result.output
+
 @pytest.mark.parametrize("text, message", [
     ("policies = [", "not TOML"),
     ('policies = ["best-fit"]\n', "at least one [[windows]]"),
@@ -92,6 +108,9 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
     ('policies = "best-fit"\neta = 1.5\n[[windows]]\ntrace = "t.csv"\n', "eta 1.5 is not in (0, 1]"),
     ('policies = "best-fit"\neta = "high"\n[[windows]]\ntrace = "t.csv"\n', "'eta': 'high' is not an int or float"),
     ('policies = "best-fit"\nqueue = "lifo"\n[[windows]]\ntrace = "t.csv"\n', "unknown queue 'lifo'"),
+    ('policies = "best-fit"\nslack = -1\n[[windows]]\ntrace = "t.csv"\n', "slack -1 is negative"),
+    ('policies = "best-fit"\nslack = "lots"\n[[windows]]\ntrace = "t.csv"\n', "'slack': 'lots' is not an int or float"),
+    ('policies = "best-fit"\noptions = ["--slack", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --slack"),
     ('policies = "best-fit"\nmigrations_per_hour = -1\n[[windows]]\ntrace = "t.csv"\n',
      "migrations_per_hour -1 is negative: give 0 (no migrations) or more"),
     ('policies = "best-fit"\nmigrations_per_hour = "lots"\n[[windows]]\ntrace = "t.csv"\n',
