@@ -2,7 +2,7 @@
 
     export COMPASS_DEV_PORT=22817 COMPASS_DEV_DIR=$PWD/run/bench
     .venv/bin/python benchmarks/sim_vs_slurm.py [--window 75d:] [--limit 400] [--factor 600]
-        [--max-duration 600] [--migratable 0.5] [--interval 2] [--migrations-per-hour 12] [--seed 1]
+        [--max-duration 600] [--migratable 0.5] [--interval 2] [--migrations-per-hour 12] [--slack 0] [--seed 1]
 
 The slice's durations and submission gaps are divided by ``--factor`` (durations at
 least ``--min-duration`` and at most ``--max-duration`` seconds, whole seconds; Slurm
@@ -12,11 +12,11 @@ of the jobs is migratable (the trace's ``migratable`` column). Then:
 
 - live: a 64-node dev cluster (COMPASS_DEV_DIR/sim-vs-slurm, port COMPASS_DEV_PORT), the
   real daemon (its defaults: policy compass-easy, queue backfill, a look every 0.5 s between
-  cycles; and ``--interval``, ``--migrations-per-hour``),
+  cycles; and ``--interval``, ``--migrations-per-hour``, ``--slack``),
   every job through the real wrapper at its compressed submit time, sleeping its
   duration (a migratable job checkpoints, so a requeue costs its restart only);
 - simulated: ``compass simulate`` on the same compressed trace, 64 nodes, the same
-  policy, queue, budget, cycle interval and look (``--watch``).
+  policy, queue, slack, budget, cycle interval and look (``--watch``).
 
 Prints AJCT, mean wait per class and max partial nodes from both, and their gaps
 (target: within 10% on AJCT and waits).
@@ -46,7 +46,9 @@ from compass_slurm.config import Config  # noqa: E402
 from compass_slurm.sim import workloads  # noqa: E402
 
 NODES, GPUS = 64, 8
-TRACE = REPO.parent.parent / "shared" / "traces" / "philly_rfold.csv"
+#: shared/ sits beside the checkout, or beside the folder of git worktrees
+TRACE = next((d / "shared/traces/philly_rfold.csv" for d in (REPO.parent, REPO.parent.parent)
+              if (d / "shared").is_dir()), REPO.parent / "shared/traces/philly_rfold.csv")
 CLASSES = ("1", "2-4", "5-7", "whole-node")
 #: Slurm kills a job at its limit: a limit of exactly its duration would kill some before they end
 LIMIT_MARGIN_S = 10
@@ -89,7 +91,7 @@ def live_jobs(rows: list[dict]) -> list[LiveJob]:
     return jobs
 
 
-def live(rows: list[dict], workdir: Path, interval: float, budget: int) -> dict:
+def live(rows: list[dict], workdir: Path, interval: float, budget: int, slack: float) -> dict:
     cluster = Cluster(Path(os.environ.get("COMPASS_DEV_DIR") or REPO / "run" / "bench") / "sim-vs-slurm",
                       int(os.environ.get("COMPASS_DEV_PORT") or 16817), NODES, GPUS).start()
     try:
@@ -97,7 +99,7 @@ def live(rows: list[dict], workdir: Path, interval: float, budget: int) -> dict:
         cluster.idle()
         daemon = DaemonProcess(workdir / "daemon", lease=60, interval=interval,
                                extra_env={"SLURM_CONF": cluster.env["SLURM_CONF"],
-                                          "COMPASS_MIGRATIONS_PER_HOUR": str(budget),
+                                          "COMPASS_MIGRATIONS_PER_HOUR": str(budget), "COMPASS_SLACK": f"{slack:g}",
                                           "COMPASS_WRAPPER_TIMEOUT": "5"}).start()
         try:
             jobs = live_jobs(rows)
@@ -120,10 +122,10 @@ def live(rows: list[dict], workdir: Path, interval: float, budget: int) -> dict:
             "makespan_s": run.finished - run.began}
 
 
-def simulated(trace: Path, workdir: Path, interval: float, budget: int) -> dict:
+def simulated(trace: Path, workdir: Path, interval: float, budget: int, slack: float) -> dict:
     out = workdir / "sim"
     argv = [str(REPO / ".venv" / "bin" / "compass"), "simulate", "--trace", str(trace), "--nodes", str(NODES),
-            "--gpus-per-node", str(GPUS), "--policy", Config.policy, "--queue", Config.queue,
+            "--gpus-per-node", str(GPUS), "--policy", Config.policy, "--queue", Config.queue, "--slack", f"{slack:g}",
             "--migrations-per-hour", str(budget), "--cycle-interval", f"{interval:g}", "--watch", f"{Config.watch:g}",
             "--output", str(out), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -154,9 +156,14 @@ def main() -> int:
     parser.add_argument("--migratable", type=float, default=0.5)
     parser.add_argument("--interval", type=float, default=2.0, help="daemon cycle interval (s)")
     parser.add_argument("--migrations-per-hour", type=int, default=12)
+    parser.add_argument("--slack", type=float, default=Config.slack, help="the daemon's slack, on both sides")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    records = workloads.select(workloads.load(args.trace).records, workloads.parse_window(args.window), args.limit)
+    try:
+        records = workloads.select(workloads.load(args.trace).records, workloads.parse_window(args.window),
+                                   args.limit)
+    except (workloads.TraceError, ValueError) as err:
+        parser.error(str(err))
     rows = compress(records, args.factor, args.min_duration, args.max_duration, args.migratable, args.seed)
     with tempfile.TemporaryDirectory(prefix="compass-sim-vs-slurm-") as tmp:
         workdir = Path(tmp)
@@ -165,11 +172,11 @@ def main() -> int:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
-        sim = simulated(trace, workdir, args.interval, args.migrations_per_hour)
-        real = live(rows, workdir, args.interval, args.migrations_per_hour)
+        sim = simulated(trace, workdir, args.interval, args.migrations_per_hour, args.slack)
+        real = live(rows, workdir, args.interval, args.migrations_per_hour, args.slack)
     print(f"Philly {args.window} first {len(rows)} jobs, time / {args.factor:g} (durations {args.min_duration}-"
           f"{args.max_duration} s), {args.migratable:.0%} migratable, {NODES} nodes x {GPUS} GPUs, {Config.policy}, "
-          f"{Config.queue}, {args.migrations_per_hour} migrations/h, cycle {args.interval:g} s, look every "
+          f"{Config.queue} (slack {args.slack:g}), {args.migrations_per_hour} migrations/h, cycle {args.interval:g} s, look every "
           f"{Config.watch:g} s; load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print("| figure | daemon on Slurm | compass simulate | gap (live vs sim) |")
     print("|---|---:|---:|---:|")
