@@ -141,9 +141,10 @@ class Doctor:
         if not os.path.exists(file):  # the default file is optional (a named one that is missing fails above)
             raise Info(f"no config file at {file}; running on defaults",
                        "to change a setting, install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")
+        from .status import queue_text
+
         c = self.config
-        slack = f" (slack {c.slack:g})" if c.slack and c.queue == "backfill" else ""
-        return f"{file} (policy {c.policy}, queue {c.queue}{slack}, socket {c.socket})"
+        return f"{file} (policy {c.policy}, queue {queue_text(c.queue, c.slack)}, socket {c.socket})"
 
     def slurm_version(self) -> str:
         from ..slurm import SlurmError

@@ -95,9 +95,8 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     budget = budget_text(status.migrations_per_hour_setting, status.migrations_per_hour,
                          status.migrations_burst_setting, status.migrations_burst)
     parts: list[RenderableType] = [
-        Text(f"Slurm {status.slurm_version} · policy {status.policy} · queue {status.queue}"
-             + (f" (slack {status.slack:g})" if status.slack and status.queue == "backfill" else "") + " · "
-             f"{budget} · "
+        Text(f"Slurm {status.slurm_version} · policy {status.policy} · "
+             f"queue {queue_text(status.queue, status.slack)} · {budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
         Text(),
@@ -114,6 +113,11 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
     elif note != "not asked for":
         parts.append(Text(f"decisions: not shown ({note})", style="bright_black"))
     return parts
+
+
+def queue_text(queue: str, slack: float) -> str:
+    """The queue discipline, with its slack where it acts (backfill): "backfill (slack 0.5)"."""
+    return f"{queue} (slack {slack:g})" if slack and queue == "backfill" else queue
 
 
 def budget_text(setting: int | str, per_hour: int | None, burst_setting: int | str = "unlimited",

@@ -54,7 +54,7 @@ from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
-from .sync import mirror, pinned_pending, same_nodes, take_over
+from .sync import mirror, pinned_pending, pinned_to, same_nodes, take_over
 
 
 class Daemon:
@@ -310,7 +310,7 @@ class Daemon:
         pins = self.books.pins
         for job_id, nodes in list(pins.items()):
             slurm = obs.slurm_jobs.get(job_id)
-            if slurm is None or not slurm.pending or set(slurm.required_nodes) != set(nodes):
+            if slurm is None or not slurm.pending or not pinned_to(slurm, nodes):
                 del pins[job_id]
 
     def _expected_ends(self, obs: Observation, policy: Policy, now: float) -> dict[str, float | None]:
@@ -384,7 +384,7 @@ _JOB, _ELIGIBLE, _LIMIT = attrgetter("job"), attrgetter("eligible"), attrgetter(
 def _unpinned(p: Pending, pinned: tuple[str, ...], translator: Translator) -> Pending:
     """The job as the user asked for it: Slurm's ReqNodeList is our own pin when it names the ``pinned`` nodes,
     and must not keep the re-plan on them (a drained or lost node would hold the job forever)."""
-    if set(p.slurm.required_nodes) != set(pinned):
+    if not pinned_to(p.slurm, pinned):
         return p
     slurm = replace(p.slurm, required_nodes=())
     req = Request(p.job.instances, p.job.gpus, p.job.distinct_nodes)

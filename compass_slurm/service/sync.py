@@ -117,9 +117,14 @@ def pinned_pending(obs: Observation) -> list[str]:
     return [p.job.id for p in obs.pending if p.slurm.required_nodes] + held_back
 
 
+def pinned_to(job: SlurmJob, nodes: tuple[str, ...]) -> bool:
+    """Whether the job's ReqNodeList is a pin to exactly ``nodes`` (ours, when they are the nodes we decided)."""
+    return set(job.required_nodes) == set(nodes)
+
+
 def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
     """Whether the job's ReqNodeList is the pin of its last logged decision."""
-    return record.action in ("placed", "replanned", "migrated") and set(record.nodes) == set(job.required_nodes)
+    return record.action in ("placed", "replanned", "migrated") and pinned_to(job, record.nodes)
 
 
 def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:
