@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 DEV_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "dev-cluster"
-RELEASES = ("22.05", "23.11", "24.11", "26.05")
+RELEASES = ("22.05", "23.11", "24.11", "25.11", "26.05")
 #: what the default run (CI) covers: every release
 DEFAULT_RELEASES = RELEASES
 #: scripts/dev-cluster's exit code when the archive a release's chroot comes from cannot be reached
@@ -55,7 +55,7 @@ class Preparing:
     def start(cls, releases: set[str], pyslurm: bool) -> None:
         if cls.process is not None or not (releases or pyslurm):
             return
-        cls.releases = frozenset(releases | ({"24.11"} if pyslurm else set()))
+        cls.releases = frozenset(releases)
         cls.log = Path(tempfile.mkstemp(prefix="compass-dev-cluster-prepare-", suffix=".log")[1])
         with open(cls.log, "wb") as out:
             cls.process = subprocess.Popen([str(DEV_CLUSTER), "prepare", *sorted(releases), *(["--pyslurm"] * pyslurm)],

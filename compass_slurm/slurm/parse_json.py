@@ -1,8 +1,8 @@
 """Parsers for ``sinfo --json`` and ``squeue --json``.
 
 Read from real output of Slurm 22.05 (openapi v0.0.38), 23.11 (data_parser v0.0.40),
-24.11 (v0.0.42) and 26.05 (v0.0.45): numbers wrapped as ``{"set": .., "number": ..}``, states given
-as lists, the meta block's ``Slurm`` spelt ``slurm``, and from 23.02 on ``sinfo
+24.11 (v0.0.42), 25.11 (v0.0.44) and 26.05 (v0.0.45): numbers wrapped as ``{"set": .., "number": ..}``,
+states given as lists, the meta block's ``Slurm`` spelt ``slurm``, and from 23.02 on ``sinfo
 --json`` printing a ``sinfo`` list of records that each group several nodes
 (``nodes.nodes``) with shared ``node.state`` and ``gres.total``/``gres.used``.
 Anything else unexpected raises SlurmParseError naming the field.
@@ -345,7 +345,7 @@ def _memory_per_gpu(f: _Fields) -> int | None:
 
 
 def _exclusive(f: _Fields) -> bool:
-    """--exclusive: ``shared`` "none" up to 24.11 ("user", "mcs", "oversubscribe" share); 26.05 leaves ``shared``
+    """--exclusive: ``shared`` "none" up to 25.11 ("user", "mcs", "oversubscribe" share); 26.05 leaves ``shared``
     empty for every job, and the CLI backend asks squeue instead."""
     return f.str("shared") == "none"
 

@@ -5,7 +5,12 @@ Uses the current pyslurm API (23.2 and later): ``pyslurm.Nodes.load()``, ``pyslu
 works and pyslurm was built for the running Slurm (pyslurm's major.minor, e.g. 24.11, must match
 Slurm's): a mismatched build reads memory layouts wrongly, so it is refused rather than tried.
 
-Two things pyslurm 24.11 does not say, and how the state gets them anyway:
+Read on the dev cluster with pyslurm 24.11 (built from source) and 25.11 (PyPI's), field for field against
+the CLI backend. 25.11 spells a GRES request's keys ``gres/gpu:a100`` and gives ``tres_per_task`` as a
+TrackableResources object; objects of a shape this code does not know fail the read as a SlurmError (so
+``auto`` takes the CLI), never as a traceback.
+
+Two things pyslurm 24.11 and 25.11 do not say, and how the state gets them anyway:
 - a node's GPUs in use (``allocated_gres`` comes from the node's TRES, which leave GPUs out unless the
   site accounts them): the sum of the GPUs that jobs hold on the node (each job's resource layout);
 - a job's per-job GPU request (``--gpus=N``, TresPerJob) and its ``--mem-per-gpu`` (pyslurm's
@@ -29,7 +34,7 @@ from .hostlist import expand
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from .values import held, node_state, time_limit_s
 
-#: what pyslurm 24.11's Job lacks: per-job GPU requests and memory per GPU; "|" ends every field
+#: what pyslurm's Job lacks (24.11, 25.11): per-job GPU requests and memory per GPU; "|" ends every field
 JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|"]
 #: pyslurm's ReservationFlags names -> scontrol's spelling, where they differ
 _RESERVATION_FLAGS = {"MAINTENANCE": "MAINT", "IGNORE_RUNNING_JOBS": "IGNORE_JOBS", "STATIC_NODES": "STATIC",
@@ -82,8 +87,11 @@ class PyslurmBackend(CliBackend):
             layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}
         except Exception as err:  # pyslurm raises its own RPCError and ValueError kinds
             raise SlurmError(f"pyslurm: {type(err).__name__}: {err}") from None
-        return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, job_tres(self._run(JOB_TRES)),
-                                  self.version(), read_at)
+        tres = job_tres(self._run(JOB_TRES))
+        try:
+            return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, tres, self.version(), read_at)
+        except (AttributeError, TypeError) as err:  # objects of a shape this code does not know: `auto` takes the CLI
+            raise SlurmError(f"pyslurm {self.pyslurm_version}: unexpected objects: {type(err).__name__}: {err}") from None
 
 
 def job_tres(output: str) -> dict[int, tuple[str, str]]:
@@ -101,8 +109,13 @@ def job_tres(output: str) -> dict[int, tuple[str, str]]:
     return found
 
 
-def _gpus(request: Mapping[str, Any] | str | None, what: str) -> tuple[int | None, str | None]:
-    """(count, type) from pyslurm's GRES dict (``{"gpu:a100": 2}``) or a TRES string (``gres/gpu:2``)."""
+def _gpus(request: Any, what: str) -> tuple[int | None, str | None]:
+    """(count, type) from pyslurm's GRES dict (``{"gpu:a100": 2}``; 25.11 spells the keys ``gres/gpu:a100``), its
+    TrackableResources (25.11's ``tres_per_task``: ``.gres`` maps ``gpu:a100`` to an item with a ``count``) or a
+    TRES string (``gres/gpu:2``)."""
+    items = getattr(request, "gres", None)
+    if items is not None:
+        request = {name: item.count for name, item in items.items()}
     if not request:
         return None, None
     text = request if isinstance(request, str) else ",".join(f"{k}:{v}" for k, v in request.items())

@@ -27,8 +27,8 @@ CASES: Counter[str] = Counter()
 
 SLURM_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 #: every release's recordings (tests/data/slurm/record.py)
-SCENARIOS = (*(f"{name}{suffix}" for name in ("mixed-16x8", "typed-4x4") for suffix in ("", "-23.11", "-24.11", "-26.05")),
-             "narrow-8x8-24.11", "narrow-8x8-26.05")
+SCENARIOS = (*(f"{name}{suffix}" for name in ("mixed-16x8", "typed-4x4") for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")),
+             "narrow-8x8-24.11", "narrow-8x8-25.11", "narrow-8x8-26.05")
 
 
 def target(parser: str, *strategies: st.SearchStrategy, **named: st.SearchStrategy) -> Callable:

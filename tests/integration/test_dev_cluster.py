@@ -79,7 +79,7 @@ def test_an_unknown_release_exits_2_naming_the_known_ones():
     done = dev("start", "--slurm", "23.02")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines()[-1] == ("dev-cluster: error: unknown Slurm release '23.02': "
-                                            "known are 22.05, 23.11, 24.11, 26.05")
+                                            "known are 22.05, 23.11, 24.11, 25.11, 26.05")
 
 
 def test_an_unreachable_archive_is_one_line_and_exit_3(tmp_path, monkeypatch):
@@ -101,6 +101,6 @@ def test_prepare_without_the_pyslurm_source_warns_and_builds_the_rest(tmp_path):
     from devcluster import dev
 
     missing = tmp_path / "pyslurm.tar.gz"
-    done = dev("prepare", "--pyslurm", "--source", str(missing))
-    assert (done.returncode, done.stdout) == (0, "dev-cluster: ready: Slurm -\n")
-    assert done.stderr == f"dev-cluster: warning: no pyslurm source at {missing}: pyslurm not built\n"
+    done = dev("prepare", "--pyslurm", "--source", str(missing), "22.05", "24.11")  # 24.11's chroot: CI builds it anyway
+    assert (done.returncode, done.stdout) == (0, "dev-cluster: ready: Slurm 22.05, 24.11\n")
+    assert done.stderr.splitlines()[0] == f"dev-cluster: warning: no pyslurm source at {missing}: pyslurm not built"

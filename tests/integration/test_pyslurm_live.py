@@ -1,8 +1,10 @@
-"""The pyslurm backend on the 24.11 dev cluster: the same SlurmState as the CLI backend, and a daemon placement.
+"""The pyslurm backend on the 24.11 and 25.11 dev clusters: the same SlurmState as the CLI backend, and a daemon
+placement.
 
-pyslurm is built from ../shared/vendor/pyslurm-24.11.x-*.tar.gz by `scripts/dev-cluster pyslurm` inside the
-24.11 chroot (it links that chroot's libslurm and C library), so these tests run their Python there, with
-this checkout on PYTHONPATH. They run on 24.11 only: pyslurm is built for 24.11 only.
+`scripts/dev-cluster pyslurm` builds pyslurm inside the release's chroot (it links that chroot's libslurm and C
+library): 24.11's from ../shared/vendor/pyslurm-24.11.x-*.tar.gz, 25.11's from PyPI (pyslurm==25.11.2, the
+release sites install with pip). So these tests run their Python there, with this checkout on PYTHONPATH, on
+those two releases only: no pyslurm exists for the others.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from devcluster import dev
 
 from compass_slurm.slurm.cli_backend import CliBackend
 
-pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11")]
+pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11", "25.11")]
 
 READ_BOTH = """
 import json

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-RELEASES = ("22.05", "23.11", "24.11", "26.05")
+RELEASES = ("22.05", "23.11", "24.11", "25.11", "26.05")
 #: the first release the CLI backend reads jobs narrow on (cli_backend.NARROW_SINCE)
 NARROW_SINCE = "24.11"
 

@@ -64,7 +64,8 @@ def test_versions_without_json_use_text(mixed):
 @pytest.mark.parametrize("use_json", [True, False])
 def test_nodes(mixed, use_json):
     state = CliBackend(runner=mixed, json=use_json).read_state()
-    assert state.version == {"22.05": "22.05.8", "23.11": "23.11.4", "24.11": "24.11.5", "26.05": "26.05.5"}[mixed.release]
+    assert state.version == {"22.05": "22.05.8", "23.11": "23.11.4", "24.11": "24.11.5", "25.11": "25.11.2",
+                             "26.05": "26.05.5"}[mixed.release]
     assert [n.name for n in state.nodes] == [f"node{i:02d}" for i in range(1, 17)]
     assert all(n.gpus == 8 and n.cpus == 32 and n.memory_mb == 256000 for n in state.nodes)
     assert all(n.partitions == ("gpu",) for n in state.nodes)

@@ -4,13 +4,14 @@ it cannot be imported here, so a stand-in module plays the installed pyslurm).""
 import logging
 import sys
 import types
+from types import SimpleNamespace
 
 import pytest
 
 from compass_slurm.slurm import open_backend
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
-from compass_slurm.slurm.pyslurm_backend import PyslurmUnavailable, job_tres, load_pyslurm
+from compass_slurm.slurm.pyslurm_backend import JOB_TRES, PyslurmUnavailable, _gpus, job_tres, load_pyslurm
 
 
 class _Failing:
@@ -61,10 +62,10 @@ def test_auto_takes_the_cli_when_pyslurm_is_missing(mixed, monkeypatch):
 
 
 def test_auto_takes_the_cli_when_versions_differ(mixed, installed):
-    installed("25.11.0")
+    installed("23.2.0")  # 23.02: a release none of the recordings is of
     backend = open_backend("auto", runner=mixed)
     assert type(backend) is CliBackend
-    assert backend.chosen_because == f"pyslurm 25.11.0 does not match Slurm {backend.version()}"
+    assert backend.chosen_because == f"pyslurm 23.2.0 does not match Slurm {backend.version()}"
 
 
 def test_auto_takes_the_cli_when_the_first_pyslurm_read_fails(mixed, installed, caplog):
@@ -89,3 +90,28 @@ def test_per_job_gpu_requests_and_memory_per_gpu_from_squeue():
     assert job_tres(output) == {1: ("gres/gpu:2", ""), 9: ("gres/gpu:a100:4", "gres/gpu:1000"), 10: ("", "gres/gpu:500")}
     with pytest.raises(SlurmParseError, match="line 1: cannot read 'JOBID'"):
         job_tres("JOBID\n")
+
+
+def test_gpu_requests_in_each_form_pyslurm_gives_them():
+    assert _gpus({"gpu:a100": 2}, "24.11 gres_per_node") == (2, "a100")
+    assert _gpus({"gres/gpu:a100": 3}, "25.11 gres_per_node") == (3, "a100")
+    assert _gpus({"gres/gpu": 2}, "25.11 gres_per_node") == (2, None)
+    tres = SimpleNamespace(gres={"gpu:a100": SimpleNamespace(count=1)})  # 25.11's TrackableResources (tres_per_task)
+    assert _gpus(tres, "25.11 tres_per_task") == (1, "a100")
+    assert _gpus(SimpleNamespace(gres={"gpu": SimpleNamespace(count=4)}), "25.11 tres_per_task") == (4, None)
+    assert _gpus(SimpleNamespace(gres={}), "no GPUs") == (None, None)
+    assert _gpus(None, "none") == _gpus({}, "none") == (None, None)
+
+
+def test_auto_takes_the_cli_when_pyslurm_objects_have_an_unknown_shape(mixed, installed, monkeypatch):
+    """A pyslurm of the right release whose objects lack what the backend reads: the CLI, not a traceback."""
+    installed(mixed.release.replace(".0", "."))
+    odd = types.SimpleNamespace(load=lambda: {7: SimpleNamespace(id=7, state="PENDING")})
+    empty = types.SimpleNamespace(load=dict)
+    for kind, stand_in in (("Nodes", empty), ("Jobs", odd), ("Partitions", empty), ("Reservations", empty)):
+        monkeypatch.setattr(sys.modules["pyslurm"], kind, stand_in, raising=False)
+    mixed.override[" ".join(JOB_TRES)] = (0, "", "")
+    backend = open_backend("auto", runner=mixed)
+    assert type(backend) is CliBackend
+    assert backend.chosen_because.startswith(f"a first read through pyslurm failed: pyslurm {mixed.release.replace('.0', '.')}"
+                                             ": unexpected objects: AttributeError: ")

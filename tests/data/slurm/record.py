@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-record the Slurm outputs the unit tests replay (needs root; restarts the dev cluster).
 
-    python3 tests/data/slurm/record.py [--slurm 22.05|23.11|24.11|26.05] [--only narrow|exclusive|mixed]
+    python3 tests/data/slurm/record.py [--slurm 22.05|23.11|24.11|25.11|26.05] [--only narrow|exclusive|mixed]
 
 Each scenario directory holds one file per command plus commands.json, which
 maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
@@ -155,8 +155,8 @@ def narrow_cluster(release: str) -> None:
     narrow = parse_narrow.argv(exclusive)
     extra = {"squeue.json": ["squeue", "--json"], **({"exclusive.txt": EXCLUSIVE} if exclusive else {})}
     if release >= "24.11":
-        lines = parse_narrow.lines(sh(*narrow) + "\n", exclusive, {})
-        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for job_id, _, _ in lines}, key=int))
+        read = parse_narrow.lines(sh(*narrow) + "\n", exclusive, parse_narrow.Kept())
+        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for _, job_id in read.new}, key=int))
         extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
     else:  # two ids: 23.11 prints only the job one names, and every job for two, as 22.05 does for any
         extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]},{running[1]}"]}
