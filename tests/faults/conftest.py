@@ -49,7 +49,7 @@ def _own_layout(request: pytest.FixtureRequest) -> None:
     """This layout running for each fault test, also when another fixture's cluster ran in between."""
     if "cluster" in request.fixturenames:
         request.getfixturevalue("cluster")
-        use_cluster(Layout(NODES, GPUS))
+        use_cluster(Layout(NODES, GPUS, _release()))
 
 
 @pytest.fixture
