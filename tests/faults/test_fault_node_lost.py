@@ -36,6 +36,16 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
+def resume(node: str) -> None:
+    """The node back in service. From 23.11 on, Slurm refuses RESUME ("Invalid node state transition") for a node
+    that is no longer down or drained: only a node still out of service is an error."""
+    done = subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True, text=True)
+    if done.returncode != 0:
+        state = subprocess.run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        assert not any(word in state.upper() for word in ("DOWN", "DRAIN")), f"{node} stays {state}: {done.stderr}"
+
+
 @pytest.mark.parametrize("state", ["DRAIN", "DOWN"])
 def test_job_is_replanned_when_its_node_is_lost(cluster, name, tmp_path, state):
     backend = LosesTheNode(state)
@@ -56,4 +66,4 @@ def test_job_is_replanned_when_its_node_is_lost(cluster, name, tmp_path, state):
     finally:
         daemon.close()
         if backend.lost is not None:
-            scontrol("update", f"NodeName={backend.lost}", "State=RESUME")
+            resume(backend.lost)
