@@ -1,9 +1,9 @@
 """One daemon cycle, reading and parsing Slurm's output included, on a 4,096-node, 20,000-job cluster.
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 4096] [--jobs 20000] [--policy compass] [--repeat 5]
-                                                [--read json|narrow] [--history compass|first-fit]
+                                                [--read json|lines|narrow] [--history compass|first-fit]
                                                 [--migrations-per-hour 12|per-node]
-                                                [--migrations-burst N|P%|unlimited]
+                                                [--migrations-burst N|P%|unlimited] [--recalculate-priorities]
 
 Builds a synthetic Slurm state (8-GPU nodes, a GFS-like mix of 1/2/4/8-GPU and
 2-node jobs, ~97% of GPUs busy where the ``--history`` policy placed them, the
@@ -11,8 +11,10 @@ rest of the jobs pending and managed; time limits of 1 h to 3 days, so the daemo
 backfill plans reservations with them) and renders it as Slurm 22.05 prints it:
 ``sinfo --json`` and ``squeue --json`` (every field of a recorded dev-cluster
 document, indented like Slurm's), ``scontrol show partition|reservation
---oneliner``; with ``--read narrow`` the jobs are read as the CLI backend does
-from 24.11 on: the narrow ``squeue --Format`` lines of the same jobs, and ``squeue
+--oneliner``; with ``--read lines`` the jobs are read as the CLI backend does before
+24.11: ``scontrol show job --details --oneliner``, every field 22.05 prints, run times
+and the scheduler's last look moving on with the clock; with ``--read narrow`` as it
+does from 24.11 on: the narrow ``squeue --Format`` lines of the same jobs, and ``squeue
 --json --jobs=..`` of the jobs whose line changed (each job's JSON text rendered
 beforehand, so answering costs the daemon nothing Slurm would not). The daemon runs
 on the real CLI backend whose runner answers with those texts, so a cycle includes
@@ -20,7 +22,9 @@ reading and parsing Slurm's output. The runner keeps the scontrol changes the da
 asks for, and between two cycles the synthetic state goes through them as slurmctld
 would (``carry_out``): a requeued job runs on the nodes it was re-pinned to, a pinned
 pending job starts there. Then 1% of the running jobs end and as many new ones queue,
-and the daemon's clock moves on one interval. Reports the cold cycle (adopt every
+and the daemon's clock moves on one interval (with ``--recalculate-priorities`` every
+pending job's priority changes too, as when slurmctld recalculates them every
+PriorityCalcPeriod: every pending job's record or line is new to the memo). Reports the cold cycle (adopt every
 running job: a daemon restart, once) and the median steady cycle, the part of it spent
 in the cycle's one read of Slurm (``read_state``), and for every cycle the jobs placed,
 migrated and requeued, the requeues of the first minute, and the errors (a mismatch:
@@ -56,6 +60,7 @@ MIX = ((1, 1, 60), (2, 1, 10), (4, 1, 8), (3, 1, 1), (8, 1, 15), (16, 2, 6))
 MARKERS = ("", "compass", "compass:migratable")
 #: time limits (the backfill's run-time estimates), as sites set them
 LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
+LINES = "scontrol show job --details --oneliner"
 
 
 def build(nodes: int, jobs: int, busy: float, history: str, seed: int, now: float | None = None) -> SlurmState:
@@ -180,6 +185,49 @@ def narrow_line(job: dict) -> str:
     return "|".join(map(str, fields)) + "|"
 
 
+def _duration(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def text_line(job: dict, now: float) -> str:
+    """scontrol show job --details --oneliner's line for one of squeue --json's job entries, as 22.05 prints it
+    (a batch job of ``--mem-per-cpu``, with the time ``now``)."""
+    running = job["job_state"] == "RUNNING"
+    alloc = [entry.split("(")[0].split(":")[1] for entry in job["gres_detail"]]
+    nodes = expand(job["nodes"]) if job["nodes"] else []
+    limit = job["time_limit"]
+    user = f"{job['user_name']}({job['user_id']})"
+    comment = f"Comment={job['comment']}  " if job["comment"] else ""
+    details = ""
+    if running:
+        details = f" JOB_GRES=gpu:{sum(map(int, alloc))} " + " ".join(
+            f"  Nodes={node} CPU_IDs=0 Mem={job['memory_per_cpu']} GRES=gpu:{n}(IDX:0-{int(n) - 1})"
+            for node, n in zip(nodes, alloc))
+    tres = " ".join(f"{key}={job[field]}" for key, field in (("TresPerJob", "tres_per_job"),
+                                                               ("TresPerNode", "tres_per_node")) if job[field])
+    return (f"JobId={job['job_id']} JobName=wrap UserId={user} GroupId={user} MCS_label=N/A "
+            f"Priority={job['priority']} Nice=0 Account=(null) QOS=(null) JobState={job['job_state']} "
+            f"Reason={job['state_reason']} Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 "
+            f"DerivedExitCode=0:0 RunTime={_duration(int(now) - job['start_time'] if running else 0)} "
+            f"TimeLimit={'UNLIMITED' if limit is None else _duration(limit * 60)} TimeMin=N/A "
+            f"SubmitTime={_when(job['submit_time'])} EligibleTime={_when(job['eligible_time'])} "
+            f"AccrueTime={_when(job['submit_time'])} StartTime={_when(job['start_time']) if running else 'Unknown'} "
+            f"EndTime={_when(job['start_time'] + limit * 60) if running and limit else 'Unknown'} Deadline=N/A "
+            f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={_when(job['start_time'] if running else int(now))} "
+            f"Scheduler=Main Partition={job['partition']} AllocNode:Sid=login1:2325 "
+            f"ReqNodeList={job['required_nodes'] or '(null)'} ExcNodeList={job['excluded_nodes'] or '(null)'} "
+            f"NodeList={job['nodes'] or '(null)'}{f' BatchHost={nodes[0]}' if running else ''} "
+            f"NumNodes={job['node_count']} NumCPUs={job['cpus']} NumTasks={job['tasks']} CPUs/Task=1 "
+            f"ReqB:S:C:T=0:0:*:* TRES=cpu={job['cpus']},mem={job['memory_per_cpu']}M,node={job['node_count']},"
+            f"billing={job['cpus']} Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*{details} MinCPUsNode=1 "
+            f"MinMemoryCPU={job['memory_per_cpu']}M MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+            f"OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) "
+            f"WorkDir=/home/{job['user_name']} {comment}"
+            f"StdErr=/dev/null StdIn=/dev/null StdOut=/dev/null Power= {tres} ")
+
+
 class Narrow:
     """Renders the narrow read's commands for one state: its lines, and squeue --json of any of its jobs."""
 
@@ -208,9 +256,11 @@ class Recorded:
         self.texts = texts
         self.narrow = narrow
         self.changes: list[list[str]] = []
+        self.asked: Counter[str] = Counter()  #: reads by command line
 
     def __call__(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
         key = " ".join(argv)
+        self.asked[key] += 1
         if key in self.texts:
             return 0, self.texts[key], ""
         if self.narrow is not None and argv[:2] == ["squeue", "--json"] and argv[2].startswith("--jobs="):
@@ -308,8 +358,12 @@ def main() -> None:
     parser.add_argument("--history", default="compass",
                         help="policy that placed the running jobs (first-fit: a cluster new to the daemon)")
     parser.add_argument("--repeat", type=int, default=5, help="steady cycles to time (the median is reported)")
-    parser.add_argument("--read", choices=("json", "narrow"), default="json",
-                        help="jobs by squeue --json, or by the narrow read (the CLI backend's from Slurm 24.11)")
+    parser.add_argument("--read", choices=("json", "lines", "narrow"), default="json",
+                        help="jobs by squeue --json, by line (scontrol show job: the CLI backend's before Slurm 24.11) "
+                             "or by the narrow read (the CLI backend's from 24.11)")
+    parser.add_argument("--recalculate-priorities", action="store_true",
+                        help="every pending job's priority changes before every cycle (as when slurmctld's "
+                             "PriorityCalcPeriod, 5 min by default, has passed: the worst case for a memo by job)")
     parser.add_argument("--migrations-per-hour", help="the daemon's migration budget (default: the config's)")
     parser.add_argument("--migrations-burst", help="the daemon's cap on migrations in any 5 minutes "
                                                    "(default: the config's)")
@@ -325,15 +379,19 @@ def main() -> None:
     narrow = Narrow() if args.read == "narrow" else None
 
     def texts(state: SlurmState) -> dict[str, str]:
+        if args.read == "lines":
+            texts, jobs = _render(state)
+            return {**texts, LINES: "".join(text_line(job, now[0]) + "\n" for job in jobs)}
         return render(state) if narrow is None else narrow.render(*_render(state))
 
     runner = Recorded(texts(state), narrow)
-    reads = {"sinfo --json", narrow_command() if narrow else "squeue --json", "scontrol show partition --oneliner",
-             "scontrol show reservation --oneliner"}
+    jobs_read = {"json": "squeue --json", "lines": LINES}.get(args.read) or narrow_command()
+    reads = {"sinfo --json", jobs_read, "scontrol show partition --oneliner", "scontrol show reservation --oneliner"}
     size_mb = sum(len(text) for key, text in runner.texts.items() if key in reads) / 1e6
     # Errors are counted from the cycles' reports, not logged.
     logging.getLogger("compass.daemon").setLevel(logging.CRITICAL)
-    backend = CliBackend(runner=runner, **({"narrow": True} if narrow else {}))
+    backend = CliBackend(runner=runner, **({"narrow": True} if narrow else {"lines": True} if args.read == "lines"
+                                           else {}))
     reads_s: list[float] = []
     read_state = backend.read_state
 
@@ -372,6 +430,9 @@ def main() -> None:
         state, begun, left = carry_out(state, runner.take(), now[0])
         started, waiting = started + begun, waiting + left
         state = churn(state, 0.01, seed=2 + i)
+        if args.recalculate_priorities:
+            state = replace(state, jobs=tuple(replace(j, priority=j.priority + 1) if j.pending else j
+                                              for j in state.jobs))
         now[0] += config.interval
         runner.texts = texts(state)
         if profile is not None:
@@ -389,7 +450,8 @@ def main() -> None:
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady.seconds <= target else 'MISSED'}"
     print(f"| daemon cycle, {args.nodes:,} nodes, {args.jobs:,} jobs ({running:,} running), {args.policy}, "
           f"history {args.history}, jobs read by {args.read}, migrations_per_hour {config.migrations_per_hour}, "
-          f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
+          + ("every pending job's priority changed before each cycle, " if args.recalculate_priorities else "")
+          + f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
           f"Slurm output {size_mb:.1f} MB read per cycle "
           f"| cold (restart, adopts all) {cold.seconds:.3f} s ({cold.placed} placed, {cold.migrated} migrated) "
           f"| steady median of {args.repeat} {steady.seconds:.3f} s ({steady.placed} placed, {steady.migrated} migrated) "
@@ -400,7 +462,8 @@ def main() -> None:
           + ", ".join(f"{c.seconds:.3f} s: {c.placed} placed/{c.migrated} migrated/{c.requeues} requeued"
                       for c in cycles)
           + f"; requeues in the first {len(minute) * config.interval:g} s {sum(c.requeues for c in minute)}"
-          + f"; Slurm started {started} pinned jobs, {waiting} waited; errors {dict(errors) or 'none'}")
+          + f"; Slurm started {started} pinned jobs, {waiting} waited; errors {dict(errors) or 'none'}"
+          + (f"; all of squeue --json read {runner.asked['squeue --json']} times" if args.read != "json" else ""))
 
 
 if __name__ == "__main__":

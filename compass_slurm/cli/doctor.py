@@ -173,13 +173,17 @@ class Doctor:
         from ..slurm import SlurmError
         from ..slurm.cli_backend import JSON_SINCE, CliBackend
 
-        backend = self.backend if type(self.backend) is CliBackend else CliBackend(timeout=10, narrow=None)
+        backend = self.backend if type(self.backend) is CliBackend else CliBackend(timeout=10, narrow=None, lines=None)
         try:
             if backend is not self.backend:
                 backend.read_state()  # a first read finds the documents it cannot read
             commands = {kind: " ".join(argv) for kind, argv in backend.read_commands().items()}
             if backend.uses_narrow:
                 commands["jobs"] = "squeue --json of the jobs whose line in the narrow read (squeue --Format) changed"
+            elif backend.uses_lines:
+                commands["jobs"] += ", each line parsed once (squeue --json in a cycle with a line it cannot trust)"
+            elif backend.lines_reason is not None:
+                commands["jobs"] += f" (not by line: {backend.lines_reason})"
             elif backend.narrow_reason is not None:
                 commands["jobs"] += f" (not the narrow read: {backend.narrow_reason})"
         except (SlurmError, ValueError) as err:

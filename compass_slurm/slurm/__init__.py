@@ -59,7 +59,7 @@ def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float
     if kind not in BACKENDS:
         raise SlurmError(f"unknown backend {kind!r}: choose one of {', '.join(BACKENDS)}")
     if kind == "cli":
-        backend = CliBackend(timeout, runner=runner, narrow=None)
+        backend = CliBackend(timeout, runner=runner, narrow=None, lines=None)
         backend.chosen_because = "asked for"
         return backend
     from .pyslurm_backend import PyslurmBackend, PyslurmUnavailable
@@ -80,6 +80,6 @@ def open_backend(kind: str = "auto", snapshot: str | None = None, timeout: float
         backend.chosen_because = "asked for" if kind == "pyslurm" else f"pyslurm {backend.pyslurm_version} matches Slurm"
         return backend
     log.info("backend: the CLI, since %s", reason)
-    backend = CliBackend(timeout, runner=runner, narrow=None)
+    backend = CliBackend(timeout, runner=runner, narrow=None, lines=None)
     backend.chosen_because = reason
     return backend

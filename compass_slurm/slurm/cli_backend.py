@@ -11,6 +11,12 @@ From 24.11 on (whose ``squeue --json --jobs=..`` prints only those jobs), jobs a
 read narrow (``parse_narrow.py``): one line per job, and ``squeue --json`` only for
 the jobs whose line changed since the last read; a narrow output that cannot be
 read switches to ``squeue --json`` from then on, after one warning (``narrow_reason``).
+Before 24.11 (whose ``squeue --json`` prints every job whatever ``--jobs`` says), jobs are
+read by line instead: ``scontrol show job --details --oneliner``, a third of the JSON's
+bytes, each line parsed once and standing for its job while it is unchanged but for its
+run time (``parse_text.job_lines``); a read with a line that cannot be trusted (a comment
+that reads like fields, or holds a line break) takes ``squeue --json`` that once, and a
+trusted line that cannot be read, from then on after one warning (``lines_reason``).
 Between cycles, ``look()`` is one small squeue of the pending and running jobs'
 ids, states and comments.
 """
@@ -92,13 +98,20 @@ class CliBackend(Backend):
     name = "cli"
 
     def __init__(self, timeout: float = 30.0, json: bool | None = None, runner: Runner = run_process,
-                 narrow: bool | None = False) -> None:
-        """``json``, ``narrow`` (the narrow job read): None picks by Slurm's version. The commands find the cluster
-        as usual (SLURM_CONF)."""
+                 narrow: bool | None = False, lines: bool | None = False) -> None:
+        """``json``, ``narrow`` (the narrow job read), ``lines`` (jobs read by line): None picks by Slurm's
+        version. The commands find the cluster as usual (SLURM_CONF)."""
         self.timeout = timeout
         self.runner = runner
         self._json = json
         self._narrow = narrow
+        self._lines = lines
+        #: the last read by line's jobs, by their line less its volatile fields
+        self._by_line: dict[str, SlurmJob] = {}
+        #: why jobs are read with squeue --json although this Slurm has the read by line
+        self.lines_reason: str | None = None
+        #: why the last read by line was not trusted (logged when it changes, not every cycle)
+        self._distrust: str | None = None
         #: the last narrow read's jobs by their line, and its arrays' records by the array's lines
         self._kept = parse_narrow.Kept()
         self._arrays: dict[str, tuple[str, list[SlurmJob]]] = {}
@@ -138,13 +151,21 @@ class CliBackend(Backend):
         return self._narrow and self.narrow_reason is None and "jobs" not in self.text_reasons
 
     @property
+    def uses_lines(self) -> bool:
+        if self._lines is None:
+            self._lines = self.uses_json and _version_tuple(self.version()) < NARROW_SINCE
+        return self._lines and self.lines_reason is None
+
+    @property
     def _exclusive_gone(self) -> bool:
         return _version_tuple(self.version()) >= EXCLUSIVE_GONE_SINCE
 
     def read_commands(self) -> dict[str, list[str]]:
-        """What each kind is read with now: "nodes" and "jobs" (JSON, narrow or text), as argv."""
+        """What each kind is read with now: "nodes" and "jobs" (JSON, narrow, by line or text), as argv."""
         commands = self._whole_commands()
-        return {**commands, "jobs": parse_narrow.argv(self._exclusive_gone)} if self.uses_narrow else commands
+        if self.uses_narrow:
+            return {**commands, "jobs": parse_narrow.argv(self._exclusive_gone)}
+        return {**commands, "jobs": JOBS_TEXT} if self.uses_lines else commands
 
     def _whole_commands(self) -> dict[str, list[str]]:
         """The commands that read all of each kind: JSON, or text."""
@@ -171,6 +192,8 @@ class CliBackend(Backend):
         return self._read("nodes", lambda doc: parse_json.nodes(doc, self._memo["nodes"]), parse_text.nodes)
 
     def read_jobs(self) -> list[SlurmJob]:
+        if self.uses_lines:
+            return self._read_lines()
         if self.uses_narrow:
             argv = self.read_commands()["jobs"]
             try:
@@ -186,6 +209,23 @@ class CliBackend(Backend):
             log.info("the narrow read cannot stand for every job (a comment with a line break, or a heterogeneous "
                      "job): reading all of squeue --json this cycle")
         return self._read_json_jobs()
+
+    def _read_lines(self) -> list[SlurmJob]:
+        """The jobs read by line; all of squeue --json where a line cannot be trusted, or cannot be read."""
+        try:
+            read = parse_text.job_lines(self._run(JOBS_TEXT), self._by_line)
+        except SlurmParseError as err:
+            self.lines_reason, self._by_line = str(err), {}
+            jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
+            log.warning("cannot read jobs by line (%s); reading them with squeue --json from now on", err)
+            return jobs
+        distrust, self._distrust = self._distrust, read if isinstance(read, str) else None
+        if isinstance(read, str):
+            if read != distrust:
+                log.info("reading all of squeue --json while this stands: %s", read)
+            return self._read_json_jobs()
+        jobs, self._by_line = read
+        return jobs
 
     def _read_json_jobs(self) -> list[SlurmJob]:
         jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)

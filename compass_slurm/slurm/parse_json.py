@@ -384,8 +384,9 @@ def _job(i: int, raw: Any) -> SlurmJob:
         tasks=f.int("tasks", default=1) or 1,
         gpu_type=type_n or type_j or type_t,
         cpus=f.int("cpus", default=1) or 1,
-        memory_per_node_mb=f.int("memory_per_node", default=None),
-        memory_per_cpu_mb=f.int("memory_per_cpu", default=None),
+        # 0: none asked (23.11+ says so of a --mem-per-gpu job), as scontrol and pyslurm say it
+        memory_per_node_mb=f.int("memory_per_node", default=None) or None,
+        memory_per_cpu_mb=f.int("memory_per_cpu", default=None) or None,
         memory_per_gpu_mb=_memory_per_gpu(f),
         exclusive=_exclusive(f),
         required_nodes=tuple(required),

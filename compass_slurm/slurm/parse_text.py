@@ -6,13 +6,22 @@ whitespace, so values may hold ``=`` (``TRES=cpu=1,mem=8000M``) and, like
 be split wrongly, which no field we read does. The job detail part
 (``Nodes=node[01-02] CPU_IDs=0 Mem=8000 GRES=gpu:3(IDX:0-2)``) repeats keys,
 so a record keeps its fields as an ordered list of pairs.
+
+A job's line also holds what users write (name, comment, paths), which may read
+like fields: ``Comment=run lr=0.1`` or ``JobName=x TimeLimit=5``. Before 24.11,
+jobs are read by line (``job_lines``): each line is parsed once and stands for its
+job while it is unchanged, and is trusted only where its fields come in the order
+scontrol prints them (``JOB_ORDER``), each once; a word=value that is no field of
+that order, after a field users write, is part of that field's value.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
+from itertools import compress, repeat
+from operator import is_, itemgetter, methodcaller
 
 from . import gres
 from .errors import SlurmParseError
@@ -20,7 +29,11 @@ from .hostlist import expand
 from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
 from .values import duration_s, held, memory_mb, node_state
 
-_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w:/.]*)=")
+_KEY = re.compile(r"[A-Za-z][\w:/.]*=")
+#: where a field starts: at a word= after whitespace (values may hold '=' and spaces)
+_FIELD = re.compile(r"\s(?=[A-Za-z][\w:/.]*=)")
+_SPLIT_ONCE = methodcaller("split", "=", 1)
+_NAME = itemgetter(0)
 _NULL = {"(null)", "N/A", "None", "n/a"}
 _USER = re.compile(r"(.*?)\((\d+)\)")
 # scontrol appends who set a node's reason and when: "maintenance [root@2026-11-30T01:30:32]"
@@ -28,21 +41,31 @@ _REASON_STAMP = re.compile(r"\s*\[[^\]]*@[^\]]*\]$")
 
 
 class Record:
-    """One line of ``scontrol show ... --oneliner``: an ordered list of (key, value)."""
+    """One line of ``scontrol show ... --oneliner``: its ``key=value`` parts in order; ``first`` each key's first
+    value (unstripped)."""
 
-    def __init__(self, pairs: list[tuple[str, str]], what: str) -> None:
-        self.pairs = pairs
-        self.first = {}
-        for key, value in pairs:
-            self.first.setdefault(key, value)
+    def __init__(self, parts: list[str], what: str, pairs: list[list[str]] | None = None) -> None:
+        """``pairs``: each part split at its first '=', if done already."""
+        pairs = pairs if pairs is not None else list(map(_SPLIT_ONCE, parts))
+        self.parts = parts
+        self.names = list(map(_NAME, pairs))
+        self.first = dict(reversed(pairs))
         self.what = what
+
+    def details(self) -> Iterator[tuple[str, str]]:
+        """The ``--details`` groups' fields (``Nodes= CPU_IDs= Mem= GRES=``, once per group of nodes), in order."""
+        names = self.names
+        start = names.index("Nodes") if "Nodes" in self.first else len(names)
+        for at in range(start, len(names)):
+            if names[at] in _DETAILS:
+                yield names[at], self.parts[at].partition("=")[2].strip()
 
     def str(self, key: str, required: bool = False) -> str:
         if key not in self.first:
             if required:
                 raise SlurmParseError(f"{self.what}: missing field {key!r}")
             return ""
-        value = self.first[key]
+        value = self.first[key].strip()
         return "" if value in _NULL else value
 
     def int(self, key: str, default: int | None = 0) -> int | None:
@@ -72,19 +95,28 @@ class Record:
             raise SlurmParseError(f"{self.what}: field {key}: {err}") from None
 
 
+def _empty(line: str) -> bool:
+    """A blank line, or scontrol's "No reservations in the system"."""
+    return not line.strip() or line.startswith("No ") and line.rstrip().endswith("in the system")
+
+
+def record(line: str, command: str, key: str, lineno: int) -> Record:
+    """One line, which must start with ``key=``."""
+    if not line.startswith(f"{key}=") or not _KEY.match(line):
+        raise SlurmParseError(f"{command}: line {lineno} does not start with {key}=: {line[:80]!r}")
+    return _record(_FIELD.split(line), command, lineno)
+
+
+def _record(parts: list[str], command: str, lineno: int) -> Record:
+    key, _, value = parts[0].partition("=")
+    return Record(parts, f"{command} line {lineno} ({key}={value.strip()})")
+
+
 def records(output: str, command: str, key: str) -> Iterator[Record]:
     """The records of ``output``, each of which must start with ``key=``."""
     for lineno, line in enumerate(output.splitlines(), 1):
-        if not line.strip() or line.startswith("No ") and line.rstrip().endswith("in the system"):
-            continue  # "No reservations in the system"
-        starts = list(_KEY.finditer(line))
-        if not starts or starts[0].start() != 0 or starts[0].group(1) != key:
-            raise SlurmParseError(f"{command}: line {lineno} does not start with {key}=: {line[:80]!r}")
-        pairs = []
-        for match, following in zip(starts, [*starts[1:], None]):
-            end = following.start() if following else len(line)
-            pairs.append((match.group(1), line[match.end() : end].strip()))
-        yield Record(pairs, f"{command} line {lineno} ({key}={pairs[0][1]})")
+        if not _empty(line):
+            yield record(line, command, key, lineno)
 
 
 def _gpus(record: Record, key: str) -> tuple[int | None, str | None]:
@@ -126,7 +158,7 @@ def _detail_gpus(r: Record) -> dict[str, int]:
     """Per-node GPUs from the --details groups ``Nodes=<hostlist> ... GRES=gpu:N(IDX:..)``."""
     alloc: dict[str, int] = {}
     group: list[str] = []
-    for key, value in r.pairs:
+    for key, value in r.details():
         if key == "Nodes":
             try:
                 group = expand(value)
@@ -177,54 +209,154 @@ def _exclusive(r: Record) -> bool:
 
 def jobs(output: str) -> list[SlurmJob]:
     """``scontrol show job --details --oneliner``."""
-    out = []
-    for r in records(output, "scontrol show job", "JobId"):
-        job_id = r.str("JobId", required=True)
-        array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
-        if array and task:
-            job_id = f"{array}_{task}" if task.isdigit() else f"{array}_[{task}]"
-        user = _USER.fullmatch(r.str("UserId"))
-        per_node, type_n = _gpus(r, "TresPerNode")
-        per_job, type_j = _gpus(r, "TresPerJob")
-        per_task, type_t = _gpus(r, "TresPerTask")
-        reason = r.str("Reason")
-        throttle = r.int("ArrayTaskThrottle")
-        out.append(
-            SlurmJob(
-                id=job_id,
-                user=user.group(1) if user else r.str("UserId"),
-                state=r.str("JobState", required=True),
-                partition=r.str("Partition"),
-                nodes=r.nodes("NodeList"),
-                gpus_alloc=_detail_gpus(r),
-                num_nodes=r.int("NumNodes", default=1) or 1,
-                gpus_per_node=per_node,
-                gpus_per_job=per_job,
-                gpus_per_task=per_task,
-                tasks=r.int("NumTasks", default=1) or 1,
-                gpu_type=type_n or type_j or type_t,
-                cpus=r.int("NumCPUs", default=1) or 1,
-                memory_per_node_mb=_memory(r, "MinMemoryNode"),
-                memory_per_cpu_mb=_memory(r, "MinMemoryCPU"),
-                memory_per_gpu_mb=_gpus(r, "MemPerTres")[0],
-                exclusive=_exclusive(r),
-                required_nodes=r.nodes("ReqNodeList"),
-                excluded_nodes=r.nodes("ExcNodeList"),
-                held=held(reason),
-                reason=reason,
-                comment=r.str("Comment"),
-                reservation=r.str("Reservation"),
-                priority=r.int("Priority"),
-                time_limit_s=duration_s(r.str("TimeLimit"), f"{r.what}: field TimeLimit"),
-                start_time=r.time("StartTime"),
-                submit_time=r.time("SubmitTime"),
-                eligible_time=r.time("EligibleTime"),
-                array_job=array if task else "",
-                array_pending="" if task.isdigit() else task.split("%")[0],
-                array_throttle=throttle or 0,
-            )
-        )
-    return out
+    return [_job(r) for r in records(output, JOBS_COMMAND, "JobId")]
+
+
+JOBS_COMMAND = "scontrol show job"
+#: The order scontrol show job prints its fields in, Slurm 22.05 to 23.11 (most are printed only when set); the
+#: ``--details`` groups (Nodes= CPU_IDs= Mem= GRES=, once per group of nodes) stand at DETAILS's place.
+JOB_ORDER = (
+    "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset", "JobName", "HetJobIdSet",
+    "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account", "QOS", "WCKey", "JobState", "Reason",
+    "FailedNode", "Dependency", "Requeue", "Restarts", "BatchFlag", "Reboot", "ExitCode", "DerivedExitCode",
+    "RunTime", "TimeLimit", "TimeMin", "SubmitTime", "EligibleTime", "AccrueTime", "ResizeTime", "StartTime",
+    "EndTime", "Deadline", "CronJob", "CrontabSpec", "PreemptEligibleTime", "PreemptTime", "SuspendTime",
+    "SecsPreSuspend", "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid", "ReqNodeList", "ExcNodeList",
+    "NodeList", "SchedNodeList", "BatchFeatures", "BatchHost", "FedOrigin", "FedViableSiblings", "FedActiveSiblings",
+    "NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "ReqB:S:C:T", "TRES", "ReqTRES", "AllocTRES", "Socks/Node",
+    "NtasksPerN:B:S:C", "CoreSpec", "ThreadSpec", "JOB_GRES", "DETAILS", "MinCPUsNode", "MinMemoryNode",
+    "MinMemoryCPU", "MinTmpDiskNode", "Features", "DelayBoot", "ClusterFeatures", "Prefer", "Reservation",
+    "OverSubscribe", "Contiguous", "Licenses", "Network", "Command", "WorkDir", "AdminComment", "SystemComment",
+    "Comment", "Extra", "StdErr", "StdIn", "StdOut", "Switches", "BurstBuffer", "BurstBufferState", "Power",
+    "GresEnforceBind", "KillOInInvalidDependent", "SpreadJob", "CpusPerTres", "MemPerTres", "TresBind", "TresFreq",
+    "TresPerJob", "TresPerNode", "TresPerSocket", "TresPerTask", "MailUser", "MailType", "NtasksPerTRES",
+    "Container", "ContainerID", "SELinuxContext",
+)
+_DETAILS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES"})
+_DETAILS_RANK = JOB_ORDER.index("DETAILS")
+_RANK = {key: rank for rank, key in enumerate(JOB_ORDER) if key != "DETAILS"} | dict.fromkeys(_DETAILS, _DETAILS_RANK)
+#: fields users (or admins) write freely: a word= in them that is no field is part of the value
+_USERS_TEXT = frozenset({"JobName", "Command", "WorkDir", "AdminComment", "SystemComment", "Comment", "Extra",
+                         "StdErr", "StdIn", "StdOut", "MailUser", "Container", "Features", "Prefer", "ClusterFeatures",
+                         "BatchFeatures", "Network"})
+#: printed for every job: a line without one of them is not a whole job's (a comment with a line break)
+_ALWAYS = ("JobId", "JobName", "UserId", "JobState", "Partition", "NodeList", "NumNodes", "OverSubscribe",
+           "WorkDir", "Power")
+
+
+def _job_record(line: str, lineno: int) -> Record | str:
+    """A job's line as a record, a word=value that is no field after a field users write joined to that field's
+    value; or why the line may not be what Slurm printed for one job: a field that is none of JOB_ORDER's, out of
+    its order or twice (a name or comment that reads like fields), or one that every job has missing."""
+    parts = line.split()
+    pairs: list[list[str]] | None = list(map(_SPLIT_ONCE, parts))
+    # Nearly always no value holds a space: each part is one field. Else split where fields start, exactly.
+    if set(map(len, pairs)) != {2} or not _RANK.keys() >= set(map(_NAME, pairs)):
+        parts = _FIELD.split(line)
+        names = list(map(_NAME, map(_SPLIT_ONCE, parts)))
+        if not _RANK.keys() >= set(names):  # a word= in a value
+            kept, names = parts[:1], names[:1]
+            for part, name in zip(parts[1:], map(_NAME, map(_SPLIT_ONCE, parts[1:]))):
+                if name in _RANK or names[-1] not in _USERS_TEXT:
+                    kept.append(part)
+                    names.append(name)
+                else:
+                    kept[-1] += " " + part
+            parts = kept
+        pairs = None
+    r = Record(parts, f"{JOBS_COMMAND} line {lineno} ({parts[0]})", pairs)
+    names = r.names
+    ranks = list(map(_RANK.get, names))
+    if None in ranks:
+        return f"{r.what}: field {names[ranks.index(None)]!r} is not one scontrol prints"
+    repeats = len(ranks) - len(set(ranks))  # only the --details groups' fields may repeat
+    if ranks == sorted(ranks) and repeats == max(ranks.count(_DETAILS_RANK) - 1, 0):
+        missing = [key for key in _ALWAYS if key not in r.first]
+        return f"{r.what}: no {', '.join(missing)} (a comment with a line break)" if missing else r
+    at = next(at for at in range(1, len(ranks)) if ranks[at] < ranks[at - 1] or ranks[at] == ranks[at - 1]
+              != _DETAILS_RANK)
+    return f"{r.what}: field {names[at]!r} out of scontrol's order (a name or comment that reads like fields)"
+
+
+def _steady(line: str) -> str:
+    """A job's line without its run time and the scheduler's last look, which change while the job does not."""
+    run = line.find(" RunTime=")
+    look = line.find(" LastSchedEval=", run + 1)
+    if run < 0 or look < 0:  # not a line of a job (its caller says why)
+        return line
+    run_end, look_end = line.find(" ", run + 9), line.find(" ", look + 15)
+    if run_end < 0 or look_end < 0:
+        return line
+    return line[:run] + line[run_end:look] + line[look_end:]
+
+
+def job_lines(output: str, kept: Mapping[str, SlurmJob]) -> tuple[list[SlurmJob], dict[str, SlurmJob]] | str:
+    """The jobs of ``scontrol show job --details --oneliner`` read by line (Slurm 22.05 to 23.11): a line (less its
+    volatile fields) in ``kept``, the last read's, stands for the job parsed then; only new lines are parsed.
+    Returns the jobs and the lines that stand for them now, or why a line cannot be trusted (then this read's jobs
+    must come from elsewhere). Raises SlurmParseError for a trusted line it cannot read."""
+    rows = list(map(_steady, output.split("\n")))
+    found: list[SlurmJob | None] = list(map(kept.get, rows))
+    for at in compress(range(len(rows)), map(is_, found, repeat(None))):
+        line = rows[at]
+        if _empty(line):
+            continue
+        if not line.startswith("JobId="):
+            return f"{JOBS_COMMAND} line {at + 1} does not start with JobId= (a comment with a line break)"
+        r = _job_record(line, at + 1)
+        if isinstance(r, str):
+            return r
+        found[at] = _job(r)
+    jobs = [job for job in found if job is not None]
+    if len({job.id for job in jobs}) != len(jobs):
+        return f"{JOBS_COMMAND}: a job id on two lines (a comment with a line break)"
+    return jobs, dict(zip(compress(rows, found), jobs))
+
+
+def _job(r: Record) -> SlurmJob:
+    job_id = r.str("JobId", required=True)
+    array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
+    if array and task:
+        job_id = f"{array}_{task}" if task.isdigit() else f"{array}_[{task}]"
+    user = _USER.fullmatch(r.str("UserId"))
+    per_node, type_n = _gpus(r, "TresPerNode")
+    per_job, type_j = _gpus(r, "TresPerJob")
+    per_task, type_t = _gpus(r, "TresPerTask")
+    reason = r.str("Reason")
+    throttle = r.int("ArrayTaskThrottle")
+    return SlurmJob(
+        id=job_id,
+        user=user.group(1) if user else r.str("UserId"),
+        state=r.str("JobState", required=True),
+        partition=r.str("Partition"),
+        nodes=r.nodes("NodeList"),
+        gpus_alloc=_detail_gpus(r),
+        num_nodes=r.int("NumNodes", default=1) or 1,
+        gpus_per_node=per_node,
+        gpus_per_job=per_job,
+        gpus_per_task=per_task,
+        tasks=r.int("NumTasks", default=1) or 1,
+        gpu_type=type_n or type_j or type_t,
+        cpus=r.int("NumCPUs", default=1) or 1,
+        memory_per_node_mb=_memory(r, "MinMemoryNode"),
+        memory_per_cpu_mb=_memory(r, "MinMemoryCPU"),
+        memory_per_gpu_mb=_gpus(r, "MemPerTres")[0],
+        exclusive=_exclusive(r),
+        required_nodes=r.nodes("ReqNodeList"),
+        excluded_nodes=r.nodes("ExcNodeList"),
+        held=held(reason),
+        reason=reason,
+        comment=r.str("Comment"),
+        reservation=r.str("Reservation"),
+        priority=r.int("Priority"),
+        time_limit_s=duration_s(r.str("TimeLimit"), f"{r.what}: field TimeLimit"),
+        start_time=r.time("StartTime"),
+        submit_time=r.time("SubmitTime"),
+        eligible_time=r.time("EligibleTime"),
+        array_job=array if task else "",
+        array_pending="" if task.isdigit() else task.split("%")[0],
+        array_throttle=throttle or 0,
+    )
 
 
 def partitions(output: str) -> list[SlurmPartition]:

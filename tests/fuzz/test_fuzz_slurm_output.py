@@ -145,6 +145,32 @@ def test_version_line_reads_or_raises(text):
         assert re.fullmatch(r"\d+\.\d+\.\S+", version)
 
 
+def _by_line(text: str) -> tuple[list, dict] | str:
+    """Jobs read by line: what a first read and a second one (everything parsed before) make of ``text``."""
+    read = parse_text.job_lines(text, {})
+    if isinstance(read, tuple):
+        jobs, kept = read
+        assert len({job.id for job in jobs}) == len(jobs) == len(kept)  # one line, one job
+        assert parse_text.job_lines(text, kept) == read
+    return read
+
+
+@target("scontrol show job (by line)", st.one_of(mutated_text("jobs.txt"), garbage))
+def test_mutated_job_lines_read_raise_or_are_not_trusted(text):
+    clear(lambda: _by_line(text), SlurmParseError)
+
+
+@pytest.mark.fuzz(parser="scontrol show job (by line)")
+def test_every_field_of_a_job_line_with_nasty_values():
+    for text in recorded("jobs.txt"):
+        line = text.splitlines()[0]
+        for field in _FIELD.finditer(line):
+            for value in NASTY:
+                CASES["scontrol show job (by line)"] += 1
+                changed = f"{line[: field.start()]}{field.group(1)}={value}{line[field.end() :]}"
+                clear(lambda: _by_line(changed), SlurmParseError, case=f"{field.group(1)}={value}")
+
+
 @target("squeue --Format (narrow)", st.one_of(mutated_text("narrow.txt"), garbage))
 def test_mutated_narrow_lines_read_or_raise(text):
     lines = clear(lambda: parse_narrow.lines(text, False, parse_narrow.Kept()), SlurmParseError)

@@ -53,8 +53,8 @@ def wait_running(backend: CliBackend, jobs: list[str], timeout: float = 30.0) ->
 def make_daemon(tmp_path: Path, **config) -> Daemon:
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = Config(anchors=str(tmp_path / "anchors"), lease=LEASE, interval=1, **config)
-    # the daemon reads as open_backend makes it (narrow from 24.11)
-    return Daemon(cfg, CliBackend(narrow=None), f"sqlite:///{tmp_path / 'log.db'}")
+    # the daemon reads as open_backend makes it (by line before 24.11, narrow from 24.11)
+    return Daemon(cfg, CliBackend(narrow=None, lines=None), f"sqlite:///{tmp_path / 'log.db'}")
 
 
 def test_a_realistic_mix_runs_where_the_daemon_decided(idle_cluster, tmp_path):

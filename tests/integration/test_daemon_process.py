@@ -53,7 +53,9 @@ def test_doctor_passes(daemon, dev_cluster):
     checks = {c["name"]: c["detail"] for c in doc["checks"]}
     assert checks["Slurm version"].startswith(f"Slurm {dev_cluster.release}.")
     nodes = "sinfo --json" if dev_cluster.release == "22.05" else "sinfo --Node --json"
-    assert checks["--json support"].startswith(f"JSON: nodes by {nodes}, jobs by squeue --json"), checks
+    jobs = "scontrol show job --details --oneliner, each line parsed once" if dev_cluster.release < "24.11" else (
+        "squeue --json of the jobs whose line in the narrow read")
+    assert checks["--json support"].startswith(f"JSON: nodes by {nodes}, jobs by {jobs}"), checks
 
 
 def test_wrapper_jobs_run_where_compass_decisions_says(daemon, idle_cluster):

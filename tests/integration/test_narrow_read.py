@@ -1,21 +1,23 @@
-"""The narrow job read (one squeue --Format line per job, squeue --json only for the changed) on the real cluster.
+"""The CLI backend's incremental job reads on the real cluster: they yield the very SlurmJobs the whole
+``squeue --json`` read does, and the daemon places on them.
 
-From 24.11 it yields the very SlurmJobs the whole ``squeue --json`` read does, and the daemon places on it;
-22.05 and 23.11 (whose squeue --json lists every job for two --jobs ids, and whose --Format has no ExcNodes) keep
-the JSON read.
+From 24.11 jobs are read narrow (one squeue --Format line per job, squeue --json only for the changed); 22.05 and
+23.11 (whose squeue --json lists every job for two --jobs ids, and whose --Format has no ExcNodes) read them by line
+(scontrol show job --oneliner, each line parsed once, squeue --json in a cycle with a line it cannot trust).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.slurm import parse_narrow
-from compass_slurm.slurm.cli_backend import JOBS_JSON, CliBackend, run_process
+from compass_slurm.slurm.cli_backend import JOBS_JSON, JOBS_TEXT, CliBackend, run_process
 
 pytestmark = pytest.mark.slurm
 
@@ -93,6 +95,53 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
     slurm.wait(managed, "RUNNING")
 
 
+def unfinished(jobs) -> dict:
+    """The jobs the daemon reads, by id: not those Slurm has finished, which 22.05 and 23.11 list until MinJobAge
+    and whose JSON leaves fields out that scontrol still prints (22.05: no CPU count for a job cancelled pending)."""
+    return {j.id: j for j in jobs if j.pending or j.running or j.state == "COMPLETING"}
+
+
+@pytest.mark.releases("22.05", "23.11")
+def test_before_24_11_jobs_read_by_line_are_the_json_read_s_and_the_daemon_places_on_them(idle_cluster):
+    slurm = idle_cluster
+    a_mixed_queue(slurm)
+    slurm.wait(sbatch(slurm, "--gpus=1", "--comment=compass lr=0.1 bs=32"), "RUNNING")  # words like fields
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], timeout: float) -> tuple[int, str, str]:
+        calls.append(argv)
+        return run_process(argv, timeout)
+
+    backend = CliBackend(runner=runner, narrow=None, lines=None)
+    assert backend.uses_lines and backend.read_commands()["jobs"] == JOBS_TEXT
+    by_line = backend.read_jobs()
+    assert unfinished(by_line) == unfinished(CliBackend().read_jobs())  # field by field
+    assert JOBS_JSON not in calls and "compass lr=0.1 bs=32" in {j.comment for j in by_line}
+    time.sleep(1.5)  # the running jobs' RunTime moves on
+    calls.clear()
+    assert backend.read_jobs() == by_line and calls == [JOBS_TEXT]
+
+    # what may not be one job's line (a name that reads like fields, a comment with a line break) takes squeue
+    # --json that cycle, and the jobs read are still Slurm's
+    for option in ("--job-name=x JobState=RUNNING NodeList=node01", "--comment=compass\nJobId=1"):
+        job_id = sbatch(slurm, "--hold", "--gpus=1", option)
+        calls.clear()
+        jobs = {j.id: j for j in backend.read_jobs()}
+        assert calls == [JOBS_TEXT, JOBS_JSON] and unfinished(jobs.values()) == unfinished(CliBackend().read_jobs())
+        assert (jobs[job_id].state, jobs[job_id].nodes) == ("PENDING", ()), option
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "JobName=plain", "Comment=plain"], check=True)
+        calls.clear()
+        backend.read_jobs()
+        assert calls == [JOBS_TEXT], option
+    assert backend.uses_lines and backend.lines_reason is None
+
+    managed = sbatch(slurm, "--gpus=2", "--comment=compass", "--begin=now+60")
+    daemon = Daemon(Config(anchors="", lease=60, interval=1), backend, None)
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [(managed, "placed")]
+    slurm.wait(managed, "RUNNING")
+
+
 def test_an_exclusive_array_with_tasks_split_off_stays_exclusive_in_both_reads(idle_cluster, dev_cluster):
     # 26.05's squeue --json says nothing of --exclusive; squeue folds an array's pending tasks into one line
     # (A_[1-3]) unless --array, while the JSON names the split-off task A_T and the rest A_[..] apart.
@@ -102,7 +151,7 @@ def test_an_exclusive_array_with_tasks_split_off_stays_exclusive_in_both_reads(i
     subprocess.run(["scontrol", "update", f"JobId={held}_2", "TimeLimit=600"], check=True)  # split off: A_2
     shared = sbatch(slurm, "--hold", "--gpus=1", "--array=1-2")
     slurm.wait(f"{started}_1", "RUNNING")
-    for backend in (CliBackend(), CliBackend(narrow=None)):
+    for backend in (CliBackend(), CliBackend(narrow=None, lines=None)):
         records = {array: {j.id: j.exclusive for j in backend.read_jobs() if j.array_job == array}
                    for array in (started, held, shared)}
         assert records == {started: {f"{started}_1": True, f"{started}_[2-3%1]": True},

@@ -71,3 +71,16 @@ def wide_queue(request: pytest.FixtureRequest) -> RecordedSlurm:
 def exclusive_arrays() -> RecordedSlurm:
     """--exclusive arrays with tasks split off on 26.05 (record.py --only exclusive), whose JSON says nothing of it."""
     return RecordedSlurm("exclusive-4x8", "26.05")
+
+
+@pytest.fixture(params=[(scenario, release) for scenario in ("mixed-16x8", "typed-4x4", "narrow-8x8")
+                        for release in RELEASES if release < NARROW_SINCE])
+def by_line(request: pytest.FixtureRequest) -> RecordedSlurm:
+    """Every scenario on the releases that read jobs by line (scontrol show job)."""
+    return RecordedSlurm(*request.param)
+
+
+@pytest.fixture(params=[r for r in RELEASES if r < NARROW_SINCE])
+def mixed_by_line(request: pytest.FixtureRequest) -> RecordedSlurm:
+    """The mixed scenario on the releases that read jobs by line."""
+    return RecordedSlurm("mixed-16x8", request.param)

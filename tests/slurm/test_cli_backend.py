@@ -249,6 +249,18 @@ def test_doctor_says_which_commands_it_reads_with_and_why(mixed):
     nodes = " ".join(doctor.backend.read_commands()["nodes"])
     version = doctor.backend.version()
     assert doctor.json_support() == f"JSON: nodes by {nodes}, jobs by squeue --json (Slurm {version})"
+    if mixed.release < "24.11":
+        doctor.backend = CliBackend(runner=mixed, lines=True)
+        assert doctor.json_support() == (
+            f"JSON: nodes by {nodes}, jobs by scontrol show job --details --oneliner, each line parsed once (squeue "
+            f"--json in a cycle with a line it cannot trust) (Slurm {version})")
+        broken = mixed.text("jobs.txt").replace(" Priority=", " Priority=x", 1)
+        mixed.override["scontrol show job --details --oneliner"] = (0, broken, "")
+        doctor.backend.read_state()
+        assert doctor.json_support() == (
+            f"JSON: nodes by {nodes}, jobs by squeue --json (not by line: {doctor.backend.lines_reason}) "
+            f"(Slurm {version})")
+        del mixed.override["scontrol show job --details --oneliner"]
     mixed.override["squeue --json"] = (0, '{"jobs": 7}', "")
     doctor.backend = CliBackend(runner=mixed)
     doctor.backend.read_state()

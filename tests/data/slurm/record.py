@@ -129,7 +129,7 @@ def typed_cluster(release: str) -> None:
 
 def narrow_cluster(release: str) -> None:
     """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (before 24.11: of two,
-    which prints every job all the same), of running single- and multi-node, array, --exclusive and comment-marked jobs
+    which prints every job all the same, and the read by line's scontrol show job), of running single- and multi-node, array, --exclusive and comment-marked jobs
     (a '|' in the comment), pending, held and throttled ones, one task of the throttled array split off."""
     sys.path.insert(0, str(REPO))
     from compass_slurm.slurm import parse_narrow
@@ -159,7 +159,8 @@ def narrow_cluster(release: str) -> None:
         wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for _, job_id in read.new}, key=int))
         extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
     else:  # two ids: 23.11 prints only the job one names, and every job for two, as 22.05 does for any
-        extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]},{running[1]}"]}
+        extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]},{running[1]}"],
+                  "jobs.txt": ["scontrol", "show", "job", "--details", "--oneliner"]}  # the read by line
     out = scenario_dir("narrow-8x8", release)
     out.mkdir(exist_ok=True)
     manifest = {}
