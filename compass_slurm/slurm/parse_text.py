@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from itertools import compress, repeat
-from operator import is_, itemgetter, methodcaller
+from operator import attrgetter, is_, itemgetter, methodcaller
 
 from . import gres
 from .errors import SlurmParseError
@@ -34,6 +35,8 @@ _KEY = re.compile(r"[A-Za-z][\w:/.]*=")
 _FIELD = re.compile(r"\s(?=[A-Za-z][\w:/.]*=)")
 _SPLIT_ONCE = methodcaller("split", "=", 1)
 _NAME = itemgetter(0)
+_ID = attrgetter("id")
+_PRIORITY = " Priority="
 _NULL = {"(null)", "N/A", "None", "n/a"}
 _USER = re.compile(r"(.*?)\((\d+)\)")
 # scontrol appends who set a node's reason and when: "maintenance [root@2026-11-30T01:30:32]"
@@ -297,27 +300,60 @@ def job_lines(output: str, kept: Mapping[str, SlurmJob]) -> tuple[list[SlurmJob]
     must come from elsewhere). Raises SlurmParseError for a trusted line it cannot read."""
     rows = list(map(_steady, output.split("\n")))
     found: list[SlurmJob | None] = list(map(kept.get, rows))
-    for at in compress(range(len(rows)), map(is_, found, repeat(None))):
+    new = list(compress(range(len(rows)), map(is_, found, repeat(None))))
+    line_of = dict(zip(map(_ID, kept.values()), kept)) if new else {}
+    for at in new:
         line = rows[at]
         if _empty(line):
             continue
         if not line.startswith("JobId="):
             return f"{JOBS_COMMAND} line {at + 1} does not start with JobId= (a comment with a line break)"
-        r = _job_record(line, at + 1)
-        if isinstance(r, str):
-            return r
-        found[at] = _job(r)
+        old = line_of.get(_line_id(line))
+        found[at] = _repriced(line, old, kept[old]) if old is not None else None
+        if found[at] is None:
+            r = _job_record(line, at + 1)
+            if isinstance(r, str):
+                return r
+            found[at] = _job(r)
     jobs = [job for job in found if job is not None]
     if len({job.id for job in jobs}) != len(jobs):
         return f"{JOBS_COMMAND}: a job id on two lines (a comment with a line break)"
     return jobs, dict(zip(compress(rows, found), jobs))
 
 
-def _job(r: Record) -> SlurmJob:
-    job_id = r.str("JobId", required=True)
-    array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
+def _line_id(line: str) -> str:
+    """The id of the job a line is of (``JobId=8 ArrayJobId=6 ArrayTaskId=1 JobName=..``: 6_1), from the fields
+    before its name."""
+    end = line.find(" JobName=")
+    head = dict(part.split("=", 1) for part in line[:end].split() if "=" in part) if end > 0 else {}
+    return _job_id(head.get("JobId", ""), head.get("ArrayJobId", ""), head.get("ArrayTaskId", ""))
+
+
+def _job_id(job: str, array: str, task: str) -> str:
+    """A record's id as squeue --json names it: an array's element 6_1, its tasks not split off yet 6_[2-4%2]."""
     if array and task:
-        job_id = f"{array}_{task}" if task.isdigit() else f"{array}_[{task}]"
+        return f"{array}_{task}" if task.isdigit() else f"{array}_[{task}]"
+    return job
+
+
+def _repriced(line: str, old: str, job: SlurmJob) -> SlurmJob | None:
+    """``job``, of its line ``old``, with the priority ``line`` shows, where that alone changed (slurmctld
+    recalculates every pending job's priority every PriorityCalcPeriod); else None. The line is then trusted as
+    the old one was: it differs only in digits."""
+    at = line.find(_PRIORITY)
+    if at < 0 or old.find(_PRIORITY) != at or line[:at] != old[:at]:
+        return None
+    start = at + len(_PRIORITY)
+    end, old_end = line.find(" ", start), old.find(" ", start)
+    value = line[start:end]
+    if end < 0 or old_end < 0 or line[end:] != old[old_end:] or not (value.isascii() and value.isdigit()):
+        return None
+    return replace(job, priority=int(value))
+
+
+def _job(r: Record) -> SlurmJob:
+    array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
+    job_id = _job_id(r.str("JobId", required=True), array, task)
     user = _USER.fullmatch(r.str("UserId"))
     per_node, type_n = _gpus(r, "TresPerNode")
     per_job, type_j = _gpus(r, "TresPerJob")

@@ -74,6 +74,25 @@ def test_a_changed_line_alone_is_parsed_and_gone_lines_are_forgotten(mixed_by_li
     assert len(now) == len(jobs) and first[1] not in now.values()
 
 
+def test_a_priority_recalculation_changes_the_priorities_and_parses_no_line(by_line, monkeypatch):
+    text = by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    recalculated = re.sub(r" Priority=(\d+)", lambda m: f" Priority={int(m.group(1)) + 7}", text)
+    whole, _ = parse_text.job_lines(recalculated, {})
+    monkeypatch.setattr(parse_text, "_job", lambda r: pytest.fail(f"parsed {r.what}"))
+    jobs, now = parse_text.job_lines(recalculated, kept)
+    assert jobs == whole and [job.priority for job in jobs] == [job.priority + 7 for job in first]
+    assert len(now) == len(jobs)
+
+
+def test_a_line_changed_beyond_its_priority_is_parsed_whole(mixed_by_line):
+    text = mixed_by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    changed = re.sub(r" Priority=\d+ (.*) TimeLimit=\S+", r" Priority=3 \1 TimeLimit=00:05:00", text.splitlines()[0])
+    jobs, _ = parse_text.job_lines(changed, kept)
+    assert (jobs[0].priority, jobs[0].time_limit_s) == (3, 300)
+
+
 def test_an_empty_queue_reads_no_jobs():
     assert parse_text.job_lines("No jobs in the system\n", {}) == ([], {})
     assert parse_text.job_lines("", {}) == ([], {})
