@@ -249,6 +249,13 @@ class CliBackend(Backend):
             self._kept, self._arrays = parse_narrow.Kept(), {}
             return None
         rows, slots = read.rows, list(read.known)
+        kept = self._kept
+        repriced: dict[int, SlurmJob] = {}  # new lines of jobs whose priority alone changed: no JSON for them
+        for at, job_id in read.new:
+            if "_" not in job_id and (old := kept.line.get(job_id)) in kept.jobs:
+                job = parse_narrow.repriced(rows[at], old, kept.jobs[old], exclusive)
+                if job is not None:
+                    repriced[at] = job
         arrays: dict[str, list[tuple[str, str]]] = {}
         first: dict[str, int] = {}  # each array's first line
         for at, job_id in read.new:
@@ -257,7 +264,7 @@ class CliBackend(Backend):
                 arrays.setdefault(array, []).append((job_id, rows[at]))
                 first.setdefault(array, at)
         texts = {array: "\n".join(line for _, line in elements) for array, elements in arrays.items()}
-        wanted = {job_id for _, job_id in read.new if "_" not in job_id}
+        wanted = {job_id for at, job_id in read.new if "_" not in job_id and at not in repriced}
         wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
         fresh = self._json_jobs_of(wanted) if wanted else []
         if exclusive and fresh:
@@ -270,13 +277,12 @@ class CliBackend(Backend):
         for job in fresh:
             if job.array_job:
                 by_array.setdefault(job.array_job, []).append(job)
-        kept = self._kept
         kept.renew(read.kept)
         # A record read now that its line does not show changed in between: used this cycle, not kept under the line.
         for at, job_id in read.new:
             if "_" not in job_id:
-                job = slots[at] = by_id.get(job_id)
-                if job is not None and parse_narrow.agrees(rows[at], job, exclusive):
+                job = slots[at] = repriced.get(at) or by_id.get(job_id)
+                if job is not None and (at in repriced or parse_narrow.agrees(rows[at], job, exclusive)):
                     kept.keep(rows[at], job)
         known_arrays, self._arrays = self._arrays, {}
         records: dict[int, list[SlurmJob]] = {}  # an array's records stand where its first line does

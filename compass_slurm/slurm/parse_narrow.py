@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import attrgetter, is_
 
@@ -174,6 +174,18 @@ def agrees(line: str, job: SlurmJob, exclusive: bool) -> bool:
                 and values["Partition"] == job.partition and int(values["NumNodes"]) == job.num_nodes)
     except (SlurmParseError, ValueError):
         return False
+
+
+def repriced(line: str, old: str, job: SlurmJob, exclusive: bool) -> SlurmJob | None:
+    """``job``, which ``old`` stood for, with the priority ``line`` shows, where that alone changed (slurmctld
+    recalculates every pending job's priority every PriorityCalcPeriod); else None (read its JSON)."""
+    count = len(fields(exclusive)) - 2
+    now, before = line.split("|", count), old.split("|", count)
+    at = FIELDS.index("PriorityLong")
+    value = now[at]
+    if now[:at] != before[:at] or now[at + 1:] != before[at + 1:] or not (value.isascii() and value.isdigit()):
+        return None
+    return replace(job, priority=int(value))
 
 
 def array_agrees(elements: list[tuple[str, str]], records: list[SlurmJob], exclusive: bool) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -68,6 +69,31 @@ def test_unchanged_lines_are_not_read_again_and_a_changed_one_alone_is(narrow_qu
     assert queue.calls == [narrow_argv(release), [*JOBS_JSON, "--jobs=9,11"]]
     assert [j.id for j in again] == [j.id for j in first]
     assert all(a is b for a, b in zip(again, first) if not a.id.startswith(("9", "11")))
+
+
+def test_a_priority_recalculation_asks_no_json_for_jobs_it_changed_alone(narrow_queue):
+    queue, release = narrow_queue, narrow_queue.release
+    backend = CliBackend(runner=queue, narrow=True)
+    first = backend.read_jobs()
+    prio = parse_narrow.FIELDS.index("PriorityLong")
+
+    def recalculated(line: str) -> str:
+        parts = line.split("|")
+        if "_" not in parts[0] and parts[1] == "PENDING":  # one job's line, not an array's
+            parts[prio] = str(int(parts[prio]) + 7)
+        return "|".join(parts)
+
+    lines = [recalculated(line) for line in queue.text("narrow.txt").splitlines()]
+    queue.override[" ".join(narrow_argv(release))] = (0, "\n".join(lines) + "\n", "")
+    queue.calls.clear()
+    again = backend.read_jobs()
+    assert queue.calls == [narrow_argv(release)]  # no squeue --json at all
+    changed = {j.id for j in first if j.pending and "_" not in j.id}
+    assert changed and [j.id for j in again] == [j.id for j in first]
+    assert all(b.priority == a.priority + 7 and b == replace(a, priority=b.priority) if a.id in changed else b is a
+               for a, b in zip(first, again))
+    queue.calls.clear()
+    assert backend.read_jobs() == again and queue.calls == [narrow_argv(release)]  # kept under the new lines
 
 
 def test_an_empty_queue_asks_no_json(narrow_queue):
