@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_
 
@@ -185,7 +185,7 @@ def repriced(line: str, old: str, job: SlurmJob, exclusive: bool) -> SlurmJob | 
     value = now[at]
     if now[:at] != before[:at] or now[at + 1:] != before[at + 1:] or not (value.isascii() and value.isdigit()):
         return None
-    return replace(job, priority=int(value))
+    return job.with_priority(int(value))
 
 
 def array_agrees(elements: list[tuple[str, str]], records: list[SlurmJob], exclusive: bool) -> bool:

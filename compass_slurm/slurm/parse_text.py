@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, methodcaller
@@ -348,7 +347,7 @@ def _repriced(line: str, old: str, job: SlurmJob) -> SlurmJob | None:
     value = line[start:end]
     if end < 0 or old_end < 0 or line[end:] != old[old_end:] or not (value.isascii() and value.isdigit()):
         return None
-    return replace(job, priority=int(value))
+    return job.with_priority(int(value))
 
 
 def _job(r: Record) -> SlurmJob:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from operator import attrgetter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -174,6 +175,18 @@ class SlurmJob:
         if mode == "requeue":
             return bool(markers & {MIGRATABLE_MARKER, REQUEUE_MARKER})
         return mode == "marker" and MIGRATABLE_MARKER in markers
+
+    def with_priority(self, priority: int) -> SlurmJob:
+        """The same job at another priority (slurmctld recalculates every pending job's, every
+        PriorityCalcPeriod): dataclasses.replace, at half its cost for tens of thousands of jobs."""
+        values = list(_JOB_VALUES(self))
+        values[_PRIORITY_AT] = priority
+        return SlurmJob(*values)
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(SlurmJob))
+_JOB_VALUES = attrgetter(*_JOB_FIELDS)
+_PRIORITY_AT = _JOB_FIELDS.index("priority")
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,3 +176,9 @@ def test_the_translator_applies_the_migratable_mode(mixed):
     for mode, expect in (("marker", False), ("requeue", True), ("never", False)):
         pending = Translator(state, migratable=mode).observe().pending
         assert pending and all(p.job.migratable is expect for p in pending), mode
+
+
+def test_a_job_at_another_priority_is_the_same_job_but_its_priority():
+    job = SlurmJob("7_2", "u", "PENDING", "gpu", ("n1",), {"n1": 2}, 2, gpus_per_node=1, comment="compass",
+                   priority=5, time_limit_s=60, array_job="7", exclusive=True, required_nodes=("n1", "n2"))
+    assert job.with_priority(9) == replace(job, priority=9) and job.priority == 5
