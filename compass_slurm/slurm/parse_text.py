@@ -5,12 +5,13 @@ whitespace, so values may hold ``=`` (``TRES=cpu=1,mem=8000M``) and, like
 ``Reason=`` or ``OS=``, spaces; a value with a space followed by ``word=`` would
 be split wrongly, which no field we read does. The job detail part
 (``Nodes=node[01-02] CPU_IDs=0 Mem=8000 GRES=gpu:3(IDX:0-2)``) repeats keys,
-so a record keeps its fields as an ordered list of pairs.
+so a record keeps its fields in order (``parts``) beside each key's first value.
 
 A job's line also holds what users write (name, comment, paths), which may read
 like fields: ``Comment=run lr=0.1`` or ``JobName=x TimeLimit=5``. Before 24.11,
 jobs are read by line (``job_lines``): each line is parsed once and stands for its
-job while it is unchanged, and is trusted only where its fields come in the order
+job while it is unchanged (or changed in its priority alone: ``_repriced``), and is
+trusted only where its fields come in the order
 scontrol prints them (``JOB_ORDER``), each once; a word=value that is no field of
 that order, after a field users write, is part of that field's value.
 """
