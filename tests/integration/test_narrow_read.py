@@ -91,8 +91,8 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
     report = daemon.cycle()
     assert [(d.job_id, d.action) for d in report.decisions] == [(managed, "placed")]
     assert [c for c in calls if c[:2] == JOBS_JSON] == [[*JOBS_JSON, f"--jobs={managed}"]]  # only the new job
+    slurm.wait(managed, "RUNNING")  # first: Slurm starts it when it will, maybe between the two reads below
     assert {j.id: j for j in narrow.read_jobs()} == {j.id: j for j in CliBackend().read_jobs()}
-    slurm.wait(managed, "RUNNING")
 
 
 def unfinished(jobs) -> dict:
