@@ -390,8 +390,8 @@ def main() -> None:
     size_mb = sum(len(text) for key, text in runner.texts.items() if key in reads) / 1e6
     # Errors are counted from the cycles' reports, not logged.
     logging.getLogger("compass.daemon").setLevel(logging.CRITICAL)
-    backend = CliBackend(runner=runner, **({"narrow": True} if narrow else {"lines": True} if args.read == "lines"
-                                           else {}))
+    # only the read asked for is named: --read json runs on code before the other reads
+    backend = CliBackend(runner=runner, **({args.read: True} if args.read != "json" else {}))
     reads_s: list[float] = []
     read_state = backend.read_state
 

@@ -219,11 +219,12 @@ class CliBackend(Backend):
             jobs = self._read_json_jobs()  # warn only once JSON works, as for the text fallback
             log.warning("cannot read jobs by line (%s); reading them with squeue --json from now on", err)
             return jobs
-        distrust, self._distrust = self._distrust, read if isinstance(read, str) else None
         if isinstance(read, str):
-            if read != distrust:
+            if read != self._distrust:
                 log.info("reading all of squeue --json while this stands: %s", read)
+            self._distrust = read
             return self._read_json_jobs()
+        self._distrust = None
         jobs, self._by_line = read
         return jobs
 

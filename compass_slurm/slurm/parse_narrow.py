@@ -44,6 +44,7 @@ FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", 
           "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID")
 #: 26.05's squeue --json no longer says which jobs are --exclusive: its line does
 EXCLUSIVE_FIELD = "Exclusive"
+_PRIORITY_AT = FIELDS.index("PriorityLong")
 _JOB_ID = attrgetter("id")
 _ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\])|\+\d+)?")
 
@@ -181,7 +182,7 @@ def repriced(line: str, old: str, job: SlurmJob, exclusive: bool) -> SlurmJob | 
     recalculates every pending job's priority every PriorityCalcPeriod); else None (read its JSON)."""
     count = len(fields(exclusive)) - 2
     now, before = line.split("|", count), old.split("|", count)
-    at = FIELDS.index("PriorityLong")
+    at = _PRIORITY_AT
     value = now[at]
     if now[:at] != before[:at] or now[at + 1:] != before[at + 1:] or not (value.isascii() and value.isdigit()):
         return None

@@ -30,7 +30,6 @@ from .hostlist import expand
 from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
 from .values import duration_s, held, memory_mb, node_state
 
-_KEY = re.compile(r"[A-Za-z][\w:/.]*=")
 #: where a field starts: at a word= after whitespace (values may hold '=' and spaces)
 _FIELD = re.compile(r"\s(?=[A-Za-z][\w:/.]*=)")
 _SPLIT_ONCE = methodcaller("split", "=", 1)
@@ -105,14 +104,10 @@ def _empty(line: str) -> bool:
 
 def record(line: str, command: str, key: str, lineno: int) -> Record:
     """One line, which must start with ``key=``."""
-    if not line.startswith(f"{key}=") or not _KEY.match(line):
+    if not line.startswith(f"{key}="):
         raise SlurmParseError(f"{command}: line {lineno} does not start with {key}=: {line[:80]!r}")
-    return _record(_FIELD.split(line), command, lineno)
-
-
-def _record(parts: list[str], command: str, lineno: int) -> Record:
-    key, _, value = parts[0].partition("=")
-    return Record(parts, f"{command} line {lineno} ({key}={value.strip()})")
+    parts = _FIELD.split(line)
+    return Record(parts, f"{command} line {lineno} ({key}={parts[0].partition('=')[2].strip()})")
 
 
 def records(output: str, command: str, key: str) -> Iterator[Record]:
@@ -256,10 +251,10 @@ def _job_record(line: str, lineno: int) -> Record | str:
     # Nearly always no value holds a space: each part is one field. Else split where fields start, exactly.
     if set(map(len, pairs)) != {2} or not _RANK.keys() >= set(map(_NAME, pairs)):
         parts = _FIELD.split(line)
-        names = list(map(_NAME, map(_SPLIT_ONCE, parts)))
-        if not _RANK.keys() >= set(names):  # a word= in a value
-            kept, names = parts[:1], names[:1]
-            for part, name in zip(parts[1:], map(_NAME, map(_SPLIT_ONCE, parts[1:]))):
+        found = list(map(_NAME, map(_SPLIT_ONCE, parts)))
+        if not _RANK.keys() >= set(found):  # a word= in a value
+            kept, names = parts[:1], found[:1]
+            for part, name in zip(parts[1:], found[1:]):
                 if name in _RANK or names[-1] not in _USERS_TEXT:
                     kept.append(part)
                     names.append(name)

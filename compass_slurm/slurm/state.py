@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 import re
-from operator import attrgetter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from .errors import SlurmParseError
