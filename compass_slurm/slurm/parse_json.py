@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 from . import gres
 from .errors import SlurmParseError
 from .hostlist import compress, expand
-from .state import SlurmJob, SlurmNode
+from .state import SlurmJob, SlurmNode, memory_per_node
 from .values import held, node_state, time_limit_s
 
 
@@ -368,6 +368,7 @@ def _job(i: int, raw: Any) -> SlurmJob:
         required, excluded = expand(f.str("required_nodes")), expand(f.str("excluded_nodes"))
     except SlurmParseError as err:
         raise SlurmParseError(f"{f.what}: {err}") from None
+    per_cpu, per_gpu = f.int("memory_per_cpu", default=None) or None, _memory_per_gpu(f)
     reason = "" if f.str("state_reason") == "None" else f.str("state_reason")
     array, array_pending, throttle = _array(f)
     return SlurmJob(
@@ -384,10 +385,9 @@ def _job(i: int, raw: Any) -> SlurmJob:
         tasks=f.int("tasks", default=1) or 1,
         gpu_type=type_n or type_j or type_t,
         cpus=f.int("cpus", default=1) or 1,
-        # 0: none asked (23.11+ says so of a --mem-per-gpu job), as scontrol and pyslurm say it
-        memory_per_node_mb=f.int("memory_per_node", default=None) or None,
-        memory_per_cpu_mb=f.int("memory_per_cpu", default=None) or None,
-        memory_per_gpu_mb=_memory_per_gpu(f),
+        memory_per_node_mb=memory_per_node(f.int("memory_per_node", default=None), per_cpu, per_gpu),
+        memory_per_cpu_mb=per_cpu,
+        memory_per_gpu_mb=per_gpu,
         exclusive=_exclusive(f),
         required_nodes=tuple(required),
         excluded_nodes=tuple(excluded),

@@ -27,7 +27,7 @@ from operator import attrgetter, is_, itemgetter, methodcaller
 from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
-from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked
+from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked, memory_per_node
 from .values import duration_s, held, memory_mb, node_state
 
 #: where a field starts: at a word= after whitespace (values may hold '=' and spaces)
@@ -176,9 +176,7 @@ def _detail_gpus(r: Record) -> dict[str, int]:
 
 def _memory(r: Record, key: str) -> int | None:
     text = r.str(key)
-    if not text or text in ("0", "0M"):
-        return None
-    return memory_mb(text, f"{r.what}: field {key}")
+    return memory_mb(text, f"{r.what}: field {key}") if text else None
 
 
 def exclusive_jobs(output: str) -> frozenset[str]:
@@ -355,6 +353,7 @@ def _job(r: Record) -> SlurmJob:
     per_task, type_t = _gpus(r, "TresPerTask")
     reason = r.str("Reason")
     throttle = r.int("ArrayTaskThrottle")
+    per_cpu, per_gpu = _memory(r, "MinMemoryCPU") or None, _gpus(r, "MemPerTres")[0]
     return SlurmJob(
         id=job_id,
         user=user.group(1) if user else r.str("UserId"),
@@ -369,9 +368,9 @@ def _job(r: Record) -> SlurmJob:
         tasks=r.int("NumTasks", default=1) or 1,
         gpu_type=type_n or type_j or type_t,
         cpus=r.int("NumCPUs", default=1) or 1,
-        memory_per_node_mb=_memory(r, "MinMemoryNode"),
-        memory_per_cpu_mb=_memory(r, "MinMemoryCPU"),
-        memory_per_gpu_mb=_gpus(r, "MemPerTres")[0],
+        memory_per_node_mb=memory_per_node(_memory(r, "MinMemoryNode"), per_cpu, per_gpu),
+        memory_per_cpu_mb=per_cpu,
+        memory_per_gpu_mb=per_gpu,
         exclusive=_exclusive(r),
         required_nodes=r.nodes("ReqNodeList"),
         excluded_nodes=r.nodes("ExcNodeList"),

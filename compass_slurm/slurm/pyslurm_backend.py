@@ -31,7 +31,7 @@ from . import gres
 from .cli_backend import CliBackend, Runner, run_process
 from .errors import SlurmError, SlurmParseError
 from .hostlist import expand
-from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
+from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState, memory_per_node
 from .values import held, node_state, time_limit_s
 
 #: what pyslurm's Job lacks (24.11, 25.11): per-job GPU requests and memory per GPU; "|" ends every field
@@ -172,6 +172,7 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
         per_task, type_t = _gpus(job.tres_per_task, f"{what} tres_per_task")
         per_job, per_gpu = tres.get(job.id, ("", ""))
         per_job_gpus, type_j = _gpus(per_job, f"{what} TresPerJob")
+        per_gpu_mb = _gpus(per_gpu, f"{what} MemPerTres")[0]  # gres/gpu:1000: MB per GPU
         reason = "" if job.state_reason in (None, "None") else job.state_reason
         out_jobs.append(SlurmJob(
             id=_job_id(job),
@@ -187,9 +188,9 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             tasks=job.ntasks or 1,
             gpu_type=type_n or type_j or type_t,
             cpus=job.cpus or 1,
-            memory_per_node_mb=job.memory_per_node or None,
+            memory_per_node_mb=memory_per_node(job.memory_per_node, job.memory_per_cpu, per_gpu_mb),
             memory_per_cpu_mb=job.memory_per_cpu or None,
-            memory_per_gpu_mb=_gpus(per_gpu, f"{what} MemPerTres")[0],  # gres/gpu:1000: MB per GPU
+            memory_per_gpu_mb=per_gpu_mb,
             exclusive=str(job.resource_sharing).upper() == "NO",
             required_nodes=_nodes(job.required_nodes, what),
             excluded_nodes=_nodes(job.excluded_nodes, what),

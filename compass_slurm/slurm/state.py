@@ -95,6 +95,16 @@ class SlurmNode:
         return max(0, self.gpus - self.gpus_used)
 
 
+def memory_per_node(per_node: int | None, per_cpu: int | None, per_gpu: int | None) -> int | None:
+    """A job's memory per node from what Slurm shows (None or 0 where unset): 0, all of each node's
+    memory, where it asks for none per CPU or per GPU. That is ``--mem=0``, and what Slurm gives a job
+    that asks for no memory where no default is set; each backend shows it as 0 or as nothing (pyslurm),
+    and 22.05-23.11 show 0 per node beside a ``--mem-per-gpu``, which then counts alone."""
+    if per_cpu or per_gpu:
+        return per_node or None
+    return per_node or 0
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmJob:
     """One job. ``gpus_alloc`` maps each allocated node to its GPU count (running jobs only);
@@ -105,7 +115,9 @@ class SlurmJob:
     Slurm has not split off yet is ``A_[..]`` and lists them in ``array_pending`` (``0-5``,
     ``1,3,7-9``), at most ``array_throttle`` of the array's tasks running at once (0: no limit).
     ``exclusive``: the job owns its nodes whole (``--exclusive``). ``eligible_time``: when
-    it may start (its ``--begin``, or the lease the daemon set)."""
+    it may start (its ``--begin``, or the lease the daemon set). Memory: at most one of the
+    three is set as read (``memory_per_node``); ``memory_per_node_mb`` 0 is all of each
+    node's memory (``--mem=0``)."""
 
     id: str
     user: str

@@ -659,7 +659,7 @@ class Translator:
             self._claims[job.id] = (nodes, cpus, memory)
             for name in nodes:
                 claimed[name] += cpus
-                memory_claimed[name] += memory
+                memory_claimed[name] += _taken(self.slurm_nodes[name], memory)
         self._claimed = {name: (claimed[name], memory_claimed[name]) for name in claimed}
 
     def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int,
@@ -679,7 +679,7 @@ class Translator:
                     continue
                 claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
                 if name in own_nodes:
-                    claimed_cpus, claimed_memory = claimed_cpus - own_cpus, claimed_memory - own_memory
+                    claimed_cpus, claimed_memory = claimed_cpus - own_cpus, claimed_memory - _taken(node, own_memory)
                 if not _fits(node, cpus, memory, claimed_cpus, claimed_memory):
                     continue
                 if job.exclusive and (node.cpus_alloc or node.memory_alloc_mb or node.gpus_used):
@@ -696,7 +696,7 @@ class Translator:
             if name not in self.slurm_nodes:
                 continue
             taken_cpus, taken_memory = self._decided.get(name, (0, 0))
-            self._decided[name] = (taken_cpus + cpus, taken_memory + memory)
+            self._decided[name] = (taken_cpus + cpus, taken_memory + _taken(self.slurm_nodes[name], memory))
             for needs, short in self._short.items():
                 if not self._fits_now(name, needs):
                     short.add(name)
@@ -720,20 +720,29 @@ class Translator:
 
 
 def _fits(node: SlurmNode, cpus: int, memory: int, taken_cpus: int, taken_memory: int) -> bool:
-    """Whether an instance of ``cpus`` CPUs and ``memory`` MB fits on ``node`` beside its allocations and what the
-    jobs Slurm has not started yet will take there (``taken_``)."""
+    """Whether an instance of ``cpus`` CPUs and ``memory`` MB (or ALL_MEMORY) fits on ``node`` beside its
+    allocations and what the jobs Slurm has not started yet will take there (``taken_``)."""
     if node.cpus - node.cpus_alloc - taken_cpus < cpus:
         return False
-    return not node.memory_mb or node.memory_mb - node.memory_alloc_mb - taken_memory >= memory
+    return not node.memory_mb or node.memory_mb - node.memory_alloc_mb - taken_memory >= _taken(node, memory)
+
+
+#: one instance's memory need that is all of its node's (``--mem=0``): it fits only where none is taken
+ALL_MEMORY = -1
+
+
+def _taken(node: SlurmNode, memory: int) -> int:
+    """The MB an instance needing ``memory`` (or ALL_MEMORY) takes on ``node``."""
+    return node.memory_mb if memory == ALL_MEMORY else memory
 
 
 def _instance_needs(job: SlurmJob, req: Request) -> tuple[int, int]:
-    """The CPUs and MB of memory one instance of ``job`` needs on its node."""
+    """The CPUs and MB of memory (or ALL_MEMORY) one instance of ``job`` needs on its node."""
     cpus = -(-job.cpus // req.instances)
     if job.memory_per_gpu_mb is not None:  # Slurm lists the default --mem-per-cpu beside it: this one counts
         return cpus, job.memory_per_gpu_mb * req.gpus
     if job.memory_per_node_mb is not None:
-        return cpus, job.memory_per_node_mb
+        return cpus, job.memory_per_node_mb or ALL_MEMORY
     return cpus, (job.memory_per_cpu_mb or 0) * cpus
 
 

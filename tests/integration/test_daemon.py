@@ -258,6 +258,23 @@ def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cl
                                                                   second: decision.gpus_per_node}
 
 
+def test_a_job_asking_for_all_of_a_node_s_memory_goes_where_none_is_taken(idle_cluster, tmp_path):
+    """--mem=0 is all of each node's memory: Slurm starts such a job only where no memory is allocated, so the
+    daemon must not put it beside a running job, where its GPUs alone would fit best."""
+    slurm = idle_cluster
+    backend = CliBackend()
+    foreign = submit(slurm, "--gpus=1")
+    held = wait_running(backend, [foreign])[foreign]
+    whole = submit(slurm, "--gpus=1", "--mem=0", managed="compass")
+    daemon = make_daemon(tmp_path)
+    assert backend.read_state().job(whole).memory_per_node_mb == 0  # as the daemon's own read says below
+    report = daemon.cycle()
+    assert daemon.observation.slurm_jobs[whole].memory_per_node_mb == 0
+    [decision] = report.decisions
+    assert decision.job_id == whole and set(decision.gpus_per_node).isdisjoint(held)
+    assert wait_running(backend, [whole]).get(whole) == decision.gpus_per_node
+
+
 def test_two_memory_per_gpu_jobs_decided_in_one_cycle_go_to_two_nodes(idle_cluster, tmp_path):
     """The same two jobs queued before one cycle: the engine counts GPUs only, the first decision's 200 GB count
     against the second all the same, and both run where decided."""

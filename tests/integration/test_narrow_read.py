@@ -31,7 +31,7 @@ def sbatch(slurm, *args: str) -> str:
 
 def a_mixed_queue(slurm) -> list[str]:
     """Running single- and multi-node (uniform and not), array, --exclusive and comment-marked jobs; pending,
-    held and throttled ones (one task of the throttled array split off)."""
+    held (one of them --mem=0) and throttled ones (one task of the throttled array split off)."""
     running = [
         sbatch(slurm, "--gpus=2"),
         sbatch(slurm, "--nodes=2", "--gpus-per-node=3"),
@@ -45,6 +45,7 @@ def a_mixed_queue(slurm) -> list[str]:
     subprocess.run(["scontrol", "update", f"JobId={throttled}_3", "TimeLimit=600"], check=True)  # split off
     sbatch(slurm, "--hold", "--gpus=8", "--comment=compass")
     sbatch(slurm, "--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08")
+    sbatch(slurm, "--hold", "--gpus=2", "--mem=0")  # all of each node's memory: 0 per node in every read
     for job in running:
         slurm.wait(job, "RUNNING")
     return running

@@ -50,6 +50,7 @@ def scenario(idle_cluster):
         slurm.wait(job, "RUNNING")
     slurm.sbatch("--hold", "--gpus=8", "--comment=compass")
     slurm.sbatch("--hold", "--array=1-3", "--gpus-per-task=1", "--ntasks=2")
+    slurm.sbatch("--hold", "--gpus=2", "--mem=0")  # all of each node's memory: pyslurm shows no memory at all
     scontrol = ["scontrol", "update", "NodeName=node08", "State=DRAIN", "Reason=pyslurm test"]
     subprocess.run(scontrol, check=True)
     subprocess.run(["scontrol", "create", "reservation", "ReservationName=pyslurm-test", "Nodes=node07",
@@ -77,6 +78,7 @@ def test_pyslurm_reads_the_same_state_as_the_cli(pyslurm_python, scenario):
     assert pyslurm == cli
     held = {j["id"] for j in cli["jobs"] if j["held"]}
     assert scenario.submitted[3] in held and any(j.endswith("_[1-3]") for j in held)  # the job and the array
+    assert [j["memory_per_node_mb"] for j in cli["jobs"] if j["id"] == scenario.submitted[5]] == [0]
     assert any(n["name"] == "node08" and "DRAIN" in n["flags"] for n in cli["nodes"])
     assert [r["name"] for r in cli["reservations"]] == ["pyslurm-test"]
 

@@ -42,7 +42,7 @@ def node(name: str, gpus: int = 8, state: str = "idle", flags: tuple[str, ...] =
 def pending(job_id: str, *, gpus: int | None = None, per_node: int | None = None, nodes: int = 1,
             comment: str = "compass", priority: int = 100, reason: str = "BeginTime", **kw) -> SlurmJob:
     return SlurmJob(job_id, "alice", "PENDING", "gpu", num_nodes=nodes, gpus_per_job=gpus, gpus_per_node=per_node,
-                    comment=comment, priority=priority, reason=reason, memory_per_cpu_mb=1000, **kw)
+                    comment=comment, priority=priority, reason=reason, **{"memory_per_cpu_mb": 1000, **kw})
 
 
 def running(job_id: str, alloc: dict[str, int], *, per_node: int | None = None, comment: str = "",
@@ -196,6 +196,26 @@ def test_two_mem_per_gpu_jobs_decided_in_one_cycle_do_not_share_a_node_short_of_
     clock.now += 10
     backend.commands.clear()
     assert daemon.cycle().decisions == [] and backend.commands == []
+
+
+def test_jobs_asking_for_all_of_a_node_s_memory_go_only_where_none_is_taken(tmp_path):
+    # --mem=0 (memory_per_node_mb 0): Slurm starts such a job only on a node with no memory allocated, so 60 and 61
+    # go to the empty nodes, one each, although n1's free GPUs would fit them best; 62 (--mem-per-cpu) fits beside.
+    whole = {"memory_per_cpu_mb": None, "memory_per_node_mb": 0}
+    state = cluster([node("n1", mem_alloc=8000), node("n2"), node("n3")],
+                    [running("1", {"n1": 2}), pending("60", gpus=1, priority=90, **whole),
+                     pending("61", gpus=1, priority=80, **whole), pending("62", gpus=1, priority=70)])
+    daemon, backend, clock = daemon_for(state, tmp_path)
+    placed = {d.job_id: d.gpus_per_node for d in daemon.cycle().decisions}
+    assert sorted(placed) == ["60", "61", "62"]
+    assert {*placed["60"], *placed["61"]} == {"n2", "n3"} and placed["62"] == {"n1": 1}
+    # Pinned and not started yet, they claim all of their nodes' memory: a third one has nowhere to go.
+    pins = [replace(j, required_nodes=tuple(placed[j.id])) if j.id in placed else j for j in state.jobs]
+    backend.state = replace(state, jobs=(*pins, pending("63", gpus=1, priority=60, **whole)))
+    clock.now += 10
+    backend.commands.clear()
+    report = daemon.cycle()
+    assert report.decisions == [] and not [c for c in backend.commands if any(a.startswith("ReqNodeList=") for a in c)]
 
 
 def test_typed_gpu_requests_only_go_to_that_type(tmp_path):
@@ -791,3 +811,4 @@ def test_the_daemon_s_scheduler_takes_the_slack_setting(tmp_path, slack, order):
     report = daemon.cycle()
     assert daemon.scheduler.slack == slack
     assert [d.job_id for d in report.decisions] == order
+
