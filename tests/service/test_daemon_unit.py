@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
@@ -14,10 +15,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from compass_slurm import collector
 from compass_slurm.cli import cli
 from compass_slurm.slurm import translate
 from compass_slurm.config import Config
 from compass_slurm.service.control import ControlServer, request
+from compass_slurm.service import daemon as daemon_module
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm.backend import DryRunBackend, lease_argv
@@ -812,3 +815,40 @@ def test_the_daemon_s_scheduler_takes_the_slack_setting(tmp_path, slack, order):
     assert daemon.scheduler.slack == slack
     assert [d.job_id for d in report.decisions] == order
 
+
+# -- the collector ----------------------------------------------------------------------------
+
+
+def test_steady_cycles_leave_no_reference_cycles_for_the_collector(tmp_path):
+    # What a cycle leaves is frozen (collector.paused(freeze=True)): garbage in reference cycles would stay until the
+    # hourly sweep. The recorded state: parsed, translated, placed and logged as in any cycle.
+    daemon = Daemon(Config(anchors=str(tmp_path / "anchors")), recorded(), f"sqlite:///{tmp_path / 'log.db'}",
+                    clock=Clock())
+    daemon.cycle()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            report = daemon.cycle()
+            gc.collect()
+    finally:
+        gc.set_debug(0)
+    garbage, gc.garbage[:] = list(gc.garbage), []
+    assert report.skipped is None and report.errors == []
+    assert [type(o).__name__ for o in garbage] == []
+
+
+def test_the_loop_sweeps_what_cycles_froze(tmp_path, monkeypatch):
+    monkeypatch.setattr(daemon_module, "SWEEP_EVERY_S", 0.0)
+    daemon, _, _ = daemon_for(cluster(nodes(2), [pending("90", gpus=2)]), tmp_path)
+    with collector.paused(freeze=True):
+        pass
+    assert gc.get_freeze_count() > 0
+    loop = threading.Thread(target=daemon.run, args=(60.0,))
+    loop.start()
+    try:
+        cycles_by(daemon, 1, time.monotonic() + 10)
+    finally:
+        daemon.shutdown()
+        loop.join(10)
+    assert daemon.cycles == 1 and gc.get_freeze_count() == 0
