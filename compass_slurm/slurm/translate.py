@@ -44,7 +44,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import compress
 from operator import attrgetter
 
@@ -242,6 +242,8 @@ class _Task:
 
 
 _ORDER, _PLACED = attrgetter("order"), attrgetter("placed")
+#: every field of a job but its priority
+_BUT_PRIORITY = attrgetter(*(f.name for f in fields(SlurmJob) if f.name != "priority"))
 
 
 def _spliced(order: list[_Task], removed: list[_Task], added: list[_Task]) -> list[_Task]:
@@ -269,7 +271,8 @@ class Translations:
 
     The parsers hand back the same SlurmJob object for a job whose fields did not change, so
     a state's jobs are the last ones (by identity) less those gone, plus those new. Only the
-    new ones are classified and made tasks; the running jobs, the counts, the managed pending
+    new ones are classified and made tasks (a task that only its priority sets apart from one
+    gone keeps that one's translation: ``_repriced``); the running jobs, the counts, the managed pending
     tasks in priority order follow the difference. What a task comes to (placed, waiting, left
     to Slurm) is worked out again for the new tasks, the volatile ones, those whose begin time
     the read's time passed (either way: ``came``), and for all of them when the eligible nodes
@@ -297,6 +300,8 @@ class Translations:
         self.queue_len = self.pending_gpus = 0
         self.pending_managed: set[str] = set()
         self._tasks: dict[int, _Task] = {}  # by the identity of its SlurmJob
+        #: while an update adds jobs: the tasks of the jobs gone from the last state, by id (see _repriced)
+        self._gone: dict[str, _Task] = {}
         self.order: list[_Task] = []  # Slurm's priority order
         self.volatile: dict[int, _Task] = {}
         #: the tasks with a begin time, and (begin, identity) of each in begin order (with some gone: see came)
@@ -328,7 +333,9 @@ class Translations:
             added = list(compress(jobs, map(new.__contains__, idents))) if len(new) < len(jobs) else list(jobs)
             self._present = present
             removed = [facts for ident in gone for facts in self._drop(*self._jobs.pop(ident))]
+            self._gone = {facts.slurm.id: facts for facts in removed}
             fresh = [task for job in added for task in self._add(job, classify(job), make)]
+            self._gone = {}
             ids = self._ids
             if not any(ids[job.id] > 1 for job in added) and not any(ids[t.slurm.id] > 1 for t in fresh):
                 afresh = len(added) == len(jobs)
@@ -370,7 +377,7 @@ class Translations:
             self.queue_len += len(tasks)
             self.pending_gpus += gpus
             if managed:
-                out = [self._tasks.get(id(task)) or make(task) for task in tasks]
+                out = [self._tasks.get(id(task)) or self._repriced(task) or make(task) for task in tasks]
                 for task in out:
                     if task.slurm is not job:  # an array's task: its id is a key too
                         self._ids[task.slurm.id] += 1
@@ -382,6 +389,16 @@ class Translations:
                         self._begins.append((task.begin, id(task.slurm)))
                 return out
         return []
+
+    def _repriced(self, task: SlurmJob) -> _Task | None:
+        """The translation of a task gone from the last state that ``task`` is at a new priority alone (slurmctld
+        recalculates every pending job's priority every PriorityCalcPeriod), moved to ``task``: its engine job
+        stays the same object, so the Scheduler keeps its entry. None for any other task."""
+        old = self._gone.get(task.id)
+        if old is None or _BUT_PRIORITY(old.slurm) != _BUT_PRIORITY(task):
+            return None
+        return _Task(task, priority_key(task), old.held_back, old.begin, old.not_startable, old.req, old.volatile,
+                     job=old.job, needs=old.needs, key=old.key)
 
     def _drop(self, job: SlurmJob, what: tuple[object, object]) -> list[_Task]:
         """Counts ``job`` out (a job id is held by one job at most: see update); returns its tasks."""

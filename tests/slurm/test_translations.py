@@ -83,6 +83,24 @@ def test_jobs_that_change_between_cycles_are_translated_anew():
     assert "5" in observed[4].slurm_jobs and observed[5].pending[0].eligible == frozenset({"n2", "n3", "n4"})
 
 
+def test_a_priority_recalculation_keeps_each_job_s_translation_in_the_new_order():
+    # slurmctld recalculates every pending job's priority (PriorityCalcPeriod): each is a new object at a new
+    # priority. Its engine job stays the very object (the Scheduler keeps its entry), in the new order; a job
+    # changed beyond its priority is translated anew.
+    jobs = [pending("1", priority=30), pending("2", priority=20), pending("3_[0-1]", array_job="3",
+                                                                          array_pending="0-1", priority=10)]
+    known = Translations()
+    first = Translator(state(jobs), lease=LEASE, known=known).observe()
+    repriced = [jobs[0].with_priority(5), jobs[1].with_priority(40), replace(jobs[2].with_priority(50), cpus=2)]
+    s = state(repriced)
+    second = Translator(s, lease=LEASE, known=known).observe()
+    assert facts(second) == facts(Translator(s, lease=LEASE).observe())
+    assert [p.job.id for p in second.pending] == ["3_0", "3_1", "2", "1"]
+    before = {p.job.id: p.job for p in first.pending}
+    assert [p.job is before[p.job.id] for p in second.pending] == [False, False, True, True]
+    assert [p.slurm.priority for p in second.pending] == [50, 50, 40, 5]
+
+
 @pytest.mark.parametrize("change", [{"migratable": "never"}, {"partitions": ["other"]}])
 def test_a_changed_config_starts_afresh(change):
     jobs = [pending("1", comment="compass:migratable"), pending("2")]
@@ -171,5 +189,7 @@ def test_a_kept_translation_equals_a_fresh_one_over_changing_states(seed):
         states.append(state(jobs, nodes, read_at=NOW + rng.choice([3 * step, rng.randrange(25)])))  # now and then back
         jobs = [j for j in jobs if rng.random() > 0.2] + rng.sample(pool, rng.randrange(4))
         jobs = [replace(j) if rng.random() < 0.1 else j for j in jobs]
+        # a priority recalculation: new objects at new priorities (the parsers' with_priority)
+        jobs = [j.with_priority(j.priority + rng.randrange(-2, 3)) if rng.random() < 0.3 else j for j in jobs]
         rng.shuffle(jobs)
     check(states)
