@@ -59,6 +59,7 @@ from .sync import mirror, pinned_pending, pinned_to, same_nodes, take_over
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
+
 class Daemon:
     """Runs cycles against ``backend``; ``db`` is the decision log URL (None: no log)."""
 
