@@ -7,7 +7,7 @@ full collection then scans the whole heap (0.3 s at 16,384 nodes). Paused, the w
 frees its temporaries as it goes.
 
 What survives a daemon cycle is the state the next cycles keep (the policy, the kept
-parses and translations): scanned at the first collection after the cycle (60-85 ms a
+parses and translations): scanned at the first collection after the cycle (57-85 ms a
 cycle at 16,384 nodes), it would be scanned again by every full collection.
 ``paused(freeze=True)`` freezes it instead: collections never scan frozen objects, and
 reference counting still frees them when they die. Only garbage in reference cycles

@@ -195,10 +195,15 @@ class SlurmJob:
         values[_PRIORITY_AT] = priority
         return SlurmJob(*values)
 
+    def same_but_priority(self, other: SlurmJob) -> bool:
+        """Whether ``other`` is this job, its priority apart."""
+        return _BUT_PRIORITY(self) == _BUT_PRIORITY(other)
+
 
 _JOB_FIELDS = tuple(f.name for f in fields(SlurmJob))
 _JOB_VALUES = attrgetter(*_JOB_FIELDS)
 _PRIORITY_AT = _JOB_FIELDS.index("priority")
+_BUT_PRIORITY = attrgetter(*(name for name in _JOB_FIELDS if name != "priority"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter
 
@@ -242,8 +242,6 @@ class _Task:
 
 
 _ORDER, _PLACED = attrgetter("order"), attrgetter("placed")
-#: every field of a job but its priority
-_BUT_PRIORITY = attrgetter(*(f.name for f in fields(SlurmJob) if f.name != "priority"))
 
 
 def _spliced(order: list[_Task], removed: list[_Task], added: list[_Task]) -> list[_Task]:
@@ -395,7 +393,7 @@ class Translations:
         recalculates every pending job's priority every PriorityCalcPeriod), moved to ``task``: its engine job
         stays the same object, so the Scheduler keeps its entry. None for any other task."""
         old = self._gone.get(task.id)
-        if old is None or _BUT_PRIORITY(old.slurm) != _BUT_PRIORITY(task):
+        if old is None or not old.slurm.same_but_priority(task):
             return None
         return _Task(task, priority_key(task), old.held_back, old.begin, old.not_startable, old.req, old.volatile,
                      job=old.job, needs=old.needs, key=old.key)
