@@ -13,7 +13,8 @@ from .options import db_option, read_log
 if TYPE_CHECKING:
     from ..service.store import DecisionRecord, MigrationRecord, Store
 
-#: a cycle's records are written within one transaction; this margin finds them all by time
+#: a cycle's records are written in two transactions moments apart (its decisions, then the rest); this margin
+#: finds them all by time
 CYCLE_SPAN = timedelta(minutes=10)
 
 

@@ -13,6 +13,7 @@ only if the daemon is gone. Every Slurm refusal is returned or recorded, never r
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from itertools import compress
 
 from ..engine.model import Decision, Migration
@@ -22,6 +23,7 @@ from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.translate import Observation, Pending, id_order
 from .cycle import Books, CycleReport, Placed, fmt, log, per_node
+from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
@@ -49,19 +51,33 @@ class Actuator:
         return None
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
-                report: CycleReport, now: float, dry_run: bool = False) -> None:
-        """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed."""
+                report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False) -> None:
+        """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed. Each
+        move's decision is logged before Slurm hears of it, and rewritten as failed where Slurm refuses."""
         by_job: dict[str, list[Migration]] = {}
         for m in moves:
             if m.job in policy.cluster.jobs:
                 by_job.setdefault(m.job, []).append(m)
+        planned = []
         for job_id, job_moves in by_job.items():
             target = per_node(policy, job_id)
             running = obs.running.get(job_id)
             if running is not None and dict(running.alloc) == target:
                 continue  # moved and moved back within the cycle
-            status, reason = "done", "compact"
             repoint = job_id in books.placed
+            job = policy.cluster.jobs[job_id]
+            nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
+            decision = Decision(job_id, nodes, job.gpus, "compact")
+            planned.append((job_moves, target, repoint, decision, len(report.decisions)))
+            report.decisions.append(DecisionRecord.of(
+                decision, job, policy.name, action="dry-run" if dry_run else "migrated",
+                from_nodes=_left(nodes, job_moves),
+                reason="compact: re-pointed before it started" if repoint else "compact: requeued",
+            ))
+        recorder.ahead(report)
+        for job_moves, target, repoint, decision, at in planned:
+            job_id = decision.job
+            status, reason = "done", "compact"
             try:
                 gpus = set(target.values())
                 if len(gpus) != 1:
@@ -73,18 +89,12 @@ class Actuator:
                 else:
                     self.backend.migrate(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type)
                 # Pending again until Slurm restarts it: keep its new place as a decision to verify.
-                job = policy.cluster.jobs[job_id]
-                nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
-                decision = Decision(job_id, nodes, job.gpus, "compact")
-                books.placed[job_id] = Placed(decision, job, now)
-                report.decisions.append(DecisionRecord.of(
-                    decision, job, policy.name, action="dry-run" if dry_run else "migrated",
-                    from_nodes=_left(nodes, job_moves),
-                    reason="compact: re-pointed before it started" if repoint else "compact: requeued",
-                ))
+                books.placed[job_id] = Placed(decision, policy.cluster.jobs[job_id], now)
             except SlurmError as err:
                 status, reason = "failed", f"compact; Slurm refused: {err}"
                 report.error("migration", f"job {job_id}: {err}")
+                report.decisions[at] = replace(report.decisions[at], action="failed", reason=reason)
+                recorder.refused(report.decisions[at])
                 books.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
                 if job_id not in books.placed and not self._release(job_id):
                     books.unreleased.add(job_id)

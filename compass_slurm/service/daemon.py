@@ -8,13 +8,16 @@ A cycle reads Slurm's state once and then runs four steps:
   discipline ``queue``: ``backfill`` by default, as the simulator's) in Slurm's priority order, with
   Slurm's time limits as run-time estimates: the highest-priority job that does not fit
   gets a reservation, and lower jobs start only where they do not delay it;
-- actuate (``actuate.py``): pin each decision in Slurm, requeue Compact's migrations
+- actuate (``actuate.py``): log the decisions (moves included) before Slurm hears of them, so that
+  no job runs where the log does not say, even if the daemon is killed half-way through telling it;
+  pin each decision in Slurm, requeue Compact's migrations
   (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour: by default one per
   managed GPU node, at least 12, re-resolved when the nodes change; and at most ``migrations_burst``
   in any 5 minutes, unlimited by default),
   renew the begin-time leases of managed jobs still waiting;
-- publish (``publish.py``): log decisions, migrations, errors and a sample to the
-  decision log in one transaction, rewrite the Prometheus textfile and the anchors file.
+- publish (``publish.py``): log the rest (migrations, errors, a sample; a decision Slurm
+  refused was rewritten as such when it refused) under the same cycle, rewrite the Prometheus
+  textfile and the anchors file.
 
 One policy object and its Scheduler live across cycles and follow Slurm incrementally; a restart
 rebuilds them from Slurm, so nothing is lost with the process. Managed jobs are pending
@@ -48,13 +51,13 @@ from ..engine.rate_limit import RateLimit
 from ..engine.scheduler import Scheduler
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
-from ..slurm.translate import Observation, Pending, Request, Translations, Translator
+from ..slurm.translate import Observation, Pending, Request, Translations, Translator, id_order
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
-from .sync import mirror, pinned_pending, pinned_to, same_nodes, take_over
+from .sync import mirror, pinned_pending, pinned_to, ran_elsewhere, same_nodes, take_over, unheard
 
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
@@ -183,7 +186,7 @@ class Daemon:
         policy, moves = self._sync(obs, report, now)
         moves += self._decide(obs, translator, policy, report, now)
         self.actuator.release_left_held(obs, self.books)
-        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, now, self.dry_run)
+        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now, self.dry_run)
         self.actuator.renew_leases(obs, self.books, report, now)
         report.sample = sample(obs, policy, report, time.monotonic() - started)
         self._finish(report)
@@ -204,20 +207,29 @@ class Daemon:
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.rate.resize(len(obs.nodes))  # a per-node budget follows the GPU nodes managed
             self.books.forget()
-            self._take_over(obs, policy, now)
+            self._take_over(obs, policy, report, now)
         report.budget = self.rate.budget(now)
         return policy, mirror(policy, obs, self.books, report)
 
-    def _take_over(self, obs: Observation, policy: Policy, now: float) -> None:
-        pinned = pinned_pending(obs)
-        if not pinned or self.db is None or self.dry_run:
+    def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
+        if self.db is None or self.dry_run:
             return
+        pinned = pinned_pending(obs)
         try:
-            last = self.recorder.last_decisions(pinned)
+            last = self.recorder.last_decisions(pinned) if pinned else {}
+            latest = self.recorder.last_cycle_decisions()
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pinned pending jobs are placed afresh", err.message)
             return
         take_over(obs, policy, self.books, last, now)
+        self.books.unheard = unheard(obs, self.books, latest)
+        gone = sorted({r.job_id for r in latest} - set(obs.pending_ids), key=id_order)  # running, or ended
+        try:
+            ran = self.backend.ran_on(gone)
+        except SlurmError as err:
+            report.error("slurm", f"where the last cycle's jobs ran is unknown ({err}): not checked against the log")
+            return
+        report.decisions += ran_elsewhere(obs, policy, latest, ran)
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -236,12 +248,12 @@ class Daemon:
         # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing. One pass
         # over the pending jobs also makes the queue: the jobs the policy does not hold (a stale one no longer).
         # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
-        replanned = set()
+        replanned, short = set(), set()
         pending, ids = obs.pending, obs.pending_ids
         placed, held, pins = self.books.placed, policy.cluster.jobs, self.books.pins
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
-            stale = self._stale(p, policy, now, translator)
+            stale = self._stale(p, policy, now, translator, short)
             if stale is not None:
                 if pending is obs.pending:
                     pending = list(pending)
@@ -250,6 +262,7 @@ class Daemon:
                 del placed[job_id]
                 replanned.add(job_id)
                 log.info("job %s: re-planning, %s", job_id, stale)
+        self.books.short = short
         if pins:
             self._let_go_pins(obs)
             for at in compress(range(len(ids)), map(pins.__contains__, ids)):
@@ -286,30 +299,38 @@ class Daemon:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
+        decided, first = [], len(report.decisions)
+        replanned |= self.books.unheard
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
             decision = replace(decision, nodes=nodes)
+            decided.append((p, decision))
+            report.decisions.append(DecisionRecord.of(
+                decision, p.job, policy.name, sif_before=_sif(before), sif_after=_sif(after),
+                partial_before=_partial(before), partial_after=_partial(after), reason=decision.rule,
+                action="dry-run" if self.dry_run else "replanned" if p.job.id in replanned else "placed",
+            ))
+        self.books.unheard.difference_update(d.job for d in step.decisions)
+        self.recorder.ahead(report)  # logged before Slurm hears of them: see publish.py
+        for at, (p, decision) in enumerate(decided, first):
             failure = self.actuator.express(p, decision)
-            action = "replanned" if p.job.id in replanned else "placed"
+            record = report.decisions[at]
             if failure is not None:
                 policy.remove(p.job.id)
-                action, after = "failed", fragmentation(policy)
+                after = fragmentation(policy)
+                record = report.decisions[at] = replace(record, action="failed", reason=failure,
+                                                        sif_after=_sif(after), partial_after=_partial(after))
+                self.recorder.refused(record)
             else:
                 # when Slurm was told, not when the cycle began: telling it hundreds of jobs takes a while,
                 # and a job told late must not look stale (and be placed again) in the next cycle
                 self.books.placed[p.job.id] = Placed(decision, p.job, self.clock())
                 self.books.leases.pop(p.job.id, None)
                 pins.pop(p.job.id, None)
-                action = "dry-run" if self.dry_run else action
-            record = DecisionRecord.of(
-                decision, p.job, policy.name, sif_before=_sif(before), sif_after=_sif(after),
-                partial_before=_partial(before), partial_after=_partial(after),
-                reason=failure or decision.rule, action=action,
-            )
-            report.decisions.append(record)
-            log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", action, p.job.id, record.request, record.user,
-                     fmt(record.gpus_per_node), record.reason, _num(record.sif_before), _num(record.sif_after))
+            log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", record.action, p.job.id, record.request,
+                     record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
+                     _num(record.sif_after))
         placed_now = {d.job for d in step.decisions}
         return [m for m in step.migrations if m.job not in placed_now]
 
@@ -334,8 +355,11 @@ class Daemon:
             ends[job_id] = None if limit is None else now + limit
         return ends
 
-    def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator) -> str | None:
-        """Why a placed-but-pending job must be re-planned, or None while its decision still holds."""
+    def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator, short: set[str]) -> str | None:
+        """Why a placed-but-pending job must be re-planned, or None while its decision still holds. A node
+        short of the job's CPUs or memory counts at the second read in a row that says so (the job joins
+        ``short`` at the first): a job that started between the job read and the node read looks pending on a
+        node whose allocation already holds it (see Backend.read_state), once."""
         c = policy.cluster
         for name in dict.fromkeys(self.books.placed[p.job.id].decision.nodes):
             i = c.index[name]
@@ -343,7 +367,9 @@ class Daemon:
             if not c.available[i] and translator.slurm_nodes[name].state != "unknown":
                 return f"node {name} takes no new work"
             if p.eligible is not None and name not in p.eligible:
-                return f"node {name} lacks the CPUs or memory it needs"
+                short.add(p.job.id)
+                if p.job.id in self.books.short:
+                    return f"node {name} lacks the CPUs or memory it needs"
             if c.used[i] > c.capacity[i]:
                 return f"node {name} was taken by other jobs"
         if now - self.books.placed[p.job.id].at > self.stale_after:

@@ -1,8 +1,10 @@
 """The cycle's last step: what the daemon tells the world.
 
 A sample of the cluster's fragmentation per cycle, and every decision, migration and
-error, go to the decision log in one transaction (``Recorder``); a log that cannot be
-written is loud but never stops placement. The Prometheus textfile and the anchors
+error, go to the decision log (``Recorder``): the cycle's placements in a transaction of
+their own before Slurm hears of them (a daemon killed while telling Slurm leaves no job
+running where the log does not say), the rest at the cycle's end under the same cycle.
+A log that cannot be written is loud but never stops placement. The Prometheus textfile and the anchors
 file for submit hooks are replaced atomically every cycle.
 
 Anchors file (``Config.anchors``)::
@@ -55,7 +57,7 @@ def sample(obs: Observation, policy: Policy, report: CycleReport, duration: floa
 
 
 class Recorder:
-    """The decision log of one daemon: opened on first use, written once per cycle."""
+    """The decision log of one daemon: opened on first use; a cycle writes its decisions ahead, the rest at its end."""
 
     def __init__(self, db: str | None) -> None:
         self.db = db
@@ -64,6 +66,10 @@ class Recorder:
         self.failures = 0
         #: the first log failure not yet in the log (written when the log works again)
         self.unlogged: ErrorRecord | None = None
+        #: the daemon cycle whose decisions were written ahead, and its id in the log (for the rest of its records)
+        self._begun: tuple[int, int] | None = None
+        #: decisions written ahead that Slurm refused, not rewritten yet (the log failed meanwhile)
+        self._refused: list[DecisionRecord] = []
 
     def _open(self) -> Store:
         if self.store is None:
@@ -79,18 +85,55 @@ class Recorder:
             out[job] = records[-1] if records else None
         return out
 
-    def record(self, report: CycleReport) -> None:
-        """Write the cycle in one transaction; a failing log is loud but never stops placement."""
-        if self.db is None:
+    def last_cycle_decisions(self) -> list[DecisionRecord]:
+        """The decisions of the latest cycle logged (raises StoreError when the log cannot be read)."""
+        return self._open().last_cycle_decisions()
+
+    def ahead(self, report: CycleReport) -> None:
+        """Write the cycle's decisions so far, before Slurm hears of them; each record takes its id."""
+        if self.db is None or all(record.id is not None for record in report.decisions):
             return
         try:
             store = self._open()
-            with store.cycle():
+            with store.cycle(resume=self._resumed(report)) as begun:
+                ids = [store.record_decision(record) if record.id is None else record.id
+                       for record in report.decisions]
+        except StoreError:
+            return  # the cycle's end writes them with the rest, or says why it cannot
+        self._begun = (report.cycle, begun)
+        report.decisions[:] = [replace(record, id=i, cycle=begun) for record, i in zip(report.decisions, ids)]
+
+    def _resumed(self, report: CycleReport) -> int | None:
+        """The log's id of ``report``'s cycle where its decisions were written ahead (none of a cycle cut short)."""
+        return self._begun[1] if self._begun is not None and self._begun[0] == report.cycle else None
+
+    def refused(self, record: DecisionRecord) -> None:
+        """A decision written ahead that Slurm refused: rewritten now, so the log never says it stands."""
+        if record.id is None:
+            return  # not written ahead: the cycle's end writes it as it is
+        try:
+            self._open().rewrite_decision(record)
+        except StoreError:
+            self._refused.append(record)  # the cycle's end tries again, or says why it cannot
+
+    def record(self, report: CycleReport) -> None:
+        """Write the rest of the cycle in one transaction; a failing log is loud but never stops placement."""
+        if self.db is None:
+            return
+        begun = self._resumed(report)
+        self._begun = None
+        refused, self._refused = self._refused, []
+        try:
+            store = self._open()
+            with store.cycle(resume=begun):
                 if self.unlogged is not None:
                     store.record_error(replace(self.unlogged, message=f"{self.unlogged.message} "
                                                f"(the log failed in {self.failures} cycles so far)"))
+                for record in refused:
+                    store.rewrite_decision(record)
                 for record in report.decisions:
-                    store.record_decision(record)
+                    if record.id is None:
+                        store.record_decision(record)
                 for record in report.migrations:
                     store.record_migration(record)
                 for record in report.errors:

@@ -570,16 +570,19 @@ class Store:
             raise StoreError(f"cannot {doing} the decision log {self.name}: {cause}", hint=hint) from err
 
     @contextmanager
-    def cycle(self) -> Iterator[int]:
-        """One transaction for everything a daemon cycle records; yields the cycle id.
+    def cycle(self, resume: int | None = None) -> Iterator[int]:
+        """One transaction for what a daemon cycle records; yields the cycle id.
 
         Records written inside are tagged with the cycle and commit together when the
-        block ends; an exception (or a failing write) rolls all of them back.
+        block ends; an exception (or a failing write) rolls all of them back. ``resume``:
+        a cycle begun by an earlier transaction (its decisions, written before Slurm heard
+        them), whose id the records of this one take.
         """
         if self._conn is not None:
             raise StoreError("a cycle is already open", hint="cycles do not nest")
         with self._guard("write to"), self.engine.begin() as conn:
-            cycle_id = conn.execute(insert(cycles_table).values(time=datetime.now(UTC))).inserted_primary_key[0]
+            cycle_id = resume if resume is not None else conn.execute(
+                insert(cycles_table).values(time=datetime.now(UTC))).inserted_primary_key[0]
             self._conn, self._cycle = conn, cycle_id
             try:
                 yield cycle_id
@@ -607,6 +610,12 @@ class Store:
     def record_decision(self, record: DecisionRecord) -> int:
         """Log a decision; returns its id."""
         return self._record(record)
+
+    def rewrite_decision(self, record: DecisionRecord) -> None:
+        """Replace the logged decision ``record.id`` with ``record`` (one Slurm refused after it was logged)."""
+        values = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("id", "time", "cycle")}
+        with self._transaction() as conn:
+            conn.execute(update(decisions_table).where(decisions_table.c.id == record.id).values(values))
 
     def record_migration(self, record: MigrationRecord) -> int:
         """Log a migration; returns its id."""
@@ -643,6 +652,14 @@ class Store:
                   limit: int | None = None) -> list[DecisionRecord]:
         """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five)."""
         return self._query(DecisionRecord, since, job, limit)
+
+    def last_cycle_decisions(self) -> list[DecisionRecord]:
+        """The decisions of the latest cycle logged (a daemon killed mid-cycle: the ones it was telling Slurm)."""
+        table = decisions_table
+        latest = select(cycles_table.c.id).order_by(cycles_table.c.id.desc()).limit(1).scalar_subquery()
+        with self._guard("read"), self.engine.connect() as conn:
+            rows = conn.execute(select(table).where(table.c.cycle == latest).order_by(table.c.id)).mappings().all()
+        return [DecisionRecord(**row) for row in rows]
 
     def migrations(self, since: datetime | None = None, job: str | None = None) -> list[MigrationRecord]:
         return self._query(MigrationRecord, since, job)

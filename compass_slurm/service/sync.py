@@ -9,6 +9,7 @@ daemon takes over the pins its predecessor logged (``take_over``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from itertools import compress
 from operator import attrgetter, is_not
 
@@ -109,6 +110,42 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
             continue
         books.placed[p.job.id] = Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
         log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
+
+
+def unheard(obs: Observation, books: Books, latest: list[DecisionRecord]) -> set[str]:
+    """The pending jobs that ``latest`` (the last cycle logged) decided and nobody took over: a daemon killed
+    while telling Slurm logged decisions that Slurm never heard (they are logged first). Deciding one again
+    is a re-plan, not a second placement."""
+    decided = {r.job_id for r in latest if r.action in ("placed", "replanned")}
+    return {job_id for job_id in decided.intersection(obs.pending_ids) if job_id not in books.placed}
+
+
+def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord],
+                  ran: Mapping[str, tuple[str, ...]]) -> list[DecisionRecord]:
+    """Records of the jobs that ``latest`` (the last cycle logged) decided or moved and that run, or ran, on
+    other nodes (``ran``: where Slurm says, finished jobs too): a daemon killed while telling Slurm logged
+    decisions Slurm never heard, and Slurm ran those jobs where they were (a re-plan, a move) or where it chose
+    once their lease ran out. Logged as ``adopted`` where they ran, so that a job's latest record names it."""
+    out = []
+    for r in latest:
+        nodes = ran.get(r.job_id)
+        if r.action not in ("placed", "replanned", "migrated") or not nodes or set(nodes) == set(r.nodes):
+            continue
+        running = obs.running.get(r.job_id)
+        if running is not None:  # its instances as the engine sees them
+            job, at = running.engine()
+            out.append(DecisionRecord.of(Decision(job.id, tuple(at), job.gpus, "adopted"), job, policy.name,
+                                         action="adopted", from_nodes=r.nodes, reason=_ELSEWHERE))
+        else:  # finished meanwhile: the nodes Slurm lists, its GPUs spread evenly over them
+            gpus = sum(r.gpus_per_node.values())
+            out.append(replace(r, nodes=nodes, gpus_per_node={n: gpus // len(nodes) for n in nodes}, rule="adopted",
+                               candidates=(), sif_before=None, sif_after=None, partial_before=None,
+                               partial_after=None, reason=_ELSEWHERE, action="adopted", from_nodes=r.nodes,
+                               time=None, cycle=None, id=None))
+    return out
+
+
+_ELSEWHERE = "ran elsewhere than logged (the daemon was killed before Slurm heard); adopted there"
 
 
 def pinned_pending(obs: Observation) -> list[str]:

@@ -80,7 +80,14 @@ class Backend(ABC):
 
     @abstractmethod
     def read_state(self) -> SlurmState:
-        """One consistent-enough read of nodes, jobs, partitions and reservations."""
+        """One consistent-enough read of nodes, jobs, partitions and reservations.
+
+        Jobs are read before nodes. The jobs most likely to start between the two reads are the ones the
+        daemon has just pinned (Slurm starts them within a second of the update, when the next cycle reads):
+        read first, such a job is pending on the nodes it is pinned to, and its CPUs and memory count there
+        twice for one cycle (safe); read the other way, it ran on nodes whose allocation was read before it
+        started, which looked free to the next job. A job Slurm starts on its own in between is unseen for
+        one cycle either way (then its GPUs, else its memory); a decision it spoils is re-planned the next."""
 
     @abstractmethod
     def version(self) -> str:
@@ -93,6 +100,12 @@ class Backend(ABC):
     @abstractmethod
     def job_state(self, job_id: str) -> str | None:
         """The job's state now (e.g. PENDING), None when Slurm no longer knows it."""
+
+    def ran_on(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The nodes each of ``job_ids`` runs or ran on, finished jobs too while Slurm still lists them
+        (``MinJobAge``); pending and unknown jobs are left out."""
+        wanted = set(job_ids)
+        return {j.id: j.nodes for j in self.read_state().jobs if j.id in wanted and j.nodes and not j.pending}
 
     def look(self) -> Look | None:
         """The managed pending jobs and the jobs holding nodes, by a read far cheaper than read_state();
@@ -182,6 +195,9 @@ class DryRunBackend(RecordingBackend):
 
     def job_state(self, job_id: str) -> str | None:
         return self.inner.job_state(job_id)
+
+    def ran_on(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return self.inner.ran_on(job_ids)
 
     def look(self) -> Look | None:
         return self.inner.look()

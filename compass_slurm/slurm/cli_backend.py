@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import replace
 
 from .. import collector
@@ -64,6 +64,12 @@ LOOK = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format
 
 #: runs an argv and returns (exit code, stdout, stderr); tests swap in recorded output
 Runner = Callable[[list[str], float], tuple[int, str, str]]
+
+
+def ran_on_argv(job_ids: Sequence[str]) -> list[str]:
+    """squeue of ``job_ids`` in every state (finished ones too, until MinJobAge): id, state, nodes."""
+    return ["squeue", "--noheader", "--states=all", f"--jobs={','.join(map(names.job_id, job_ids))}",
+            "--format=%i|%T|%N"]
 
 
 def run_process(argv: list[str], timeout: float) -> tuple[int, str, str]:
@@ -317,9 +323,10 @@ class CliBackend(Backend):
     def read_state(self) -> SlurmState:
         read_at = time.time()
         version = self.version()
+        jobs = tuple(self.read_jobs())  # before the nodes, as Backend.read_state says
         return SlurmState(
             nodes=tuple(self.read_nodes()),
-            jobs=tuple(self.read_jobs()),
+            jobs=jobs,
             partitions=tuple(parse_text.partitions(self._run(PARTITIONS))),
             reservations=tuple(parse_text.reservations(self._run(RESERVATIONS))),
             version=version,
@@ -331,6 +338,17 @@ class CliBackend(Backend):
         code, out, _ = self.runner(argv, self.timeout)
         # squeue exits 1 for a job id it has forgotten
         return (out.strip() or None) if code == 0 else None
+
+    def ran_on(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        if not job_ids:
+            return {}
+        argv = ran_on_argv(job_ids)
+        code, out, err = self.runner(argv, self.timeout)
+        if code == 1 and "Invalid job id" in err:
+            return {}  # Slurm has forgotten every one of them
+        if code != 0:
+            raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
+        return parse_text.ran_on(out, " ".join(argv))
 
     def look(self) -> Look | None:
         return parse_text.look(self._run(LOOK))

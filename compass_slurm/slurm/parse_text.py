@@ -426,6 +426,22 @@ def version(output: str) -> str:
     return match.group(1)
 
 
+def ran_on(output: str, what: str) -> dict[str, tuple[str, ...]]:
+    """``squeue --noheader --states=all --jobs=.. --format=%i|%T|%N``: the nodes of each job that holds or held
+    some (pending ones, whose node list is empty, are left out)."""
+    found = {}
+    for lineno, line in enumerate(output.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not parts[0]:
+            raise SlurmParseError(f"{what}: line {lineno}: cannot read {line[:80]!r}")
+        job_id, state, nodes = parts
+        if nodes and state != "PENDING":
+            found[job_id] = tuple(expand(nodes))
+    return found
+
+
 def look(output: str) -> Look:
     """``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k``: the pending ids whose
     comment carries the marker, and the ids of the jobs that hold nodes (R, CG)."""

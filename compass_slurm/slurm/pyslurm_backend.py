@@ -79,9 +79,9 @@ class PyslurmBackend(CliBackend):
 
     def read_state(self) -> SlurmState:
         read_at = time.time()
-        try:
-            nodes = list(self.pyslurm.Nodes.load().values())
+        try:  # jobs before nodes, as Backend.read_state says
             jobs = [job for job in self.pyslurm.Jobs.load().values() if job.state not in _ENDED]
+            nodes = list(self.pyslurm.Nodes.load().values())
             partitions = list(self.pyslurm.Partitions.load().values())
             reservations = list(self.pyslurm.Reservations.load().values())
             layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}

@@ -204,12 +204,14 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> 
 
     With ``once``, each job was placed at most once (a re-plan is a new decision with its
     reason; a restarted daemon may decide again what its killed self had decided); a job
-    that started after a decision runs on the nodes of the job's latest decision.
+    that started after a decision runs on the nodes of the job's latest record that says
+    where it runs (placed, replanned, migrated or adopted).
     """
     from compass_slurm.service.store import Store
 
     with Store.open(f"sqlite:///{db}", create=False) as store:
-        decisions = [d for d in store.decisions() if d.action in ("placed", "replanned")]
+        # every record that says where a job runs (not a refused one): the latest must be where it ran
+        decisions = [d for d in store.decisions() if d.action in ("placed", "replanned", "migrated", "adopted")]
     by_job: dict[str, list] = {}
     for d in decisions:
         by_job.setdefault(d.job_id, []).append(d)
@@ -263,7 +265,11 @@ def integrity(db: Path) -> list[str] | None:
     with Store.open(f"sqlite:///{db}", create=False) as store:
         problems = store.integrity_check()
         with store.engine.connect() as conn:
-            # a cycle is one transaction: its row exists only with its sample (no cycle here is skipped)
-            torn = conn.execute(text("SELECT count(*) FROM cycles WHERE id NOT IN (SELECT cycle FROM samples)"))
+            # A cycle's placements are one transaction, written before Slurm hears of them; the rest of it,
+            # its sample among them, is another (no cycle here is skipped). A cycle without its sample is one
+            # killed between the two: decisions alone.
+            torn = conn.execute(text("SELECT count(*) FROM cycles WHERE id NOT IN (SELECT cycle FROM samples) AND ("
+                                     "id NOT IN (SELECT cycle FROM decisions) OR id IN (SELECT cycle FROM migrations)"
+                                     " OR id IN (SELECT cycle FROM errors))"))
             problems += [f"{n} cycles without their sample" for (n,) in torn if n]
     return problems

@@ -40,6 +40,7 @@ class DevCluster:
         use_cluster(Layout(self.nodes, self.gpus_per_node, self.release, job_submit_lua=True))
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k: a run that deselects the live tests builds no chroot
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``@pytest.mark.releases("24.11", ...)``: run that test on those releases only (deselected on the others)."""
     kept, dropped = [], []

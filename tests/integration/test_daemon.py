@@ -50,11 +50,11 @@ def wait_running(backend: CliBackend, jobs: list[str], timeout: float = 30.0) ->
         time.sleep(0.3)
 
 
-def make_daemon(tmp_path: Path, **config) -> Daemon:
+def make_daemon(tmp_path: Path, backend: CliBackend | None = None, **config) -> Daemon:
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = Config(anchors=str(tmp_path / "anchors"), lease=LEASE, interval=1, **config)
     # the daemon reads as open_backend makes it (by line before 24.11, narrow from 24.11)
-    return Daemon(cfg, CliBackend(narrow=None, lines=None), f"sqlite:///{tmp_path / 'log.db'}")
+    return Daemon(cfg, backend or CliBackend(narrow=None, lines=None), f"sqlite:///{tmp_path / 'log.db'}")
 
 
 def test_a_realistic_mix_runs_where_the_daemon_decided(idle_cluster, tmp_path):
@@ -256,6 +256,44 @@ def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cl
     seen = wait_running(backend, [first, second])
     assert {first: seen.get(first), second: seen.get(second)} == {first: placed.gpus_per_node,
                                                                   second: decision.gpus_per_node}
+
+
+class StartsBetweenReads(CliBackend):
+    """Reads as the daemon does, but once ``job`` is set, waits after the first of the job and node reads until
+    Slurm runs it: the job starts between the two, whichever comes first."""
+
+    def __init__(self) -> None:
+        super().__init__(narrow=None, lines=None)
+        self.job: str | None = None
+
+    def _then_started(self, read):
+        job, self.job = self.job, None
+        if job is not None:
+            assert wait_running(CliBackend(), [job]).get(job), f"job {job} did not start"
+        return read
+
+    def read_jobs(self):
+        return self._then_started(super().read_jobs())
+
+    def read_nodes(self):
+        return self._then_started(super().read_nodes())
+
+
+def test_a_job_starting_between_the_reads_still_takes_its_memory(idle_cluster, tmp_path):
+    """The first job's 200 GB count on its node whether the cycle reads it pending (pinned there) or running:
+    read between the job read and the node read, its start must not leave the node looking free."""
+    slurm = idle_cluster
+    backend = StartsBetweenReads()
+    daemon = make_daemon(tmp_path, backend)
+    first = submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass")
+    [placed] = daemon.cycle().decisions
+    second = submit(slurm, "--gpus=2", "--mem-per-gpu=100G", managed="compass")
+    backend.job = first
+    [decision] = daemon.cycle().decisions
+    assert backend.job is None  # the cycle did read across the start
+    assert decision.job_id == second and set(decision.gpus_per_node).isdisjoint(placed.gpus_per_node)
+    seen = wait_running(backend, [second])
+    assert seen.get(second) == decision.gpus_per_node
 
 
 def test_a_job_asking_for_all_of_a_node_s_memory_goes_where_none_is_taken(idle_cluster, tmp_path):

@@ -338,6 +338,23 @@ def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
     assert daemon.cycle().departed == ["50"] and daemon.policy.cluster.jobs == {}
 
 
+def test_a_node_short_of_memory_re_plans_at_the_second_read_that_says_so(tmp_path):
+    """Job 50 (200 GB) is pinned to n1. A read showing it pending while n1's allocation holds 200 GB is what a
+    start between the job read and the node read looks like: the decision stands. Only a second such read
+    (someone else's job holds the memory) re-plans it."""
+    big = {"memory_per_cpu_mb": None, "memory_per_node_mb": 200000}
+    daemon, backend, clock = daemon_for(cluster(nodes(2), [pending("50", gpus=2, **big)]), tmp_path)
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 2}]
+    seen = cluster([node("n1", mem_alloc=200000), node("n2")], [pending("50", gpus=2, required_nodes=("n1",), **big)])
+    backend.state = seen
+    clock.now += 1
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 1
+    clock.now += 1
+    report = daemon.cycle()
+    assert [(d.action, d.gpus_per_node) for d in report.decisions] == [("replanned", {"n2": 2})]
+    assert backend.commands[-1] == update("50", "n2", 1, 2)
+
+
 def test_a_job_slurm_started_elsewhere_is_adopted_there_and_the_log_says_so(tmp_path):
     daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=4)]), tmp_path)
     assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
@@ -430,6 +447,91 @@ def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
     assert "60" not in daemon.policy.cluster.jobs and daemon.policy.cluster.used == [0, 8]
     with Store.open(daemon.db, create=False) as store:
         assert [d.action for d in store.decisions()] == ["failed", "placed"]
+        # logged before Slurm heard it, then rewritten as refused: one record each, one cycle with the sample
+        assert store.decisions() == [replace(d, time=logged.time) for d, logged in zip(report.decisions,
+                                                                                       store.decisions())]
+        assert {d.cycle for d in store.decisions()} == {s.cycle for s in store.samples()}
+
+
+class Killed(BaseException):
+    """The daemon's process killed (SIGKILL) while it runs a command: nothing after it happens."""
+
+
+class KilledAtJob61(SnapshotBackend):
+    """Killed as the daemon starts telling Slurm of job 61."""
+
+    def scontrol(self, argv):
+        if "JobId=61" in argv:
+            raise Killed
+        super().scontrol(argv)
+
+
+def test_decisions_are_logged_before_slurm_hears_them_and_a_restart_re_plans_the_unheard(tmp_path):
+    """Killed after telling Slurm of job 60 and before job 61: both decisions are in the log already, so no job
+    runs where the log does not say; the restarted daemon decides 61 again, as a re-plan, not a second placing."""
+    state = cluster(nodes(2), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
+    first = Daemon(Config(anchors=""), KilledAtJob61(state, out=None), f"sqlite:///{tmp_path / 'log.db'}")
+    with pytest.raises(Killed):
+        first.cycle()
+    with Store.open(first.db, create=False) as store:
+        assert [(d.job_id, d.action, d.gpus_per_node) for d in store.decisions()] == [
+            ("60", "placed", {"n1": 8}), ("61", "placed", {"n2": 8})]
+        assert len({d.cycle for d in store.decisions()}) == 1 and store.samples() == []  # the cycle never ended
+    told = replace(state.job("60"), required_nodes=("n1",))
+    second, backend, clock = daemon_for(cluster(nodes(2), [told, state.job("61")]), tmp_path)
+    report = second.cycle()
+    assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [("61", "replanned", {"n2": 8})]
+    assert second.books.unheard == set() and "60" in second.books.placed  # taken over, not decided again
+    with Store.open(second.db, create=False) as store:
+        assert [d.action for d in store.decisions(job="61")] == ["placed", "replanned"]
+        assert [d.action for d in store.decisions(job="60")] == ["placed"]
+
+
+def test_a_restart_logs_where_the_killed_cycle_s_jobs_run_when_not_where_logged(tmp_path):
+    """Killed before telling Slurm of job 61, and away longer than its lease: Slurm started it by itself
+    elsewhere. The restarted daemon logs where it runs (adopted, from the nodes logged); job 60 runs where
+    logged and gets no record."""
+    state = cluster(nodes(3), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
+    with pytest.raises(Killed):
+        Daemon(Config(anchors=""), KilledAtJob61(state, out=None), f"sqlite:///{tmp_path / 'log.db'}").cycle()
+    started = [running("60", {"n1": 8}, comment="compass"), running("61", {"n3": 8}, comment="compass")]
+    second, backend, clock = daemon_for(cluster(nodes(3), started), tmp_path)
+    report = second.cycle()
+    assert [(d.job_id, d.action, d.nodes, d.gpus_per_node, d.from_nodes) for d in report.decisions] == [
+        ("61", "adopted", ("n3",), {"n3": 8}, ("n2",))]
+    with Store.open(second.db, create=False) as store:
+        assert [(d.job_id, d.action) for d in store.decisions()] == [
+            ("60", "placed"), ("61", "placed"), ("61", "adopted")]
+    assert second.cycle().decisions == []  # logged once
+
+
+def test_a_restart_logs_where_a_job_ran_that_finished_while_the_daemon_was_away(tmp_path):
+    """Killed before telling Slurm of job 61's re-plan: Slurm ran it at its old pin, and it ended before the
+    daemon came back. Slurm still lists it (MinJobAge): the restarted daemon logs where it ran."""
+    state = cluster(nodes(3), [pending("60", gpus=8, priority=9), pending("61", gpus=4, priority=1)])
+    with pytest.raises(Killed):
+        Daemon(Config(anchors=""), KilledAtJob61(state, out=None), f"sqlite:///{tmp_path / 'log.db'}").cycle()
+    ended = replace(running("61", {"n3": 4}, comment="compass"), state="COMPLETED")
+    second, backend, clock = daemon_for(cluster(nodes(3), [running("60", {"n1": 8}, comment="compass"), ended]),
+                                        tmp_path)
+    [record] = second.cycle().decisions
+    assert (record.job_id, record.action, record.nodes, record.gpus_per_node, record.from_nodes, record.request) == (
+        "61", "adopted", ("n3",), {"n3": 4}, ("n2",), "1x4")
+
+
+def test_where_jobs_ran_is_one_squeue_of_every_state():
+    seen = []
+
+    def run(argv, timeout):
+        seen.append(argv)
+        return 0, "61|COMPLETED|node03\n62|RUNNING|node[04-05]\n63|PENDING|\n", ""
+
+    assert CliBackend(runner=run).ran_on(["61", "62", "63"]) == {"61": ("node03",), "62": ("node04", "node05")}
+    assert seen == [["squeue", "--noheader", "--states=all", "--jobs=61,62,63", "--format=%i|%T|%N"]]
+    assert CliBackend(runner=lambda argv, timeout: (1, "", "slurm_load_jobs error: Invalid job id specified")
+                      ).ran_on(["61"]) == {}
+    with pytest.raises(SlurmError, match="cannot read"):
+        CliBackend(runner=lambda argv, timeout: (0, "61 COMPLETED node03\n", "")).ran_on(["61"])
 
 
 # -- migrations -------------------------------------------------------------------------------
@@ -683,6 +785,10 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
                                 ["scontrol", "release", "7"]]
     assert [e.kind for e in report.errors] == ["migration"]
+    # the move was a decision before Slurm heard of it; refused, it says so (and the job's place is unchanged)
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in report.decisions] == [
+        ("7", "failed", ("n2",), ("n1",))]
+    assert report.decisions[0].reason.startswith("compact; Slurm refused: ")
     # Next cycle Slurm still shows it on n1: the engine follows Slurm again.
     daemon.cycle()
     assert {v.name: v.used for v in daemon.policy.view()}["n1"] == 2

@@ -12,21 +12,21 @@ EXCLUSIVE = ["squeue", "--noheader", "--array", "--states=all", "--Format=JobArr
 
 
 def json_read(release: str) -> list[list[str]]:
-    """One read's commands: 23.02 and later need --Node for one sinfo record per node, 26.05 asks squeue which
-    jobs are --exclusive (its squeue --json no longer says)."""
+    """One read's commands, jobs before nodes (Backend.read_state says why): 23.02 and later need --Node for one
+    sinfo record per node, 26.05 asks squeue which jobs are --exclusive (its squeue --json no longer says)."""
     return [
         ["scontrol", "--version"],
-        ["sinfo", "--json"] if release == "22.05" else ["sinfo", "--Node", "--json"],
         ["squeue", "--json"],
         *([EXCLUSIVE] if release >= "26.05" else []),
+        ["sinfo", "--json"] if release == "22.05" else ["sinfo", "--Node", "--json"],
         ["scontrol", "show", "partition", "--oneliner"],
         ["scontrol", "show", "reservation", "--oneliner"],
     ]
 
 
 TEXT_READ = [
-    ["scontrol", "show", "node", "--details", "--oneliner"],
     ["scontrol", "show", "job", "--details", "--oneliner"],
+    ["scontrol", "show", "node", "--details", "--oneliner"],
     ["scontrol", "show", "partition", "--oneliner"],
     ["scontrol", "show", "reservation", "--oneliner"],
 ]

@@ -51,7 +51,7 @@ def test_a_whole_read_asks_the_same_commands_but_jobs(mixed_by_line):
     backend = CliBackend(runner=mixed_by_line, lines=True)
     backend.read_state()
     sinfo = ["sinfo", "--json"] if mixed_by_line.release == "22.05" else ["sinfo", "--Node", "--json"]
-    assert mixed_by_line.calls == [["scontrol", "--version"], sinfo, JOBS_TEXT,
+    assert mixed_by_line.calls == [["scontrol", "--version"], JOBS_TEXT, sinfo,
                                    ["scontrol", "show", "partition", "--oneliner"],
                                    ["scontrol", "show", "reservation", "--oneliner"]]
 
