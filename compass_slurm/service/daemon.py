@@ -35,6 +35,7 @@ last cycle did not see, or that a GPU job the last cycle saw running has left it
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +60,8 @@ from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, samp
 from .store import DecisionRecord, StoreError
 from .sync import mirror, pinned_pending, pinned_to, ran_elsewhere, same_nodes, take_over, unheard
 
+#: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING)
+NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -224,12 +227,7 @@ class Daemon:
         take_over(obs, policy, self.books, last, now)
         self.books.unheard = unheard(obs, self.books, latest)
         gone = sorted({r.job_id for r in latest} - set(obs.pending_ids), key=id_order)  # running, or ended
-        try:
-            ran = self.backend.ran_on(gone)
-        except SlurmError as err:
-            report.error("slurm", f"where the last cycle's jobs ran is unknown ({err}): not checked against the log")
-            return
-        report.decisions += ran_elsewhere(obs, policy, latest, ran)
+        report.decisions += ran_elsewhere(obs, policy, latest, self._ran_on(gone) if gone else {})
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -299,7 +297,7 @@ class Daemon:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
-        decided, first = [], len(report.decisions)
+        decided, first, started_elsewhere = [], len(report.decisions), []
         replanned |= self.books.unheard
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
@@ -319,9 +317,12 @@ class Daemon:
             if failure is not None:
                 policy.remove(p.job.id)
                 after = fragmentation(policy)
+                decided_record = record
                 record = report.decisions[at] = replace(record, action="failed", reason=failure,
                                                         sif_after=_sif(after), partial_after=_partial(after))
                 self.recorder.refused(record)
+                if NOT_PENDING.search(failure):  # Slurm started it first (its lease ran out): where?
+                    started_elsewhere += ran_elsewhere(obs, policy, [decided_record], self._ran_on([p.job.id]))
             else:
                 # when Slurm was told, not when the cycle began: telling it hundreds of jobs takes a while,
                 # and a job told late must not look stale (and be placed again) in the next cycle
@@ -331,8 +332,17 @@ class Daemon:
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", record.action, p.job.id, record.request,
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
                      _num(record.sif_after))
+        report.decisions += started_elsewhere
         placed_now = {d.job for d in step.decisions}
         return [m for m in step.migrations if m.job not in placed_now]
+
+    def _ran_on(self, job_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Where Slurm says ``job_ids`` run or ran; none when it cannot say (then the log is not checked)."""
+        try:
+            return self.backend.ran_on(job_ids)
+        except SlurmError as err:
+            log.warning("where jobs %s ran is unknown (%s): not checked against the log", ",".join(job_ids), err)
+            return {}
 
     def _let_go_pins(self, obs: Observation) -> None:
         """Forget the pins of jobs let go that Slurm started or forgot, or whose nodes someone else has set since."""

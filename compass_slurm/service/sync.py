@@ -122,10 +122,11 @@ def unheard(obs: Observation, books: Books, latest: list[DecisionRecord]) -> set
 
 def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord],
                   ran: Mapping[str, tuple[str, ...]]) -> list[DecisionRecord]:
-    """Records of the jobs that ``latest`` (the last cycle logged) decided or moved and that run, or ran, on
-    other nodes (``ran``: where Slurm says, finished jobs too): a daemon killed while telling Slurm logged
-    decisions Slurm never heard, and Slurm ran those jobs where they were (a re-plan, a move) or where it chose
-    once their lease ran out. Logged as ``adopted`` where they ran, so that a job's latest record names it."""
+    """Records of the jobs that ``latest`` decided or moved and that run, or ran, on other nodes (``ran``: where
+    Slurm says, finished jobs too), logged as ``adopted`` where they ran, so that a job's latest record names it.
+    ``latest`` is the last cycle logged before a restart (a daemon killed while telling Slurm logged decisions
+    Slurm never heard: Slurm ran those jobs where they were pinned, or where it chose once their lease ran out),
+    or a decision Slurm refused because it had started the job meanwhile."""
     out = []
     for r in latest:
         nodes = ran.get(r.job_id)
@@ -136,7 +137,7 @@ def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord]
             job, at = running.engine()
             out.append(DecisionRecord.of(Decision(job.id, tuple(at), job.gpus, "adopted"), job, policy.name,
                                          action="adopted", from_nodes=r.nodes, reason=_ELSEWHERE))
-        else:  # finished meanwhile: the nodes Slurm lists, its GPUs spread evenly over them
+        else:  # not running when read (ended since, or started since): the nodes Slurm lists, GPUs evenly
             gpus = sum(r.gpus_per_node.values())
             out.append(replace(r, nodes=nodes, gpus_per_node={n: gpus // len(nodes) for n in nodes}, rule="adopted",
                                candidates=(), sif_before=None, sif_after=None, partial_before=None,
@@ -145,7 +146,7 @@ def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord]
     return out
 
 
-_ELSEWHERE = "ran elsewhere than logged (the daemon was killed before Slurm heard); adopted there"
+_ELSEWHERE = "ran elsewhere than logged (Slurm never heard of the decision, or started the job first); adopted there"
 
 
 def pinned_pending(obs: Observation) -> list[str]:

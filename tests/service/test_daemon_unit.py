@@ -519,6 +519,26 @@ def test_a_restart_logs_where_a_job_ran_that_finished_while_the_daemon_was_away(
         "61", "adopted", ("n3",), {"n3": 4}, ("n2",), "1x4")
 
 
+def test_a_decision_refused_because_slurm_started_the_job_first_logs_where_it_ran(tmp_path):
+    """Job 60's lease ran out between the daemon's read and its update: Slurm ran it on n2 and refuses the
+    update. The log's latest record names n2, not the refused decision."""
+    class StartedFirst(SnapshotBackend):
+        def scontrol(self, argv):
+            if "JobId=60" in argv and argv[1] == "update" and "StartTime=now" in argv:
+                self.state = cluster(nodes(2), [replace(running("60", {"n2": 8}, comment="compass"),
+                                                        state="COMPLETED")])
+                raise SlurmCommandError(argv, "exit 1: Job has already finished for job 60")
+            super().scontrol(argv)
+
+    daemon = Daemon(Config(anchors=""), StartedFirst(cluster(nodes(2), [pending("60", gpus=8)]), out=None),
+                    f"sqlite:///{tmp_path / 'log.db'}")
+    report = daemon.cycle()
+    assert [(d.action, d.nodes, d.from_nodes) for d in report.decisions] == [
+        ("failed", ("n1",), ()), ("adopted", ("n2",), ("n1",))]
+    with Store.open(daemon.db, create=False) as store:
+        assert [(d.action, d.nodes) for d in store.decisions()] == [("failed", ("n1",)), ("adopted", ("n2",))]
+
+
 def test_where_jobs_ran_is_one_squeue_of_every_state():
     seen = []
 
