@@ -8,12 +8,12 @@ daemon takes over the pins its predecessor logged (``take_over``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import compress
 from operator import attrgetter, is_not
 
-from ..engine.model import Decision, EngineError, Migration, Node
+from ..engine.model import Decision, EngineError, Job, Migration, Node
 from ..engine.policies.base import Policy
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, adoption_order
@@ -74,10 +74,8 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
         report.adopted.append(job_id)
         if was is not None:
             # the log's latest record of a job names where it runs, also when Slurm chose otherwise
-            report.decisions.append(DecisionRecord.of(
-                Decision(job_id, tuple(nodes), job.gpus, "adopted"), job, policy.name, action="adopted",
-                from_nodes=was.decision.nodes, reason="Slurm started it elsewhere than decided; adopted there",
-            ))
+            report.decisions.append(adopted(policy, job, nodes, was.decision.nodes,
+                                            "Slurm started it elsewhere than decided; adopted there"))
         log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
                  "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
     moves += report.compact(policy)
@@ -112,6 +110,12 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
         log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
 
 
+def adopted(policy: Policy, job: Job, nodes: Sequence[str], decided: tuple[str, ...], reason: str) -> DecisionRecord:
+    """The record of ``job`` adopted where Slurm runs it (``nodes``, one per instance), ``from`` the ``decided``."""
+    return DecisionRecord.of(Decision(job.id, tuple(nodes), job.gpus, "adopted"), job, policy.name,
+                             action="adopted", from_nodes=decided, reason=reason)
+
+
 def unheard(obs: Observation, books: Books, latest: list[DecisionRecord]) -> set[str]:
     """The pending jobs that ``latest`` (the last cycle logged) decided and nobody took over: a daemon killed
     while telling Slurm logged decisions that Slurm never heard (they are logged first). Deciding one again
@@ -135,8 +139,7 @@ def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord]
         running = obs.running.get(r.job_id)
         if running is not None:  # its instances as the engine sees them
             job, at = running.engine()
-            out.append(DecisionRecord.of(Decision(job.id, tuple(at), job.gpus, "adopted"), job, policy.name,
-                                         action="adopted", from_nodes=r.nodes, reason=_ELSEWHERE))
+            out.append(adopted(policy, job, at, r.nodes, _ELSEWHERE))
         else:  # not running when read (ended since, or started since): the nodes Slurm lists, GPUs evenly
             gpus = sum(r.gpus_per_node.values())
             out.append(replace(r, nodes=nodes, gpus_per_node={n: gpus // len(nodes) for n in nodes}, rule="adopted",
