@@ -21,8 +21,8 @@ on the real CLI backend whose runner answers with those texts, so a cycle includ
 reading and parsing Slurm's output. The runner keeps the scontrol changes the daemon
 asks for, and between two cycles the synthetic state goes through them as slurmctld
 would (``carry_out``): a requeued job runs on the nodes it was re-pinned to, a pinned
-pending job starts there. Then 1% of the running jobs end and as many new ones queue,
-and the daemon's clock moves on one interval (with ``--recalculate-priorities`` every
+pending job starts there. Then 1% of the running jobs end (their GPUs free in the node
+read) and as many new ones queue, and the daemon's clock moves on one interval (with ``--recalculate-priorities`` every
 pending job's priority changes too, as when slurmctld recalculates them every
 PriorityCalcPeriod: every pending job's record or line is new to the memo). Reports the cold cycle (adopt every
 running job: a daemon restart, once) and the median steady cycle, the part of it spent
@@ -121,7 +121,14 @@ def churn(state: SlurmState, share: float, seed: int) -> SlurmState:
                          comment="compass", reason="BeginTime", priority=5_000,
                          time_limit_s=random.Random(f"limits:{seed}:{i}").choice(LIMITS_S))
                 for i in range(len(ended)))
-    return replace(state, jobs=tuple(j for j in state.jobs if j.id not in ended) + new)
+    freed = Counter()
+    for job in running:
+        if job.id in ended:
+            freed.update(job.gpus_alloc)
+    nodes = tuple(n if not freed[n.name] else replace(n, state="mixed" if n.gpus_used > freed[n.name] else "idle",
+                                                        gpus_used=n.gpus_used - freed[n.name]) for n in state.nodes)
+    # the node read shows the ended jobs' GPUs free, as Slurm does
+    return replace(state, nodes=nodes, jobs=tuple(j for j in state.jobs if j.id not in ended) + new)
 
 
 def render(state: SlurmState) -> dict[str, str]:

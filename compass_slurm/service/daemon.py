@@ -50,6 +50,7 @@ from ..engine.model import Decision, EngineError, Migration
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import RateLimit
 from ..engine.scheduler import Scheduler
+from ..slurm import hostlist
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.translate import Observation, Pending, Request, Translations, Translator, id_order
@@ -243,6 +244,9 @@ class Daemon:
         """
         for why in obs.skipped.items():
             log.debug("job %s left to Slurm: %s", *why)
+        if obs.crowded:
+            log.debug("no new work this cycle on %s: Slurm counts GPUs in use there that no job read holds (a job "
+                      "started between the reads)", hostlist.compress(obs.crowded))
         # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing. One pass
         # over the pending jobs also makes the queue: the jobs the policy does not hold (a stale one no longer).
         # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)

@@ -202,6 +202,8 @@ class Observation:
     pending_managed: frozenset[str] = frozenset()
     #: when each running job will have ended by its time limit (None: unlimited); not there: no start time known
     ends: dict[str, float | None] = field(default_factory=dict)
+    #: nodes where Slurm counts more GPUs in use than the jobs read hold (see Translator.crowded)
+    crowded: frozenset[str] = frozenset()
 
     @functools.cached_property
     def pending_ids(self) -> list[str]:
@@ -292,6 +294,8 @@ class Translations:
         self._ids: Counter[str] = Counter()  # the ids of its jobs and of their array tasks
         self.twice = False  # the latest state lists a job id twice (or a job, or an array task)
         self.running: dict[str, Running] = {}
+        #: per node, the GPUs the running jobs read hold there (see Translator.crowded)
+        self.gpus_seen: Counter[str] = Counter()
         self.ends: dict[str, float | None] = {}
         self.running_tasks: Counter[str] = Counter()
         self.slurm_jobs: dict[str, SlurmJob] = {}
@@ -368,6 +372,7 @@ class Translations:
             if value is not None:
                 self.running[job.id] = value
                 self.slurm_jobs[job.id] = job
+                self.gpus_seen.update(value.alloc)
                 if job.time_limit_s is None or job.start_time:
                     self.ends[job.id] = None if job.time_limit_s is None else job.start_time + job.time_limit_s
         elif kind is _PENDING:
@@ -408,6 +413,7 @@ class Translations:
                 self.running_tasks[job.array_job] -= 1
             if value is not None:
                 del self.running[job.id], self.slurm_jobs[job.id]
+                self.gpus_seen.subtract(value.alloc)
                 self.ends.pop(job.id, None)
         elif kind is _PENDING:
             tasks, gpus, managed = value
@@ -501,6 +507,10 @@ class Translator:
         #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
         self._claims: dict[str, tuple[frozenset[str], int, int]] = {}
         self._claimed: dict[str, tuple[int, int]] = {}
+        self._pinned_gpus: Counter[str] = Counter()  # per node, the GPUs of those pins
+        self.crowded: frozenset[str] = frozenset()
+        #: per (eligible nodes, short nodes, how many): what narrowed made of them, the same object while they last
+        self._narrowed: dict[tuple[int, int, int], tuple[frozenset[str], frozenset[str]]] = {}
         #: per node, the (CPUs, MB) of the jobs decided this cycle (see decide); per instance need (CPUs, MB), the
         #: nodes they leave too short for it
         self._decided: dict[str, tuple[int, int]] = {}
@@ -517,6 +527,7 @@ class Translator:
                     if facts.volatile]
         throttled = _beyond_throttle(volatile, known.running_tasks)
         self._claim_pins((job for job in volatile if job.id not in throttled) if throttled else volatile)
+        self.crowded = self._crowded()
         begin_after = self.state.read_at + BEGIN_SLACK
         came = known.came(begin_after)
         if afresh or self._eligible_changed():
@@ -527,7 +538,15 @@ class Translator:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
-                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends))
+                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends), self.crowded)
+
+    def _crowded(self) -> frozenset[str]:
+        """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned
+        pending ones will: a job started between the job read and the node read (see Backend.read_state), which
+        the engine does not count yet. Until the next read sees it, no new instance goes there (narrowed)."""
+        seen, pinned = self.known.gpus_seen, self._pinned_gpus
+        return frozenset(name for name, node in self.slurm_nodes.items()
+                         if node.gpus_used and node.gpus_used > seen[name] + pinned[name])
 
     def _eligible_changed(self) -> bool:
         """Whether the eligible nodes of a key that kept tasks use are other than they were (a pin's own key
@@ -672,9 +691,11 @@ class Translator:
                 continue
             cpus, memory = _instance_needs(job, req)
             self._claims[job.id] = (nodes, cpus, memory)
+            gpus = req.instances * req.gpus // len(nodes)
             for name in nodes:
                 claimed[name] += cpus
                 memory_claimed[name] += _taken(self.slurm_nodes[name], memory)
+                self._pinned_gpus[name] += gpus
         self._claimed = {name: (claimed[name], memory_claimed[name]) for name in claimed}
 
     def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int,
@@ -717,16 +738,28 @@ class Translator:
                     short.add(name)
 
     def narrowed(self, job: SlurmJob, engine: Job, eligible: Eligible) -> Eligible:
-        """``eligible`` (the job's nodes as read) without those the jobs decided this cycle left too short of CPUs
-        or memory for one instance of ``job``: the engine counts GPUs only. The same object when none is."""
-        if not self._decided:
+        """``eligible`` (the job's nodes as read) without the crowded nodes and those the jobs decided this cycle
+        left too short of CPUs or memory for one instance of ``job``: the engine counts GPUs only, and not those of
+        a job it has not read yet. ``eligible`` itself when none is; else the same object for the same inputs (the
+        policy keeps the node indexes of the last set it was handed)."""
+        if self._decided:
+            needs = _instance_needs(job, Request(engine.instances, engine.gpus, engine.distinct_nodes))
+            short = self._short.get(needs)
+            if short is None:
+                short = self._short[needs] = {name for name in self._decided if not self._fits_now(name, needs)}
+                short |= self.crowded
+        elif self.crowded:
+            short = self.crowded
+        else:
             return eligible
-        needs = _instance_needs(job, Request(engine.instances, engine.gpus, engine.distinct_nodes))
-        short = self._short.get(needs)
-        if short is None:
-            short = self._short[needs] = {name for name in self._decided if not self._fits_now(name, needs)}
         nodes = self.available if eligible is None else eligible
-        return eligible if short.isdisjoint(nodes) else nodes.difference(short)
+        if short.isdisjoint(nodes):
+            return eligible
+        key = (id(nodes), id(short), len(short))  # a short set only grows within a cycle
+        kept = self._narrowed.get(key)
+        if kept is None or kept[0] is not nodes:
+            kept = self._narrowed[key] = (nodes, nodes.difference(short))
+        return kept[1]
 
     def _fits_now(self, name: str, needs: tuple[int, int]) -> bool:
         claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))

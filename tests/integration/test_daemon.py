@@ -296,6 +296,40 @@ def test_a_job_starting_between_the_reads_still_takes_its_memory(idle_cluster, t
     assert seen.get(second) == decision.gpus_per_node
 
 
+class ReleasedBetweenReads(CliBackend):
+    """Reads as the daemon does, but once ``job`` (held) is set, releases it after the job read and waits until
+    Slurm runs it: it starts between the job read and the node read, unseen by the first."""
+
+    def __init__(self) -> None:
+        super().__init__(narrow=None, lines=None)
+        self.job: str | None = None
+
+    def read_jobs(self):
+        jobs, job, self.job = super().read_jobs(), self.job, None
+        if job is not None:
+            subprocess.run(["scontrol", "release", job], check=True)
+            assert wait_running(CliBackend(), [job]).get(job), f"job {job} did not start"
+        return jobs
+
+
+def test_no_job_is_pinned_where_a_job_started_after_the_job_read_took_the_gpus(idle_cluster, tmp_path):
+    """A foreign job starts on node01 after the cycle's job read: node01 looks empty to the engine, but the node
+    read counts 7 GPUs in use there, so the 2-GPU job goes elsewhere and starts at once."""
+    slurm = idle_cluster
+    backend = ReleasedBetweenReads()
+    daemon = make_daemon(tmp_path, backend)
+    foreign = slurm.sbatch("--hold", "--gpus=7", "--nodelist=node01")
+    job = submit(slurm, "--gpus=2", managed="compass")
+    backend.job = foreign
+    report = daemon.cycle()
+    assert backend.job is None and daemon.observation.crowded == frozenset({"node01"})
+    [decision] = report.decisions
+    assert decision.job_id == job and "node01" not in decision.gpus_per_node
+    assert wait_running(backend, [job]).get(job) == decision.gpus_per_node
+    report = daemon.cycle()  # read running now: adopted, and node01 counts as the engine's again
+    assert foreign in report.adopted and daemon.observation.crowded == frozenset()
+
+
 def test_a_job_asking_for_all_of_a_node_s_memory_goes_where_none_is_taken(idle_cluster, tmp_path):
     """--mem=0 is all of each node's memory: Slurm starts such a job only where no memory is allocated, so the
     daemon must not put it beside a running job, where its GPUs alone would fit best."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import pytest
@@ -104,3 +105,24 @@ def test_prepare_without_the_pyslurm_source_warns_and_builds_the_rest(tmp_path):
     done = dev("prepare", "--pyslurm", "--source", str(missing), "22.05", "24.11")  # 24.11's chroot: CI builds it anyway
     assert (done.returncode, done.stdout) == (0, "dev-cluster: ready: Slurm 22.05, 24.11\n")
     assert done.stderr.splitlines()[0] == f"dev-cluster: warning: no pyslurm source at {missing}: pyslurm not built"
+
+
+def test_ran_on_names_where_running_and_finished_jobs_ran(slurm):
+    """What the daemon's restart check and a refusal ("already finished") read: a finished job still listed
+    (MinJobAge) and a running one, by their nodes; a pending job and an id Slurm never had, left out."""
+    backend = CliBackend()
+    done = slurm.sbatch("--nodes=2", "--gpus-per-node=1", "--nodelist=node[03-04]")
+    running = slurm.sbatch("--gpus=1", "--nodelist=node05")
+    waiting = slurm.sbatch("--begin=now+1hour", "--gpus=1")  # (not --hold: a held job cancelled reads as held)
+    for job in (done, running):
+        slurm.wait(job, "RUNNING")
+    subprocess.run(["scancel", done], check=True)
+    deadline = time.monotonic() + 30
+    while (state := subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={done}", "--format=%T"],
+                                   capture_output=True, text=True).stdout.strip()) != "CANCELLED":
+        assert time.monotonic() < deadline, f"job {done} is {state!r} 30 s after scancel"
+        time.sleep(0.3)
+    wanted = {done: ("node03", "node04"), running: ("node05",)}
+    assert backend.ran_on([done, running, waiting]) == wanted
+    assert backend.ran_on([done, running, waiting, "9999999"]) == wanted  # one forgotten id loses none of the others
+    assert backend.ran_on(["9999999"]) == {}

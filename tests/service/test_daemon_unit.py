@@ -183,6 +183,25 @@ def test_unavailable_nodes_and_short_cpu_or_memory_are_never_chosen(tmp_path):
     assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("20", {"n7": 2}), ("21", {"n4": 8})]
 
 
+def test_no_job_goes_where_slurm_counts_gpus_of_a_job_not_read_yet(tmp_path):
+    """n1 looks empty to the job read, but Slurm started a foreign 7-GPU job there before the node read: the
+    2-GPU job is not pinned to the one GPU left; once read, the foreign job is adopted, and n1 is crowded no more."""
+    full = running("80", {"n2": 8})
+    state = cluster([replace(node("n1"), gpus_used=7), replace(node("n2"), gpus_used=8), node("n3", state="down")],
+                    [full, pending("81", gpus=2)])
+    daemon, backend, clock = daemon_for(state, tmp_path)
+    report = daemon.cycle()
+    assert report.decisions == [] and backend.commands == [lease_argv(["81"], 60)]  # it waits, leased
+    assert daemon.observation.crowded == frozenset({"n1"})
+    # Read next: the foreign job runs on n1, and job 80 has ended.
+    backend.state = replace(state, nodes=(state.nodes[0], node("n2"), state.nodes[2]),
+                            jobs=(running("82", {"n1": 7}), pending("81", gpus=2)))
+    clock.now += 5
+    report = daemon.cycle()
+    assert report.adopted == ["82"] and daemon.observation.crowded == frozenset()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("81", {"n2": 2})]
+
+
 def test_two_mem_per_gpu_jobs_decided_in_one_cycle_do_not_share_a_node_short_of_memory(tmp_path):
     # 2 x 100,000 MB each, on nodes of 256,000 MB: one per node, although both would fit one node's GPUs.
     state = cluster(nodes(2), [pending("50", gpus=2, memory_per_gpu_mb=100000, priority=90),

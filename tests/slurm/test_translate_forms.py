@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from compass_slurm.slurm import translate
@@ -110,6 +112,29 @@ def test_invalid_account_keeps_a_job_pinned_to_its_nodes_placed_and_leaves_other
     obs = observe([pinned, unpinned, other])
     assert [p.job.id for p in obs.pending] == ["1"]
     assert obs.skipped == {"2": "Slurm holds it back: InvalidAccount", "3": "Slurm holds it back: InvalidAccount"}
+
+
+def test_a_job_started_between_the_job_read_and_the_node_read_crowds_its_node_for_one_cycle():
+    """Slurm counts GPUs in use on n1 that no job read holds: a job started after the job read (pending or not
+    there when read). n2's are its running job's, n3's the pinned job's that started meanwhile: not crowded."""
+    state = SlurmState(
+        (node("n1", gpus_used=6), node("n2", gpus_used=2), node("n3", gpus_used=4), node("n4")),
+        (SlurmJob("5", "bob", "RUNNING", "gpu", nodes=("n2",), gpus_alloc={"n2": 2}, gpus_per_job=2),
+         job("6", gpus_per_node=4, required_nodes=("n3",), num_nodes=1, reason="Resources"), job("7")),
+        (SlurmPartition("gpu", ("n1", "n2", "n3", "n4")),), (), "22.05.8", NOW)
+    translator = Translator(state, lease=LEASE)
+    obs = translator.observe()
+    assert obs.crowded == frozenset({"n1"})
+    seven = next(p for p in obs.pending if p.job.id == "7")
+    assert seven.eligible is None  # as read: every node; the decision leaves n1 out
+    narrowed = translator.narrowed(seven.slurm, seven.job, seven.eligible)
+    assert narrowed == frozenset({"n2", "n3", "n4"})
+    assert translator.narrowed(seven.slurm, seven.job, seven.eligible) is narrowed  # the policy keeps its indexes
+    only_n1 = frozenset({"n1"})
+    assert translator.narrowed(seven.slurm, seven.job, only_n1) == frozenset()
+    # The next read sees the job running there: nothing is crowded.
+    started = SlurmJob("8", "bob", "RUNNING", "gpu", nodes=("n1",), gpus_alloc={"n1": 6}, gpus_per_job=6)
+    assert Translator(replace(state, jobs=(*state.jobs, started)), lease=LEASE).observe().crowded == frozenset()
 
 
 def test_a_job_pinned_but_not_started_holds_its_memory_against_others():
