@@ -73,8 +73,10 @@ class Books:
     #: decided jobs let go while Slurm held them back (a QOS or association limit reached meanwhile), still
     #: pinned to the decided nodes: that ReqNodeList is ours, not the user's, and must not tie them there
     pins: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: pending jobs whose logged decision Slurm never heard (a daemon killed while telling it): re-planned
-    unheard: set[str] = field(default_factory=set)
+    #: pending jobs whose logged decision no longer stands and that are not decided again yet (re-planned when
+    #: no room was found in the same cycle; or Slurm never heard it, a daemon killed while telling it): their
+    #: next decision is logged ``replanned``, not placed a second time
+    replan: set[str] = field(default_factory=set)
     #: placed jobs whose nodes the last read found short of their CPUs or memory (re-planned if the next does)
     short: set[str] = field(default_factory=set)
 

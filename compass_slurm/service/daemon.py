@@ -226,7 +226,7 @@ class Daemon:
             log.warning("earlier decisions unreadable (%s): pinned pending jobs are placed afresh", err.message)
             return
         take_over(obs, policy, self.books, last, now)
-        self.books.unheard = unheard(obs, self.books, latest)
+        self.books.replan |= unheard(obs, self.books, latest)
         gone = sorted({r.job_id for r in latest} - set(obs.pending_ids), key=id_order)  # running, or ended
         report.decisions += ran_elsewhere(obs, policy, latest, self._ran_on(gone) if gone else {})
 
@@ -252,17 +252,19 @@ class Daemon:
         # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
         replanned, short = set(), set()
         pending, ids = obs.pending, obs.pending_ids
-        placed, held, pins = self.books.placed, policy.cluster.jobs, self.books.pins
+        placed, held, pins, replan = self.books.placed, policy.cluster.jobs, self.books.pins, self.books.replan
+        if replan:
+            replan.intersection_update(ids)  # those no longer pending are not decided again
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
             stale = self._stale(p, policy, now, translator, short)
             if stale is not None:
-                if pending is obs.pending:
-                    pending = list(pending)
-                pending[at] = _unpinned(p, placed[job_id].decision.nodes, translator)
+                # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
+                # a later one if no room is found now.
+                pins[job_id] = placed[job_id].decision.nodes
                 policy.remove(job_id)
                 del placed[job_id]
-                replanned.add(job_id)
+                replan.add(job_id)
                 log.info("job %s: re-planning, %s", job_id, stale)
         self.books.short = short
         if pins:
@@ -302,7 +304,7 @@ class Daemon:
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
         decided, first, started_elsewhere = [], len(report.decisions), []
-        replanned |= self.books.unheard
+        replanned |= replan
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
@@ -313,7 +315,7 @@ class Daemon:
                 partial_before=_partial(before), partial_after=_partial(after), reason=decision.rule,
                 action="dry-run" if self.dry_run else "replanned" if p.job.id in replanned else "placed",
             ))
-        self.books.unheard.difference_update(d.job for d in step.decisions)
+        replan.difference_update(d.job for d in step.decisions)
         self.recorder.ahead(report)  # logged before Slurm hears of them: see publish.py
         for at, (p, decision) in enumerate(decided, first):
             failure = self.actuator.express(p, decision)
@@ -377,8 +379,9 @@ class Daemon:
         c = policy.cluster
         for name in dict.fromkeys(self.books.placed[p.job.id].decision.nodes):
             i = c.index[name]
-            # "unknown": a restarted slurmctld has not heard from the node yet; give it until stale_after
-            if not c.available[i] and translator.slurm_nodes[name].state != "unknown":
+            if not c.available[i]:
+                if translator.slurm_nodes[name].state == "unknown":
+                    continue  # a restarted slurmctld has not heard from the node yet; give it until stale_after
                 return f"node {name} takes no new work"
             if p.eligible is not None and name not in p.eligible:
                 short.add(p.job.id)

@@ -374,6 +374,40 @@ def test_a_node_short_of_memory_re_plans_at_the_second_read_that_says_so(tmp_pat
     assert backend.commands[-1] == update("50", "n2", 1, 2)
 
 
+def test_a_re_plan_that_finds_no_room_is_not_tied_to_the_old_pin_and_is_logged_replanned_when_placed(tmp_path):
+    """Job 50 is pinned to n1, then n1 is drained while n2 is full: re-planned, but nowhere to go. Its
+    ReqNodeList still names n1, which is the daemon's pin, not the user's: once n2 has room the job goes
+    there, logged as a re-plan (seen in the slurmctld fault test: a job logged placed twice)."""
+    daemon, backend, clock = daemon_for(cluster(nodes(2), [pending("50", gpus=4)]), tmp_path)
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
+    pinned = pending("50", gpus=4, required_nodes=("n1",))
+    backend.state = cluster([node("n1", flags=("DRAIN",)), node("n2")], [pinned, running("70", {"n2": 8})])
+    clock.now += 5
+    assert daemon.cycle().decisions == []
+    clock.now += 5
+    assert daemon.cycle().decisions == []  # still no room: it waits, not tied to n1 meanwhile
+    backend.state = cluster([node("n1", flags=("DRAIN",)), node("n2")], [pinned])
+    clock.now += 5
+    report = daemon.cycle()
+    assert [(d.action, d.gpus_per_node) for d in report.decisions] == [("replanned", {"n2": 4})]
+    with Store.open(daemon.db, create=False) as store:
+        assert [d.action for d in store.decisions(job="50")] == ["placed", "replanned"]
+
+
+def test_a_node_not_heard_from_since_slurmctld_restarted_keeps_its_decisions_until_stale_after(tmp_path):
+    """A restarted slurmctld has not heard from n1 yet (state unknown). The job pinned there is re-planned neither
+    for that nor for the CPUs and memory an unknown node does not offer, but once stale_after (30 s) has passed."""
+    daemon, backend, clock = daemon_for(cluster(nodes(2), [pending("50", gpus=4)]), tmp_path)
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
+    backend.state = cluster([node("n1", state="unknown"), node("n2")], [pending("50", gpus=4, required_nodes=("n1",))])
+    for _ in range(3):
+        clock.now += 5
+        assert daemon.cycle().decisions == []
+    clock.now += 20
+    [decision] = daemon.cycle().decisions
+    assert (decision.action, decision.gpus_per_node) == ("replanned", {"n2": 4})
+
+
 def test_a_job_slurm_started_elsewhere_is_adopted_there_and_the_log_says_so(tmp_path):
     daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("50", gpus=4)]), tmp_path)
     assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
@@ -500,7 +534,7 @@ def test_decisions_are_logged_before_slurm_hears_them_and_a_restart_re_plans_the
     second, backend, clock = daemon_for(cluster(nodes(2), [told, state.job("61")]), tmp_path)
     report = second.cycle()
     assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [("61", "replanned", {"n2": 8})]
-    assert second.books.unheard == set() and "60" in second.books.placed  # taken over, not decided again
+    assert second.books.replan == set() and "60" in second.books.placed  # taken over, not decided again
     with Store.open(second.db, create=False) as store:
         assert [d.action for d in store.decisions(job="61")] == ["placed", "replanned"]
         assert [d.action for d in store.decisions(job="60")] == ["placed"]
