@@ -86,8 +86,8 @@ class Backend(ABC):
         daemon has just pinned (Slurm starts them within a second of the update, when the next cycle reads):
         read first, such a job is pending on the nodes it is pinned to, and its CPUs and memory count there
         twice for one cycle (safe); read the other way, it ran on nodes whose allocation was read before it
-        started, which looked free to the next job. A job Slurm starts on its own in between is unseen for
-        one cycle either way (then its GPUs, else its memory); a decision it spoils is re-planned the next."""
+        started, which looked free to the next job. A job Slurm starts on its own in between is not in the job
+        read; its GPUs are in the node read, which makes its node crowded for a cycle (Translator.crowded)."""
 
     @abstractmethod
     def version(self) -> str:

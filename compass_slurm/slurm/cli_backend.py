@@ -82,6 +82,13 @@ def run_process(argv: list[str], timeout: float) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def _succeeded(argv: list[str], code: int, out: str, err: str) -> str:
+    """A command's output, or SlurmCommandError naming its exit code and what it printed."""
+    if code != 0:
+        raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
+    return out
+
+
 def _with_exclusive(jobs: Iterable[SlurmJob], exclusive: Set[str]) -> list[SlurmJob]:
     return [replace(job, exclusive=True) if job.id in exclusive else job for job in jobs]
 
@@ -130,10 +137,14 @@ class CliBackend(Backend):
         self.text_reasons: dict[str, str] = {}
 
     def _run(self, argv: list[str]) -> str:
+        return _succeeded(argv, *self.runner(argv, self.timeout))
+
+    def _run_for_jobs(self, argv: list[str]) -> str | None:
+        """``argv``'s output; None when squeue has forgotten every job id it was given (it exits 1)."""
         code, out, err = self.runner(argv, self.timeout)
-        if code != 0:
-            raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
-        return out
+        if code == 1 and "Invalid job id" in err:
+            return None
+        return _succeeded(argv, code, out, err)
 
     def version(self) -> str:
         if self._version is None:
@@ -311,11 +322,9 @@ class CliBackend(Backend):
         listed = ",".join(sorted(ids, key=int))
         whole = len(listed) > JOBS_ARG_MAX
         argv = JOBS_JSON if whole else [*JOBS_JSON, f"--jobs={listed}"]
-        code, out, err = self.runner(argv, self.timeout)
-        if code == 1 and "Invalid job id" in err:
+        out = self._run_for_jobs(argv)
+        if out is None:
             return []  # every one of them ended since the narrow read
-        if code != 0:
-            raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
         with collector.paused():
             doc = parse_json.load(out, " ".join(JOBS_JSON))
             return parse_json.jobs(doc, self._memo["jobs"] if whole else None)
@@ -343,12 +352,8 @@ class CliBackend(Backend):
         if not job_ids:
             return {}
         argv = ran_on_argv(job_ids)
-        code, out, err = self.runner(argv, self.timeout)
-        if code == 1 and "Invalid job id" in err:
-            return {}  # Slurm has forgotten every one of them
-        if code != 0:
-            raise SlurmCommandError(argv, f"exit {code}: {(err or out).strip()[:500]}")
-        return parse_text.ran_on(out, " ".join(argv))
+        out = self._run_for_jobs(argv)
+        return {} if out is None else parse_text.ran_on(out, " ".join(argv))  # None: Slurm forgot every one
 
     def look(self) -> Look | None:
         return parse_text.look(self._run(LOOK))
