@@ -77,6 +77,10 @@ class Books:
     #: no room was found in the same cycle; or Slurm never heard it, a daemon killed while telling it): their
     #: next decision is logged ``replanned``, not placed a second time
     replan: set[str] = field(default_factory=set)
+    #: per pending job, the logged record of a place Slurm was never told (a daemon killed while telling it)
+    #: and not decided again since: if Slurm starts the job by itself (its lease ran out), where it runs is
+    #: checked against this record, so that the log's latest record names its nodes
+    unheard: dict[str, DecisionRecord] = field(default_factory=dict)
     #: placed jobs whose nodes the last read found short of their CPUs or memory (re-planned if the next does)
     short: set[str] = field(default_factory=set)
 
@@ -84,6 +88,7 @@ class Books:
         """A rebuilt policy starts from Slurm alone."""
         self.placed.clear()
         self.seen.clear()
+        self.unheard.clear()  # the take-over finds them again in the log
 
 
 def per_node(policy: Policy, job_id: str) -> dict[str, int]:

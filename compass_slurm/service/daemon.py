@@ -59,7 +59,7 @@ from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
-from .sync import mirror, pinned_pending, pinned_to, ran_elsewhere, same_nodes, take_over, unheard
+from .sync import left_queue, mirror, pinned_to, ran_elsewhere, same_nodes, take_over, waiting_ids
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING)
 NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending")
@@ -213,22 +213,27 @@ class Daemon:
             self.books.forget()
             self._take_over(obs, policy, report, now)
         report.budget = self.rate.budget(now)
+        if self.books.unheard and (left := left_queue(obs, self.books)):
+            report.decisions += ran_elsewhere(obs, policy, left, self._where(obs, [r.job_id for r in left]))
         return policy, mirror(policy, obs, self.books, report)
 
     def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
+        """Take over what the log says of the jobs Slurm has pending or running (see take_over), and log where the
+        jobs of cycles cut short (a daemon killed while telling Slurm) run or ran when that is not where logged."""
         if self.db is None or self.dry_run:
             return
-        pinned = pinned_pending(obs)
+        waiting = waiting_ids(obs)
         try:
-            last = self.recorder.last_decisions(pinned) if pinned else {}
-            latest = self.recorder.last_cycle_decisions()
+            cut = self.recorder.cut_short()
+            last = self.recorder.latest_places([*waiting, *obs.running, *cut])
         except StoreError as err:
-            log.warning("earlier decisions unreadable (%s): pinned pending jobs are placed afresh", err.message)
+            log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
             return
-        take_over(obs, policy, self.books, last, now)
-        self.books.replan |= unheard(obs, self.books, latest)
-        gone = sorted({r.job_id for r in latest} - set(obs.pending_ids), key=id_order)  # running, or ended
-        report.decisions += ran_elsewhere(obs, policy, latest, self._ran_on(gone) if gone else {})
+        take_over(obs, policy, self.books, {j: last[j] for j in waiting if j in last}, now)
+        pending = set(waiting)
+        ended = [j for j in cut if j in last and j not in pending and j not in obs.running]
+        records = [last[j] for j in sorted([*filter(last.__contains__, obs.running), *ended], key=id_order)]
+        report.decisions += ran_elsewhere(obs, policy, records, self._where(obs, [r.job_id for r in records]))
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -334,6 +339,7 @@ class Daemon:
                 # and a job told late must not look stale (and be placed again) in the next cycle
                 self.books.placed[p.job.id] = Placed(decision, p.job, self.clock())
                 self.books.leases.pop(p.job.id, None)
+                self.books.unheard.pop(p.job.id, None)
                 pins.pop(p.job.id, None)
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", record.action, p.job.id, record.request,
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
@@ -341,6 +347,13 @@ class Daemon:
         report.decisions += started_elsewhere
         placed_now = {d.job for d in step.decisions}
         return [m for m in step.migrations if m.job not in placed_now]
+
+    def _where(self, obs: Observation, job_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """Where ``job_ids`` run (the read says) or ran (Slurm is asked about those not running when read)."""
+        running = obs.running
+        ran = {j: tuple(running[j].alloc) for j in job_ids if j in running}
+        rest = [j for j in job_ids if j not in ran]
+        return (ran | self._ran_on(rest)) if rest else ran
 
     def _ran_on(self, job_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Where Slurm says ``job_ids`` run or ran; none when it cannot say (then the log is not checked)."""

@@ -76,18 +76,13 @@ class Recorder:
             self.store = Store.open(self.db)
         return self.store
 
-    def last_decisions(self, jobs: Iterable[str]) -> dict[str, DecisionRecord | None]:
-        """Each job's latest logged decision (raises StoreError when the log cannot be read)."""
-        store = self._open()
-        out: dict[str, DecisionRecord | None] = {}
-        for job in jobs:
-            records = store.decisions(job=job, limit=1)
-            out[job] = records[-1] if records else None
-        return out
+    def latest_places(self, jobs: Iterable[str]) -> dict[str, DecisionRecord]:
+        """Each job's latest record naming where it runs (raises StoreError when the log cannot be read)."""
+        return self._open().latest_places(jobs)
 
-    def last_cycle_decisions(self) -> list[DecisionRecord]:
-        """The decisions of the latest cycle logged (raises StoreError when the log cannot be read)."""
-        return self._open().last_cycle_decisions()
+    def cut_short(self) -> list[str]:
+        """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""
+        return self._open().cut_short()
 
     def ahead(self, report: CycleReport) -> None:
         """Write the cycle's decisions so far, before Slurm hears of them; each record takes its id."""

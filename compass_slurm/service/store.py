@@ -19,7 +19,7 @@ leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's lo
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -41,8 +41,10 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    func,
     insert,
     inspect,
+    literal_column,
     select,
     text,
     update,
@@ -71,6 +73,10 @@ SYSTEM_DB = Path("/var/lib/compass/compass.db")
 BUSY_TIMEOUT_MS = 5000
 
 MIGRATION_STATUSES = ("done", "failed")
+#: the decision actions whose record names where the job runs: a job's latest such record must name its nodes
+PLACES = ("placed", "replanned", "migrated", "adopted")
+#: job ids per query of :meth:`Store.latest_places` (SQLite binds at most 32,766 values per statement)
+_IN_BATCH = 500
 
 
 class StoreError(Exception):
@@ -653,13 +659,32 @@ class Store:
         """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five)."""
         return self._query(DecisionRecord, since, job, limit)
 
-    def last_cycle_decisions(self) -> list[DecisionRecord]:
-        """The decisions of the latest cycle logged (a daemon killed mid-cycle: the ones it was telling Slurm)."""
-        table = decisions_table
-        latest = select(cycles_table.c.id).order_by(cycles_table.c.id.desc()).limit(1).scalar_subquery()
+    def latest_places(self, jobs: Iterable[str]) -> dict[str, DecisionRecord]:
+        """Each job's latest record naming where it runs (action in PLACES); jobs without one are left out."""
+        table, ids = decisions_table, list(dict.fromkeys(jobs))
+        out: dict[str, DecisionRecord] = {}
         with self._guard("read"), self.engine.connect() as conn:
-            rows = conn.execute(select(table).where(table.c.cycle == latest).order_by(table.c.id)).mappings().all()
-        return [DecisionRecord(**row) for row in rows]
+            for start in range(0, len(ids), _IN_BATCH):
+                latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(ids[start:start + _IN_BATCH]),
+                                                             table.c.action.in_(PLACES)).group_by(table.c.job_id))
+                for row in conn.execute(select(table).where(table.c.id.in_(latest))).mappings():
+                    out[row["job_id"]] = DecisionRecord(**row)
+        return out
+
+    def cut_short(self) -> list[str]:
+        """The jobs given a place by the cycles logged after the latest one that ended (wrote its sample): a
+        daemon killed mid-cycle logged decisions Slurm may never have heard; cycles skipped since decide none."""
+        ended = select(samples_table.c.cycle).order_by(samples_table.c.id.desc()).limit(1).scalar_subquery()
+        since = select(cycles_table.c.time).where(cycles_table.c.id == ended).scalar_subquery()
+        table = decisions_table
+        # the time bound (an hour early, for a clock stepped back) lets the index skip the log's past; the cycle
+        # bound is the condition
+        early = func.coalesce(since, literal_column("0")) - literal_column("3600")
+        query = (select(table.c.job_id).where(table.c.time >= early,
+                                              table.c.cycle > func.coalesce(ended, 0), table.c.action.in_(PLACES))
+                 .order_by(table.c.id))
+        with self._guard("read"), self.engine.connect() as conn:
+            return list(dict.fromkeys(conn.execute(query).scalars()))
 
     def migrations(self, since: datetime | None = None, job: str | None = None) -> list[MigrationRecord]:
         return self._query(MigrationRecord, since, job)

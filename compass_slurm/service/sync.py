@@ -3,7 +3,9 @@
 Jobs that ended are removed, GPU allocations the daemon did not make (foreign jobs,
 jobs from before it started) are adopted, node availability is mirrored. When the
 set of GPU nodes changes the policy is rebuilt from Slurm alone, and a restarted
-daemon takes over the pins its predecessor logged (``take_over``).
+daemon takes over the pins its predecessor logged (``take_over``); the places it
+logged that Slurm never heard are re-planned, and checked against where Slurm ran
+those jobs if it started them first (``left_queue``, ``ran_elsewhere``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from operator import attrgetter, is_not
 from ..engine.model import Decision, EngineError, Job, Migration, Node
 from ..engine.policies.base import Policy
 from ..slurm.state import SlurmJob
-from ..slurm.translate import Observation, adoption_order
+from ..slurm.translate import Observation, adoption_order, id_order
 from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
-from .store import DecisionRecord
+from .store import PLACES, DecisionRecord
 
 ALLOC = attrgetter("alloc")
 
@@ -82,32 +84,53 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
     return moves
 
 
-def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str, DecisionRecord | None],
+def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str, DecisionRecord],
               now: float) -> None:
     """After a (re)start: pending jobs an earlier daemon already pinned are decisions, not new jobs.
 
-    A job counts as pinned by us when its last logged decision names exactly the nodes
-    in its ReqNodeList; placing it again would log a second decision and re-point a job
-    that Slurm is about to start. ``last`` holds the last logged decision of each pending
-    job that has a ReqNodeList (``pinned_pending``).
+    ``last`` holds the latest logged record naming a place of each pending job that has one
+    (``waiting_ids``). A job counts as pinned by us when that record names exactly the nodes in
+    its ReqNodeList; placing it again would log a second decision and re-point a job that Slurm
+    is about to start. Any other such record no longer stands: Slurm never heard it (a daemon
+    killed while telling it, possibly several restarts ago), or the pin was undone. The job joins
+    ``books.unheard`` (where it runs is checked against the record) and ``books.replan``.
     """
     for job_id in obs.skipped.keys() & last.keys():  # held back by Slurm now: the pin is ours all the same
         slurm, record = obs.slurm_jobs.get(job_id), last[job_id]
-        if slurm is not None and record is not None and _ours(record, slurm):
+        if slurm is None or not slurm.pending:
+            continue
+        if _ours(record, slurm):
             books.pins[job_id] = record.nodes
+        else:
+            books.unheard[job_id] = record
     for p in obs.pending:
-        if not p.slurm.required_nodes:
-            continue
         record = last.get(p.job.id)
-        if record is None or len(record.nodes) != p.job.instances or not _ours(record, p.slurm):
+        if record is None:
             continue
-        try:
-            policy.adopt(p.job, record.nodes)
-        except EngineError as err:
-            log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
-            continue
-        books.placed[p.job.id] = Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
-        log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
+        if len(record.nodes) == p.job.instances and _ours(record, p.slurm):
+            try:
+                policy.adopt(p.job, record.nodes)
+            except EngineError as err:
+                log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
+                continue
+            books.placed[p.job.id] = Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
+            log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
+        else:
+            books.unheard[p.job.id] = record
+            books.replan.add(p.job.id)
+
+
+def waiting_ids(obs: Observation) -> list[str]:
+    """Every job Slurm has pending that the daemon may have decided: those it decides, and those Slurm holds back."""
+    held_back = [j for j in obs.skipped if (s := obs.slurm_jobs.get(j)) is not None and s.pending]
+    return [*obs.pending_ids, *held_back]
+
+
+def left_queue(obs: Observation, books: Books) -> list[DecisionRecord]:
+    """The unheard records (``books.unheard``) of the jobs Slurm no longer has pending, taken off the books:
+    Slurm started them by itself, or they ended; check where they ran with ``ran_elsewhere``."""
+    gone = [j for j in books.unheard if (s := obs.slurm_jobs.get(j)) is None or not s.pending]
+    return [books.unheard.pop(j) for j in sorted(gone, key=id_order)]
 
 
 def adopted(policy: Policy, job: Job, nodes: Sequence[str], decided: tuple[str, ...], reason: str) -> DecisionRecord:
@@ -116,25 +139,16 @@ def adopted(policy: Policy, job: Job, nodes: Sequence[str], decided: tuple[str, 
                              action="adopted", from_nodes=decided, reason=reason)
 
 
-def unheard(obs: Observation, books: Books, latest: list[DecisionRecord]) -> set[str]:
-    """The pending jobs that ``latest`` (the last cycle logged) decided and nobody took over: a daemon killed
-    while telling Slurm logged decisions that Slurm never heard (they are logged first). Deciding one again
-    is a re-plan, not a second placement."""
-    decided = {r.job_id for r in latest if r.action in ("placed", "replanned")}
-    return {job_id for job_id in decided.intersection(obs.pending_ids) if job_id not in books.placed}
-
-
-def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord],
+def ran_elsewhere(obs: Observation, policy: Policy, records: list[DecisionRecord],
                   ran: Mapping[str, tuple[str, ...]]) -> list[DecisionRecord]:
-    """Records of the jobs that ``latest`` decided or moved and that run, or ran, on other nodes (``ran``: where
-    Slurm says, finished jobs too), logged as ``adopted`` where they ran, so that a job's latest record names it.
-    ``latest`` is the last cycle logged before a restart (a daemon killed while telling Slurm logged decisions
-    Slurm never heard: Slurm ran those jobs where they were pinned, or where it chose once their lease ran out),
-    or a decision Slurm refused because it had started the job meanwhile."""
+    """Records of the jobs of ``records`` (each a job's latest place logged) that run, or ran, on other nodes
+    (``ran``: where Slurm says, finished jobs too), logged as ``adopted`` where they ran, so that a job's latest
+    record names them. Such a job was decided by a daemon killed while telling Slurm (Slurm ran it where it
+    chose once its lease ran out), or Slurm refused the decision because it had started the job meanwhile."""
     out = []
-    for r in latest:
+    for r in records:
         nodes = ran.get(r.job_id)
-        if r.action not in ("placed", "replanned", "migrated") or not nodes or set(nodes) == set(r.nodes):
+        if r.action not in PLACES or not nodes or set(nodes) == set(r.nodes):
             continue
         running = obs.running.get(r.job_id)
         if running is not None:  # its instances as the engine sees them
@@ -150,12 +164,6 @@ def ran_elsewhere(obs: Observation, policy: Policy, latest: list[DecisionRecord]
 
 
 _ELSEWHERE = "ran elsewhere than logged (Slurm never heard of the decision, or started the job first); adopted there"
-
-
-def pinned_pending(obs: Observation) -> list[str]:
-    """Pending jobs that name their nodes: those an earlier daemon may have pinned (also those Slurm holds back)."""
-    held_back = [j for j in obs.skipped if (s := obs.slurm_jobs.get(j)) is not None and s.pending and s.required_nodes]
-    return [p.job.id for p in obs.pending if p.slurm.required_nodes] + held_back
 
 
 def pinned_to(job: SlurmJob, nodes: tuple[str, ...]) -> bool:

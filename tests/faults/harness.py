@@ -207,11 +207,11 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> 
     that started after a decision runs on the nodes of the job's latest record that says
     where it runs (placed, replanned, migrated or adopted).
     """
-    from compass_slurm.service.store import Store
+    from compass_slurm.service.store import PLACES, Store
 
     with Store.open(f"sqlite:///{db}", create=False) as store:
         # every record that says where a job runs (not a refused one): the latest must be where it ran
-        decisions = [d for d in store.decisions() if d.action in ("placed", "replanned", "migrated", "adopted")]
+        decisions = [d for d in store.decisions() if d.action in PLACES]
     by_job: dict[str, list] = {}
     for d in decisions:
         by_job.setdefault(d.job_id, []).append(d)

@@ -572,6 +572,88 @@ def test_a_restart_logs_where_a_job_ran_that_finished_while_the_daemon_was_away(
         "61", "adopted", ("n3",), {"n3": 4}, ("n2",), "1x4")
 
 
+class ReadFailsOnce(SnapshotBackend):
+    """slurmctld away (restarting) at the first read."""
+
+    def __init__(self, state: SlurmState) -> None:
+        super().__init__(state, out=None)
+        self.failed = False
+
+    def read_state(self) -> SlurmState:
+        if not self.failed:
+            self.failed = True
+            raise SlurmError("squeue: error: Unable to contact slurm controller (connect failure)")
+        return super().read_state()
+
+
+def killed_telling_slurm_of_61(tmp_path: Path, count: int = 3) -> None:
+    """A daemon placed jobs 60 (n1) and 61 (n2), logged both, told Slurm of 60 and was killed."""
+    state = cluster(nodes(count), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
+    with pytest.raises(Killed):
+        Daemon(Config(anchors=""), KilledAtJob61(state, out=None), f"sqlite:///{tmp_path / 'log.db'}").cycle()
+
+
+def test_a_restart_whose_first_read_fails_still_logs_where_the_unheard_job_runs(tmp_path):
+    """The restarted daemon's first cycle is skipped (slurmctld away) and logged, so the killed cycle is no longer
+    the latest one; meanwhile job 61's lease ran out and Slurm started it on n3. Its record still comes."""
+    killed_telling_slurm_of_61(tmp_path)
+    started = [running("60", {"n1": 8}, comment="compass"), running("61", {"n3": 8}, comment="compass")]
+    second = Daemon(Config(anchors=""), ReadFailsOnce(cluster(nodes(3), started)), f"sqlite:///{tmp_path / 'log.db'}")
+    assert second.cycle().skipped
+    report = second.cycle()
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in report.decisions] == [
+        ("61", "adopted", ("n3",), ("n2",))]
+    assert second.cycle().decisions == []
+
+
+def test_an_unheard_job_slurm_starts_while_the_daemon_runs_is_logged_where_it_runs(tmp_path):
+    """After the restart job 61 (logged on n2, never told) finds no room, so its record waits in the books; Slurm
+    then starts it on n3 by itself (its lease renewal failed, say). The daemon logs where it runs, once."""
+    killed_telling_slurm_of_61(tmp_path)
+    told = replace(pending("60", gpus=8, priority=9), required_nodes=("n1",))
+    foreign = [running("70", {"n2": 8}), running("71", {"n3": 8})]
+    second, backend, clock = daemon_for(cluster(nodes(3), [told, pending("61", gpus=8, priority=1), *foreign]),
+                                        tmp_path)
+    assert second.cycle().decisions == [] and set(second.books.unheard) == {"61"} and second.books.replan == {"61"}
+    backend.state = cluster(nodes(3), [running("60", {"n1": 8}, comment="compass"), foreign[0],
+                                       running("61", {"n3": 8}, comment="compass")])
+    clock.now += 5
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in second.cycle().decisions] == [
+        ("61", "adopted", ("n3",), ("n2",))]
+    assert second.cycle().decisions == [] and second.books.unheard == {}
+
+
+def test_an_unheard_job_that_ended_unseen_is_logged_where_it_ran(tmp_path):
+    """As above, but job 61 ran and ended between two reads: Slurm still lists it (MinJobAge)."""
+    killed_telling_slurm_of_61(tmp_path)
+    told = replace(pending("60", gpus=8, priority=9), required_nodes=("n1",))
+    foreign = [running("70", {"n2": 8}), running("71", {"n3": 8})]
+    second, backend, clock = daemon_for(cluster(nodes(3), [told, pending("61", gpus=8, priority=1), *foreign]),
+                                        tmp_path)
+    second.cycle()
+    ended = replace(running("61", {"n3": 8}, comment="compass"), state="COMPLETED")
+    backend.state = cluster(nodes(3), [running("60", {"n1": 8}, comment="compass"), foreign[0], ended])
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in second.cycle().decisions] == [
+        ("61", "adopted", ("n3",), ("n2",))]
+
+
+def test_an_unheard_decision_outlives_a_second_restart(tmp_path):
+    """The first restart found no room for job 61 and was killed between cycles; the next one still knows that
+    61's logged place was never told: its decision is a re-plan, and where Slurm ran it otherwise is logged."""
+    killed_telling_slurm_of_61(tmp_path)
+    told = replace(pending("60", gpus=8, priority=9), required_nodes=("n1",))
+    foreign = [running("70", {"n2": 8}), running("71", {"n3": 8})]
+    second, _, _ = daemon_for(cluster(nodes(3), [told, pending("61", gpus=8, priority=1), *foreign]), tmp_path)
+    assert second.cycle().decisions == []
+    third, _, _ = daemon_for(cluster(nodes(3), [told, pending("61", gpus=8, priority=1), foreign[0]]), tmp_path)
+    assert [(d.job_id, d.action, d.nodes) for d in third.cycle().decisions] == [("61", "replanned", ("n3",))]
+    fourth, _, _ = daemon_for(cluster(nodes(3), [running("60", {"n1": 8}, comment="compass"),
+                                                 running("61", {"n2": 8}, comment="compass")]), tmp_path)
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in fourth.cycle().decisions] == [
+        ("61", "adopted", ("n2",), ("n3",))]
+    assert [d.action for d in fourth.recorder.store.decisions(job="61")] == ["placed", "replanned", "adopted"]
+
+
 def test_a_decision_refused_because_slurm_started_the_job_first_logs_where_it_ran(tmp_path):
     """Job 60's lease ran out between the daemon's read and its update: Slurm ran it on n2 and refuses the
     update. The log's latest record names n2, not the refused decision."""

@@ -146,6 +146,32 @@ def test_decision_filters_and_latest(store: Store) -> None:
     assert store.decisions(since=T0 + timedelta(hours=1)) == []
 
 
+def test_latest_places_are_each_job_s_last_record_naming_its_nodes(store: Store) -> None:
+    store.record_decision(decision("101"))
+    moved = store.record_decision(decision("101", action="migrated", from_nodes=("node01", "node02", "node07")))
+    store.record_decision(decision("101", action="failed"))  # refused: names no place
+    store.record_decision(decision("102", action="dry-run"))
+    many = [str(n) for n in range(1000, 2200)]  # more ids than one query binds
+    assert {job: r.id for job, r in store.latest_places(["101", "102", "999", *many]).items()} == {"101": moved}
+
+
+def test_cut_short_names_the_jobs_placed_since_the_last_cycle_that_ended(store: Store) -> None:
+    with store.cycle():
+        store.record_decision(decision("101", at=None))
+        store.record_sample(sample(at=None))
+    assert store.cut_short() == []
+    with store.cycle():  # killed after writing its decisions ahead: no sample
+        store.record_decision(decision("102", at=None))
+        store.record_decision(decision("103", at=None, action="failed"))
+        store.record_decision(decision("104", at=None))
+    with store.cycle():  # the next daemon's first cycle, skipped: slurmctld away
+        store.record_error(ErrorRecord("slurm", "cycle skipped"))
+    assert store.cut_short() == ["102", "104"]
+    with store.cycle():
+        store.record_sample(sample(at=None))
+    assert store.cut_short() == []
+
+
 def test_samples_and_errors_filter_by_time(store: Store) -> None:
     for minutes in (0, 5, 10):
         store.record_sample(sample(T0 + timedelta(minutes=minutes)))
