@@ -61,8 +61,9 @@ from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, samp
 from .store import DecisionRecord, StoreError
 from .sync import left_queue, mirror, pinned_to, ran_elsewhere, same_nodes, take_over, waiting_ids
 
-#: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING)
-NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending")
+#: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
+#: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
+NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Invalid node name specified")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
+from compass_slurm.service.daemon import NOT_PENDING
 from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.errors import SlurmCommandError
 
 pytestmark = pytest.mark.slurm
 
@@ -105,6 +107,29 @@ def test_prepare_without_the_pyslurm_source_warns_and_builds_the_rest(tmp_path):
     done = dev("prepare", "--pyslurm", "--source", str(missing), "22.05", "24.11")  # 24.11's chroot: CI builds it anyway
     assert (done.returncode, done.stdout) == (0, "dev-cluster: ready: Slurm 22.05, 24.11\n")
     assert done.stderr.splitlines()[0] == f"dev-cluster: warning: no pyslurm source at {missing}: pyslurm not built"
+
+
+def test_slurm_refuses_to_pin_a_job_it_started_in_words_the_daemon_reads_as_started_first(slurm):
+    """The daemon's update of a job Slurm started between the daemon's read and its update (the lease ran out), and
+    of one that ended meanwhile: Slurm refuses both in words NOT_PENDING knows, so the daemon looks where it ran."""
+    backend = CliBackend()
+    job = slurm.sbatch("--gpus=1", "--nodelist=node05")
+    slurm.wait(job, "RUNNING")
+
+    def refusal() -> str:
+        with pytest.raises(SlurmCommandError) as refused:
+            backend.set_nodes(job, ["node06"], gpus_per_node=1, start_now=True)
+        return str(refused.value)
+
+    refusals = [refusal()]
+    subprocess.run(["scancel", job], check=True)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%T"],
+                         capture_output=True, text=True).stdout.strip() != "CANCELLED":
+        assert time.monotonic() < deadline, f"job {job} not CANCELLED 30 s after scancel"
+        time.sleep(0.3)
+    refusals.append(refusal())
+    assert [bool(NOT_PENDING.search(text)) for text in refusals] == [True, True], refusals
 
 
 def test_ran_on_names_where_running_and_finished_jobs_ran(slurm):

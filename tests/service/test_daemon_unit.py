@@ -654,15 +654,19 @@ def test_an_unheard_decision_outlives_a_second_restart(tmp_path):
     assert [d.action for d in fourth.recorder.store.decisions(job="61")] == ["placed", "replanned", "adopted"]
 
 
-def test_a_decision_refused_because_slurm_started_the_job_first_logs_where_it_ran(tmp_path):
+@pytest.mark.parametrize("state, refusal", [
+    ("COMPLETED", "Job has already finished for job 60"),
+    ("RUNNING", "Job is no longer pending execution for job 60"),
+    ("RUNNING", "Invalid node name specified for job 60"),  # a running job's nodes may only shrink
+])
+def test_a_decision_refused_because_slurm_started_the_job_first_logs_where_it_ran(tmp_path, state, refusal):
     """Job 60's lease ran out between the daemon's read and its update: Slurm ran it on n2 and refuses the
     update. The log's latest record names n2, not the refused decision."""
     class StartedFirst(SnapshotBackend):
         def scontrol(self, argv):
             if "JobId=60" in argv and argv[1] == "update" and "StartTime=now" in argv:
-                self.state = cluster(nodes(2), [replace(running("60", {"n2": 8}, comment="compass"),
-                                                        state="COMPLETED")])
-                raise SlurmCommandError(argv, "exit 1: Job has already finished for job 60")
+                self.state = cluster(nodes(2), [replace(running("60", {"n2": 8}, comment="compass"), state=state)])
+                raise SlurmCommandError(argv, f"exit 1: {refusal}")
             super().scontrol(argv)
 
     daemon = Daemon(Config(anchors=""), StartedFirst(cluster(nodes(2), [pending("60", gpus=8)]), out=None),
