@@ -223,18 +223,23 @@ class Daemon:
         jobs of cycles cut short (a daemon killed while telling Slurm) run or ran when that is not where logged."""
         if self.db is None or self.dry_run:
             return
-        waiting = waiting_ids(obs)
+        waiting, running = waiting_ids(obs), obs.running
+        pending = set(waiting)
         try:
             cut = self.recorder.cut_short()
-            last = self.recorder.latest_places([*waiting, *obs.running, *cut])
+            places = self.recorder.latest_places([*waiting, *running, *cut])
+            # whole records only where they are needed: a pending job's (taken over or re-planned), and those of the
+            # jobs that may have run elsewhere: running on other nodes, or ended since a cycle cut short
+            ended = {j for j in cut if j in places and j not in pending and j not in running}
+            records = {r.job_id: r for r in self.recorder.decisions_with_ids(
+                place.id for j, place in places.items()
+                if j in pending or j in ended or (j in running and set(place.nodes) != set(running[j].alloc)))}
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
             return
-        take_over(obs, policy, self.books, {j: last[j] for j in waiting if j in last}, now)
-        pending = set(waiting)
-        ended = [j for j in cut if j in last and j not in pending and j not in obs.running]
-        records = [last[j] for j in sorted([*filter(last.__contains__, obs.running), *ended], key=id_order)]
-        report.decisions += ran_elsewhere(obs, policy, records, self._where(obs, [r.job_id for r in records]))
+        take_over(obs, policy, self.books, {j: records[j] for j in waiting if j in records}, now)
+        check = [records[j] for j in sorted(records.keys() - pending, key=id_order)]
+        report.decisions += ran_elsewhere(obs, policy, check, self._where(obs, [r.job_id for r in check]))
 
     # -- decide ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from ..engine.policies.base import Policy
 from ..slurm.translate import Observation
 from .cycle import CycleReport, log
 from .prometheus import Totals, write_textfile
-from .store import DecisionRecord, ErrorRecord, SampleRecord, Store, StoreError
+from .store import DecisionRecord, ErrorRecord, Place, SampleRecord, Store, StoreError
 
 ANCHORS_HEADER = "# compass-anchors v1 generated={generated} policy={policy} cycle={cycle}"
 
@@ -76,9 +76,13 @@ class Recorder:
             self.store = Store.open(self.db)
         return self.store
 
-    def latest_places(self, jobs: Iterable[str]) -> dict[str, DecisionRecord]:
-        """Each job's latest record naming where it runs (raises StoreError when the log cannot be read)."""
+    def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
+        """Each job's latest record naming where it runs, in brief (raises StoreError when the log cannot be read)."""
         return self._open().latest_places(jobs)
+
+    def decisions_with_ids(self, ids: Iterable[int]) -> list[DecisionRecord]:
+        """The decisions of these ids, oldest first (raises StoreError likewise)."""
+        return self._open().decisions_with_ids(ids)
 
     def cut_short(self) -> list[str]:
         """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""

@@ -75,7 +75,8 @@ BUSY_TIMEOUT_MS = 5000
 MIGRATION_STATUSES = ("done", "failed")
 #: the decision actions whose record names where the job runs: a job's latest such record must name its nodes
 PLACES = ("placed", "replanned", "migrated", "adopted")
-#: job ids per query of :meth:`Store.latest_places` (SQLite binds at most 32,766 values per statement)
+#: ids per query of :meth:`Store.latest_places` and :meth:`Store.decisions_with_ids` (SQLite binds at most
+#: 32,766 values per statement)
 _IN_BATCH = 500
 
 
@@ -379,6 +380,16 @@ class ErrorRecord(_Record):
     id: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A job's latest record naming its nodes, in brief (a restart reads one per job Slurm has): its id, action
+    and nodes; :meth:`Store.decisions_with_ids` reads the whole records where they are needed."""
+
+    id: int
+    action: str
+    nodes: tuple[str, ...]
+
+
 # -- the store ------------------------------------------------------------------------------
 
 #: (words in the driver's message, what to tell the admin)
@@ -659,16 +670,26 @@ class Store:
         """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five)."""
         return self._query(DecisionRecord, since, job, limit)
 
-    def latest_places(self, jobs: Iterable[str]) -> dict[str, DecisionRecord]:
+    def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
         """Each job's latest record naming where it runs (action in PLACES); jobs without one are left out."""
         table, ids = decisions_table, list(dict.fromkeys(jobs))
-        out: dict[str, DecisionRecord] = {}
+        out: dict[str, Place] = {}
         with self._guard("read"), self.engine.connect() as conn:
             for start in range(0, len(ids), _IN_BATCH):
                 latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(ids[start:start + _IN_BATCH]),
                                                              table.c.action.in_(PLACES)).group_by(table.c.job_id))
-                for row in conn.execute(select(table).where(table.c.id.in_(latest))).mappings():
-                    out[row["job_id"]] = DecisionRecord(**row)
+                query = select(table.c.job_id, table.c.id, table.c.action, table.c.nodes).where(table.c.id.in_(latest))
+                out.update((job, Place(i, action, nodes)) for job, i, action, nodes in conn.execute(query))
+        return out
+
+    def decisions_with_ids(self, ids: Iterable[int]) -> list[DecisionRecord]:
+        """The decisions of these ids, oldest first."""
+        table, wanted = decisions_table, sorted(set(ids))
+        out: list[DecisionRecord] = []
+        with self._guard("read"), self.engine.connect() as conn:
+            for start in range(0, len(wanted), _IN_BATCH):
+                query = select(table).where(table.c.id.in_(wanted[start:start + _IN_BATCH])).order_by(table.c.id)
+                out += (DecisionRecord(**row) for row in conn.execute(query).mappings())
         return out
 
     def cut_short(self) -> list[str]:

@@ -18,6 +18,7 @@ from compass_slurm.service.store import (
     DecisionRecord,
     ErrorRecord,
     MigrationRecord,
+    Place,
     SampleRecord,
     SchemaTooNew,
     Store,
@@ -152,7 +153,12 @@ def test_latest_places_are_each_job_s_last_record_naming_its_nodes(store: Store)
     store.record_decision(decision("101", action="failed"))  # refused: names no place
     store.record_decision(decision("102", action="dry-run"))
     many = [str(n) for n in range(1000, 2200)]  # more ids than one query binds
-    assert {job: r.id for job, r in store.latest_places(["101", "102", "999", *many]).items()} == {"101": moved}
+    assert store.latest_places(["101", "102", "999", *many]) == {
+        "101": Place(moved, "migrated", ("node02", "node02", "node07"))}
+    [record] = store.decisions_with_ids([moved])
+    assert (record.id, record.action, record.from_nodes) == (moved, "migrated", ("node01", "node02", "node07"))
+    ids = [store.record_decision(decision(job)) for job in many]
+    assert [r.id for r in store.decisions_with_ids(reversed(ids))] == ids  # oldest first, over several queries
 
 
 def test_cut_short_names_the_jobs_placed_since_the_last_cycle_that_ended(store: Store) -> None:
