@@ -73,8 +73,10 @@ SYSTEM_DB = Path("/var/lib/compass/compass.db")
 BUSY_TIMEOUT_MS = 5000
 
 MIGRATION_STATUSES = ("done", "failed")
+#: the decision actions that pin a job where the daemon chose (Slurm hears them as the job's ReqNodeList)
+PINS = ("placed", "replanned", "migrated")
 #: the decision actions whose record names where the job runs: a job's latest such record must name its nodes
-PLACES = ("placed", "replanned", "migrated", "adopted")
+PLACES = (*PINS, "adopted")
 #: ids per query of :meth:`Store.latest_places` and :meth:`Store.decisions_with_ids` (SQLite binds at most
 #: 32,766 values per statement)
 _IN_BATCH = 500

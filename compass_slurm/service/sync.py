@@ -20,7 +20,7 @@ from ..engine.policies.base import Policy
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, adoption_order, id_order
 from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
-from .store import PLACES, DecisionRecord
+from .store import PINS, PLACES, DecisionRecord
 
 ALLOC = attrgetter("alloc")
 
@@ -173,7 +173,7 @@ def pinned_to(job: SlurmJob, nodes: tuple[str, ...]) -> bool:
 
 def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
     """Whether the job's ReqNodeList is the pin of its last logged decision."""
-    return record.action in ("placed", "replanned", "migrated") and pinned_to(job, record.nodes)
+    return record.action in PINS and pinned_to(job, record.nodes)
 
 
 def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:
