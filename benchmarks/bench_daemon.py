@@ -365,6 +365,8 @@ def main() -> None:
     parser.add_argument("--history", default="compass",
                         help="policy that placed the running jobs (first-fit: a cluster new to the daemon)")
     parser.add_argument("--repeat", type=int, default=5, help="steady cycles to time (the median is reported)")
+    parser.add_argument("--slack", type=float, default=Config.slack,
+                        help="the queue's slack (default: the daemon's, %(default)s; 0 before 2026-12-03)")
     parser.add_argument("--read", choices=("json", "lines", "narrow"), default="json",
                         help="jobs by squeue --json, by line (scontrol show job: the CLI backend's before Slurm 24.11) "
                              "or by the narrow read (the CLI backend's from 24.11)")
@@ -421,7 +423,7 @@ def main() -> None:
                 budget[name] = getattr(rate_limit, parser_of)(given)
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
-    config = Config(policy=args.policy, anchors="", **budget)
+    config = Config(policy=args.policy, anchors="", slack=args.slack, **budget)
     daemon = Daemon(config, backend, None, clock=lambda: now[0])
     dump: list[str] = []
     cycles = [timed(daemon, runner, dump)]
@@ -456,7 +458,8 @@ def main() -> None:
     target = TARGETS_S.get((args.nodes, args.jobs))
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady.seconds <= target else 'MISSED'}"
     print(f"| daemon cycle, {args.nodes:,} nodes, {args.jobs:,} jobs ({running:,} running), {args.policy}, "
-          f"history {args.history}, jobs read by {args.read}, migrations_per_hour {config.migrations_per_hour}, "
+          f"history {args.history}, jobs read by {args.read}, slack {config.slack:g}, "
+          f"migrations_per_hour {config.migrations_per_hour}, "
           + ("every pending job's priority changed before each cycle, " if args.recalculate_priorities else "")
           + f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
           f"Slurm output {size_mb:.1f} MB read per cycle "

@@ -6,7 +6,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     policies = ["compass", "best-fit"]    # required
     eta = [0.85, 0.90]                    # default 0.90
     queue = ["backfill", "fifo"]          # default backfill
-    slack = [0, 0.5]                      # backfill's slack for whole-node heads (--slack; default 0)
+    slack = [0, 0.5]                      # backfill's slack for whole-node heads (--slack; default the daemon's)
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
     migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
@@ -60,6 +60,8 @@ TASKS = "tasks"
 QUEUES = ("fifo", "backfill")
 DEFAULT_ETA = 0.90
 DEFAULT_QUEUE = "backfill"
+#: the daemon's slack, ``Config.slack`` (the simulator may not import the config: a test holds them equal)
+DEFAULT_SLACK = 0.5
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--slack", "--migrations-per-hour",
@@ -94,8 +96,7 @@ class Task:
 
     def label(self) -> str:
         burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
-        slack = f" slack={self.slack:g}" if self.slack else ""
-        return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue}{slack} "
+        return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue} slack={self.slack:g} "
                 f"budget={self.migrations_per_hour}{burst}")
 
 
@@ -166,7 +167,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     for q in queues:
         if q not in QUEUES:
             raise bad(f"unknown queue {q!r} (choose from: {', '.join(QUEUES)})")
-    slacks = _list(doc, "slack", 0.0, (int, float), bad)
+    slacks = _list(doc, "slack", DEFAULT_SLACK, (int, float), bad)
     for slack in slacks:
         if slack < 0:
             raise bad(f"slack {slack} is negative: give 0 (EASY's rule) or more")
@@ -229,7 +230,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     tasks = tuple(
         Task(i, label, policy, float(eta), queue, budget,
              (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue,
-              *(("--slack", f"{slack:g}") if slack else ()), "--migrations-per-hour", str(budget),
+              "--slack", f"{slack:g}", "--migrations-per-hour", str(budget),
               *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))), *options, "--json"),
              burst, float(slack))
         for i, ((label, argv), policy, eta, queue, slack, budget, burst)
@@ -419,7 +420,8 @@ def write_results(plan: Plan, collected: Collected) -> str:
 
 COLUMNS = (
     ("window", "window", str), ("policy", "policy", str), ("eta", "eta", "{:g}".format),
-    ("queue", "queue", str), ("budget/h", "migrations_per_hour_setting", str), ("nodes", "nodes", str),
+    ("queue", "queue", str), ("slack", "slack", "{:g}".format), ("budget/h", "migrations_per_hour_setting", str),
+    ("nodes", "nodes", str),
     ("AJCT (s)", "ajct_s", "{:,.0f}".format), ("mean wait (s)", "mean_wait_s", "{:,.0f}".format),
     ("AFR", "afr", "{:.4f}".format), ("time SIF <= 2/N", "sif_bound_frac", "{:.2%}".format),
     ("AGU", "agu", "{:.4f}".format), ("migrations", "migrations", "{:,}".format),
@@ -428,16 +430,12 @@ COLUMNS = (
 
 #: the burst cap's column, after the budget's, in a sweep that caps bursts
 BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
-#: the slack's column, after the queue's, in a sweep that sets one
-SLACK_COLUMN = ("slack", "slack", "{:g}".format)
 
 
 def markdown(collected: Collected) -> str:
     columns = list(COLUMNS)
     if any(row.get("migrations_burst_setting", BURST_DEFAULT) != BURST_DEFAULT for row in collected.rows):
-        columns.insert(5, BURST_COLUMN)
-    if any(row.get("slack") for row in collected.rows):
-        columns.insert(4, SLACK_COLUMN)
+        columns.insert(6, BURST_COLUMN)
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
              "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in columns) + "|"]
     for row in sorted(collected.rows, key=lambda r: (r["task"], r["policy"])):
@@ -468,7 +466,7 @@ def plot(rows: Iterable[Mapping[str, Any]], path: Path) -> None:
         labels = [f"{r['policy']}\n{r['queue']} eta={r['eta']:g} b={r['migrations_per_hour_setting']}"
                   + ("" if r.get("migrations_burst_setting", BURST_DEFAULT) == BURST_DEFAULT
                      else f" b5={r['migrations_burst_setting']}")
-                  + (f" s={r['slack']:g}" if r.get("slack") else "") for r in group]
+                  + f" s={r.get('slack', 0):g}" for r in group]
         ax.bar(range(len(group)), [r["ajct_s"] for r in group])
         ax.set_xticks(range(len(group)), labels, fontsize=7)
         ax.set_ylabel("AJCT (s)")

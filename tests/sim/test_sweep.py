@@ -57,8 +57,10 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
     first = plan.tasks[0]
     assert (first.window, first.policy, first.eta, first.queue, first.migrations_per_hour) == (
         "all", "best-fit", 0.9, "backfill", 0)
+    # the slack always named: the daemon's default (0.5) may change, a plan's runs must not
     assert first.argv == ("--trace", str(sweep_dir / "t.csv"), "--policy", "best-fit", "--eta", "0.9", "--queue",
-                          "backfill", "--migrations-per-hour", "0", "--migration-delay", "4", "--json")
+                          "backfill", "--slack", "0.5", "--migrations-per-hour", "0", "--migration-delay", "4",
+                          "--json")
     assert plan.tasks[-1].window == "t 1000d:1001d" and "--window" in plan.tasks[-1].argv
     assert [t.index for t in plan.tasks] == list(range(16))
     assert {t.migrations_burst for t in plan.tasks} == {"unlimited"}  # no burst cap: command lines as before it
@@ -72,7 +74,7 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
     assert [t.migrations_burst for t in plan.tasks[:3]] == ["unlimited", "50%", 3]
     assert "--migrations-burst" not in plan.tasks[0].argv
     assert plan.tasks[1].argv[-6:] == ("per-node", "--migrations-burst", "50%", "--migration-delay", "4", "--json")
-    assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill budget=per-node burst=3"
+    assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node burst=3"
     plan.save()
     assert sweep.Plan.load(plan.output / "plan.json") == plan
     result = CliRunner().invoke(cli, ["simulate", "--sweep", str(sweep_dir / "s.toml")])
@@ -81,7 +83,7 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
         ("unlimited", None), ("50%", 6), (3, 3)}  # 50% of per-node's 12 on a few nodes
     assert all(r["migrations_burst_max"] <= (r["migrations_burst"] or r["migrations"]) for r in rows)
     table = (plan.output / "table.md").read_text()
-    assert table.startswith("| window | policy | eta | queue | budget/h | burst/5 min | nodes |"), result.output
+    assert table.startswith("| window | policy | eta | queue | slack | budget/h | burst/5 min | nodes |"), result.output
 
 
 def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
@@ -89,7 +91,7 @@ def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
     plan = sweep.load(write(sweep_dir, text), POLICIES)
     assert len(plan.tasks) == 2 * 2 * 2 * 2
     assert [t.slack for t in plan.tasks[:2]] == [0.0, 0.5]
-    assert "--slack" not in plan.tasks[0].argv  # 0: EASY's rule, the command line as before the setting
+    assert plan.tasks[0].argv[-9:-3] == ("--queue", "backfill", "--slack", "0", "--migrations-per-hour", "per-node")
     assert plan.tasks[1].argv[-9:-3] == ("--queue", "backfill", "--slack", "0.5", "--migrations-per-hour", "per-node")
     assert plan.tasks[1].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node"
     plan.save()
@@ -163,7 +165,7 @@ def test_a_local_sweep_merges_what_ran_and_names_what_failed(sweep_dir):
     assert all("no jobs to simulate" in f["reason"] for f in failed)
     errors = result.stderr.splitlines()
     assert errors[-1] == f"compass: 8 of 16 tasks failed; the others are merged in {out}"
-    assert errors[0].startswith("compass: task 8 failed (t 1000d:1001d best-fit eta=0.9 backfill budget=0): ")
+    assert errors[0].startswith("compass: task 8 failed (t 1000d:1001d best-fit eta=0.9 backfill slack=0.5 budget=0): ")
     table = (out / "table.md").read_text()
     assert result.stdout == table and table.count("\n| all | ") == 8 and "failed: task 15 " in table
     assert (out / "sweep.png").stat().st_size > 0
@@ -203,8 +205,8 @@ def test_sbatch_submits_an_array_and_a_collect_job_after_it(sweep_dir):
     script = (out / "task.sh").read_text().splitlines()
     assert script[2] == 'case "$SLURM_ARRAY_TASK_ID" in'
     assert script[3] == (f"0) exec /opt/venv/bin/compass simulate --trace {sweep_dir}/t.csv --policy best-fit "
-                         "--eta 0.9 --queue backfill --migrations-per-hour 0 --migration-delay 4 --json ;;  "
-                         "# all best-fit eta=0.9 backfill budget=0")
+                         "--eta 0.9 --queue backfill --slack 0.5 --migrations-per-hour 0 --migration-delay 4 --json ;;  "
+                         "# all best-fit eta=0.9 backfill slack=0.5 budget=0")
     assert len(script) == 3 + 16 + 2
     assert (out / "collect.sh").read_text() == (
         f"#!/bin/sh\nexec /opt/venv/bin/python -m compass_slurm.sim.sweep collect {out}/plan.json\n")
