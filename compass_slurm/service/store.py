@@ -82,6 +82,11 @@ PLACES = (*PINS, "adopted")
 _IN_BATCH = 500
 
 
+def _batches(values: list[Any]) -> Iterator[list[Any]]:
+    """``values`` in slices of at most _IN_BATCH, one query's bound parameters each."""
+    return (values[start:start + _IN_BATCH] for start in range(0, len(values), _IN_BATCH))
+
+
 class StoreError(Exception):
     """The decision log cannot be opened, read or written; ``hint`` says what to try."""
 
@@ -384,11 +389,10 @@ class ErrorRecord(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """A job's latest record naming its nodes, in brief (a restart reads one per job Slurm has): its id, action
-    and nodes; :meth:`Store.decisions_with_ids` reads the whole records where they are needed."""
+    """A job's latest record naming its nodes, in brief (a restart reads one per job Slurm has): its id and
+    nodes; :meth:`Store.decisions_with_ids` reads the whole records where they are needed."""
 
     id: int
-    action: str
     nodes: tuple[str, ...]
 
 
@@ -677,11 +681,11 @@ class Store:
         table, ids = decisions_table, list(dict.fromkeys(jobs))
         out: dict[str, Place] = {}
         with self._guard("read"), self.engine.connect() as conn:
-            for start in range(0, len(ids), _IN_BATCH):
-                latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(ids[start:start + _IN_BATCH]),
-                                                             table.c.action.in_(PLACES)).group_by(table.c.job_id))
-                query = select(table.c.job_id, table.c.id, table.c.action, table.c.nodes).where(table.c.id.in_(latest))
-                out.update((job, Place(i, action, nodes)) for job, i, action, nodes in conn.execute(query))
+            for batch in _batches(ids):
+                latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(batch), table.c.action.in_(PLACES))
+                          .group_by(table.c.job_id))
+                query = select(table.c.job_id, table.c.id, table.c.nodes).where(table.c.id.in_(latest))
+                out.update((job, Place(i, nodes)) for job, i, nodes in conn.execute(query))
         return out
 
     def decisions_with_ids(self, ids: Iterable[int]) -> list[DecisionRecord]:
@@ -689,8 +693,8 @@ class Store:
         table, wanted = decisions_table, sorted(set(ids))
         out: list[DecisionRecord] = []
         with self._guard("read"), self.engine.connect() as conn:
-            for start in range(0, len(wanted), _IN_BATCH):
-                query = select(table).where(table.c.id.in_(wanted[start:start + _IN_BATCH])).order_by(table.c.id)
+            for batch in _batches(wanted):
+                query = select(table).where(table.c.id.in_(batch)).order_by(table.c.id)
                 out += (DecisionRecord(**row) for row in conn.execute(query).mappings())
         return out
 

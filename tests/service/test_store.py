@@ -154,7 +154,7 @@ def test_latest_places_are_each_job_s_last_record_naming_its_nodes(store: Store)
     store.record_decision(decision("102", action="dry-run"))
     many = [str(n) for n in range(1000, 2200)]  # more ids than one query binds
     assert store.latest_places(["101", "102", "999", *many]) == {
-        "101": Place(moved, "migrated", ("node02", "node02", "node07"))}
+        "101": Place(moved, ("node02", "node02", "node07"))}
     [record] = store.decisions_with_ids([moved])
     assert (record.id, record.action, record.from_nodes) == (moved, "migrated", ("node01", "node02", "node07"))
     ids = [store.record_decision(decision(job)) for job in many]
