@@ -4,6 +4,7 @@
                                                 [--read json|lines|narrow] [--history compass|first-fit]
                                                 [--migrations-per-hour 12|per-node]
                                                 [--migrations-burst N|P%|unlimited] [--recalculate-priorities]
+                                                [--in-memory] [--spawn-changes] [--db FILE]
 
 Builds a synthetic Slurm state (8-GPU nodes, a GFS-like mix of 1/2/4/8-GPU and
 2-node jobs, ~97% of GPUs busy where the ``--history`` policy placed them, the
@@ -17,8 +18,11 @@ and the scheduler's last look moving on with the clock; with ``--read narrow`` a
 does from 24.11 on: the narrow ``squeue --Format`` lines of the same jobs, and ``squeue
 --json --jobs=..`` of the jobs whose line changed (each job's JSON text rendered
 beforehand, so answering costs the daemon nothing Slurm would not). The daemon runs
-on the real CLI backend whose runner answers with those texts, so a cycle includes
-reading and parsing Slurm's output. The runner keeps the scontrol changes the daemon
+on the real CLI backend whose runner prints those texts from a process (``cat`` of a file
+written before the cycle) read with the backend's own ``run_process``, so a cycle includes
+taking Slurm's output in and parsing it (``--in-memory`` hands the texts over without a
+process, as before 2026-12-03; ``--spawn-changes`` also starts a process for every scontrol
+change, as the daemon does; ``--db`` logs the decisions to a SQLite file). The runner keeps the scontrol changes the daemon
 asks for, and between two cycles the synthetic state goes through them as slurmctld
 would (``carry_out``): a requeued job runs on the nodes it was re-pinned to, a pinned
 pending job starts there. Then 1% of the running jobs end (their GPUs free in the node
@@ -38,7 +42,9 @@ import argparse
 import json
 import logging
 import random
+import shutil
 import statistics
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, fields, replace
@@ -48,7 +54,7 @@ from compass_slurm.config import Config
 from compass_slurm.engine.model import Job, Node
 from compass_slurm.engine.policies.base import make_policy
 from compass_slurm.service.daemon import Daemon
-from compass_slurm.slurm.cli_backend import CliBackend
+from compass_slurm.slurm.cli_backend import CliBackend, run_process
 from compass_slurm.slurm.hostlist import compress, expand
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 
@@ -257,25 +263,57 @@ class Narrow:
 
 
 class Recorded:
-    """A runner for CliBackend: Slurm's output for reads, success for every scontrol change (kept in ``changes``)."""
+    """A runner for CliBackend: Slurm's output for reads, success for every scontrol change (kept in ``changes``).
 
-    def __init__(self, texts: dict[str, str], narrow: Narrow | None = None) -> None:
+    A read's text comes from a process, as Slurm's does: written to a file beforehand, it is printed by
+    ``cat`` and read with the backend's own ``run_process``, so the daemon pays for taking it in (unless
+    ``folder`` is None: then the text is handed over in memory, as before 2026-12-03). With ``spawn``,
+    every change runs ``true`` the same way: the daemon's cost of starting one scontrol process per change.
+    """
+
+    def __init__(self, texts: dict[str, str], narrow: Narrow | None = None, folder: Path | None = None,
+                 spawn: bool = False) -> None:
+        self.folder = folder
+        self.paths: dict[str, str] = {}
         self.texts = texts
         self.narrow = narrow
+        self.spawn = spawn
         self.changes: list[list[str]] = []
         self.asked: Counter[str] = Counter()  #: reads by command line
+
+    @property
+    def texts(self) -> dict[str, str]:
+        return self._texts
+
+    @texts.setter
+    def texts(self, texts: dict[str, str]) -> None:
+        self._texts = texts
+        if self.folder is not None:  # written now, before the cycle is timed, as Slurm prints it
+            self.paths = {key: self._write(f"read{at}", text) for at, (key, text) in enumerate(texts.items())}
+
+    def _write(self, name: str, text: str) -> str:
+        path = self.folder / name  # type: ignore[operator]
+        path.write_text(text)
+        return str(path)
+
+    def _answer(self, key: str, text: str, timeout: float) -> tuple[int, str, str]:
+        if self.folder is None:
+            return 0, text, ""
+        return run_process(["cat", self.paths.get(key) or self._write("answer", text)], timeout)
 
     def __call__(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
         key = " ".join(argv)
         self.asked[key] += 1
         if key in self.texts:
-            return 0, self.texts[key], ""
+            return self._answer(key, self.texts[key], timeout)
         if self.narrow is not None and argv[:2] == ["squeue", "--json"] and argv[2].startswith("--jobs="):
-            return 0, self.narrow.jobs_json(argv[2].removeprefix("--jobs=").split(",")), ""
+            return self._answer("", self.narrow.jobs_json(argv[2].removeprefix("--jobs=").split(",")), timeout)
         if argv[0] == "squeue":  # a requeued job's state, asked while migrating
             return 0, "PENDING\n", ""
         if argv[0] == "scontrol":
             self.changes.append(argv)
+            if self.spawn:
+                return run_process(["true"], timeout)
         return 0, "", ""
 
     def take(self) -> list[list[str]]:
@@ -380,6 +418,12 @@ def main() -> None:
                                                   "(to diff two codes' runs of the same inputs)")
     parser.add_argument("--clock", type=float, help="Unix seconds the daemon's clock starts at (default: now; give "
                                                     "one to compare two runs: the jobs' start times follow it)")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="hand Slurm's output to the backend in memory (as before 2026-12-03), not from a process")
+    parser.add_argument("--spawn-changes", action="store_true",
+                        help="run a process (true) for every scontrol change, as the daemon runs scontrol for each")
+    parser.add_argument("--db", type=Path, help="log decisions to this SQLite file, as the daemon does (default: "
+                                                "no log)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the steady cycles (not the cold one) here")
     args = parser.parse_args()
 
@@ -393,7 +437,8 @@ def main() -> None:
             return {**texts, LINES: "".join(text_line(job, now[0]) + "\n" for job in jobs)}
         return render(state) if narrow is None else narrow.render(*_render(state))
 
-    runner = Recorded(texts(state), narrow)
+    folder = None if args.in_memory else Path(tempfile.mkdtemp(prefix="bench_daemon."))
+    runner = Recorded(texts(state), narrow, folder, spawn=args.spawn_changes)
     jobs_read = {"json": "squeue --json", "lines": LINES}.get(args.read) or narrow_command()
     reads = {"sinfo --json", jobs_read, "scontrol show partition --oneliner", "scontrol show reservation --oneliner"}
     size_mb = sum(len(text) for key, text in runner.texts.items() if key in reads) / 1e6
@@ -424,7 +469,7 @@ def main() -> None:
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", slack=args.slack, **budget)
-    daemon = Daemon(config, backend, None, clock=lambda: now[0])
+    daemon = Daemon(config, backend, None if args.db is None else f"sqlite:///{args.db.resolve()}", clock=lambda: now[0])
     dump: list[str] = []
     cycles = [timed(daemon, runner, dump)]
     reads_s.clear()
@@ -451,6 +496,8 @@ def main() -> None:
             profile.disable()
     if profile is not None:
         profile.dump_stats(args.profile)
+    if folder is not None:
+        shutil.rmtree(folder)
     if args.dump is not None:
         args.dump.write_text("".join(line + "\n" for line in dump))
     cold, steady = cycles[0], sorted(cycles[1:], key=lambda c: c.seconds)[args.repeat // 2]
@@ -462,7 +509,9 @@ def main() -> None:
           f"migrations_per_hour {config.migrations_per_hour}, "
           + ("every pending job's priority changed before each cycle, " if args.recalculate_priorities else "")
           + f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
-          f"Slurm output {size_mb:.1f} MB read per cycle "
+          f"Slurm output {size_mb:.1f} MB read per cycle {'in memory' if folder is None else 'from a process'}"
+          + (", a process per scontrol change" if args.spawn_changes else "")
+          + (", decisions logged to SQLite" if args.db is not None else "") + " "
           f"| cold (restart, adopts all) {cold.seconds:.3f} s ({cold.placed} placed, {cold.migrated} migrated) "
           f"| steady median of {args.repeat} {steady.seconds:.3f} s ({steady.placed} placed, {steady.migrated} migrated) "
           f"| of which reading and parsing {read:.3f} s{verdict} | CPU time |")

@@ -57,3 +57,13 @@ def test_the_daemon_sees_its_placements_and_migrations_done():
     runner.texts = render(churn(state, 0.01, seed=2))
     second = daemon.cycle()
     assert second.errors == [] and second.adopted == []
+
+
+def test_slurm_s_output_read_from_a_process_is_the_output_handed_over_in_memory(tmp_path):
+    texts = render(build(64, 320, 0.97, "compass", seed=1))
+    in_memory, through = Recorded(texts), Recorded(texts, folder=tmp_path, spawn=True)
+    first, second = CliBackend(runner=in_memory).read_state(), CliBackend(runner=through).read_state()
+    assert (second.nodes, second.jobs) == (first.nodes, first.jobs) and first.jobs
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"read{at}" for at in range(len(texts))]
+    change = ["scontrol", "release", "7"]
+    assert through(change, 5.0) == (0, "", "") and through.take() == [change]  # run as a process, and kept

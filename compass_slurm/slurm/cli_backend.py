@@ -24,7 +24,10 @@ ids, states and comments.
 from __future__ import annotations
 
 import logging
+import mmap
+import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import replace
@@ -73,13 +76,35 @@ def ran_on_argv(job_ids: Sequence[str]) -> list[str]:
 
 
 def run_process(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """Runs ``argv`` (no shell) and returns its exit code, stdout and stderr as text.
+
+    Standard output goes to an unnamed file, decoded where it lies (mapped) once the command
+    ends: a pipe hands a 128 MB ``scontrol show job`` over in 32 KiB reads that are then
+    joined, and text mode copies it twice more translating line ends (see the README's
+    "Figures"); and so a carriage return in a job's comment stays in its line. Bytes that
+    are not UTF-8 (a comment in Latin-1) read as U+FFFD instead of failing the read.
+    """
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise SlurmCommandError(argv, f"no answer within {timeout:g} s") from None
-    except OSError as err:
-        raise SlurmCommandError(argv, f"cannot run: {err.strerror}") from None
-    return done.returncode, done.stdout, done.stderr
+        out = tempfile.TemporaryFile()
+    except OSError as err:  # (TMPDIR, else /tmp: the systemd unit gives the daemon a private one)
+        raise SlurmCommandError(argv, f"no temporary file for its output: {err}") from None
+    with out:
+        try:
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SlurmCommandError(argv, f"no answer within {timeout:g} s") from None
+        except OSError as err:
+            raise SlurmCommandError(argv, f"cannot run: {err.strerror}") from None
+        return done.returncode, _decoded(out.fileno()), done.stderr.decode(errors="replace")
+
+
+def _decoded(fd: int) -> str:
+    size = os.fstat(fd).st_size
+    if not size:
+        return ""  # (an empty file cannot be mapped)
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as view:
+        return str(view, "utf-8", "replace")
 
 
 def _succeeded(argv: list[str], code: int, out: str, err: str) -> str:

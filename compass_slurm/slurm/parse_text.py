@@ -111,8 +111,9 @@ def record(line: str, command: str, key: str, lineno: int) -> Record:
 
 
 def records(output: str, command: str, key: str) -> Iterator[Record]:
-    """The records of ``output``, each of which must start with ``key=``."""
-    for lineno, line in enumerate(output.splitlines(), 1):
+    """The records of ``output``, each of which must start with ``key=``: one a line, ended by a line feed alone (a
+    carriage return in a job's comment is part of it)."""
+    for lineno, line in enumerate(output.split("\n"), 1):
         if not _empty(line):
             yield record(line, command, key, lineno)
 
@@ -309,7 +310,7 @@ def job_lines(output: str, kept: Mapping[str, SlurmJob]) -> tuple[list[SlurmJob]
                 return r
             found[at] = _job(r)
     jobs = [job for job in found if job is not None]
-    if len({job.id for job in jobs}) != len(jobs):
+    if len(set(map(_ID, jobs))) != len(jobs):
         return f"{JOBS_COMMAND}: a job id on two lines (a comment with a line break)"
     return jobs, dict(zip(compress(rows, found), jobs))
 
@@ -446,7 +447,7 @@ def look(output: str) -> Look:
     """``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k``: the pending ids whose
     comment carries the marker, and the ids of the jobs that hold nodes (R, CG)."""
     pending, holding = set(), set()
-    for line in output.splitlines():
+    for line in output.split("\n"):  # a carriage return in a comment is part of it
         job_id, _, rest = line.strip().partition(" ")
         state, _, comment = rest.partition(" ")
         if not job_id:

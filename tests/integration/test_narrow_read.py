@@ -9,6 +9,7 @@ From 24.11 jobs are read narrow (one squeue --Format line per job, squeue --json
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -158,3 +159,18 @@ def test_an_exclusive_array_with_tasks_split_off_stays_exclusive_in_both_reads(i
         assert records == {started: {f"{started}_1": True, f"{started}_[2-3%1]": True},
                            held: {f"{held}_2": True, f"{held}_[1,3]": True},
                            shared: {f"{shared}_[1-2]": False}}, backend.read_commands()["jobs"]
+
+
+def test_a_comment_as_given_to_sbatch_reads_in_every_read_and_the_daemon_cycles(idle_cluster, dev_cluster):
+    # Slurm prints a comment's bytes as given: one that is not UTF-8 (written in Latin-1) stopped every read, and
+    # with it the daemon (UnicodeDecodeError), and a carriage return cut the job's line in two (text mode)
+    slurm = idle_cluster
+    job_id = sbatch(slurm, "--hold", "--gpus=1", os.fsdecode(b"--comment=compass caf\xe9\rtwo"))
+    try:
+        for backend in (CliBackend(), CliBackend(narrow=None, lines=None), CliBackend(json=False)):
+            jobs = {j.id: j for j in backend.read_jobs()}
+            assert jobs[job_id].comment == "compass caf\ufffd\rtwo", backend.read_commands()["jobs"]
+        daemon = Daemon(Config(anchors="", lease=60, interval=1), CliBackend(narrow=None, lines=None), None)
+        assert daemon.cycle().skipped is None
+    finally:  # squeue lists it until MinJobAge once cancelled: other tests' own squeue calls read text mode
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "Comment=plain"], check=True)

@@ -1,6 +1,7 @@
 """The CLI backend on output recorded from the dev cluster (tests/data/slurm/record.py), on every release recorded."""
 
 import logging
+import sys
 
 import pytest
 
@@ -211,6 +212,19 @@ def test_failing_command_raises_a_command_error(mixed):
     assert backend.text_reasons == {}  # a failing command is no reason to leave JSON
 
 
+def test_a_command_s_output_is_read_whole_and_as_printed():
+    from compass_slurm.slurm.cli_backend import run_process
+
+    # 1 MB through the file (not a pipe); a byte that is not UTF-8 (a comment in Latin-1) reads as U+FFFD
+    # instead of failing the read, and a carriage return in a comment stays in its line (no newline translation)
+    line = b"JobId=7 Comment=caf\xe9\rnext\n"
+    code, out, err = run_process([sys.executable, "-c", f"import sys; sys.stdout.buffer.write({line!r} * 40000); "
+                                                        "sys.stderr.buffer.write(b'warn \\xff'); sys.exit(3)"], 30)
+    assert (code, err) == (3, "warn \ufffd")
+    assert out == "JobId=7 Comment=caf\ufffd\rnext\n" * 40000
+    assert out.split("\n")[1] == "JobId=7 Comment=caf\ufffd\rnext"
+
+
 def test_missing_binary_and_timeout_are_command_errors():
     from compass_slurm.slurm.cli_backend import run_process
 
@@ -218,6 +232,14 @@ def test_missing_binary_and_timeout_are_command_errors():
         run_process(["/nonexistent/sinfo"], 1.0)
     with pytest.raises(SlurmCommandError, match="no answer within 0.1 s"):
         run_process(["sleep", "5"], 0.1)
+
+
+def test_no_room_for_a_command_s_output_is_a_command_error(tmp_path, monkeypatch):
+    from compass_slurm.slurm.cli_backend import run_process
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "gone"))
+    with pytest.raises(SlurmCommandError, match=r"squeue: no temporary file for its output: .*gone"):
+        run_process(["squeue"], 1.0)
 
 
 #: ``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k`` on the dev cluster (22.05), with the hook
