@@ -22,8 +22,8 @@ on the real CLI backend whose runner prints those texts from a process (``cat`` 
 written before the cycle) read with the backend's own ``run_process``, so a cycle includes
 taking Slurm's output in and parsing it (``--in-memory`` hands the texts over without a
 process, as before 2026-12-03; ``--spawn-changes`` also starts a process for every scontrol
-change, as the daemon does; ``--db`` logs the decisions to a SQLite file). The runner keeps the scontrol changes the daemon
-asks for, and between two cycles the synthetic state goes through them as slurmctld
+change, as the daemon does; ``--db`` logs the decisions to a SQLite file). The runner
+keeps the scontrol changes the daemon asks for, and between two cycles the synthetic state goes through them as slurmctld
 would (``carry_out``): a requeued job runs on the nodes it was re-pinned to, a pinned
 pending job starts there. Then 1% of the running jobs end (their GPUs free in the node
 read) and as many new ones queue, and the daemon's clock moves on one interval (with ``--recalculate-priorities`` every
@@ -296,18 +296,19 @@ class Recorded:
         path.write_text(text)
         return str(path)
 
-    def _answer(self, key: str, text: str, timeout: float) -> tuple[int, str, str]:
+    def _answer(self, text: str, path: str | None, timeout: float) -> tuple[int, str, str]:
+        """``text`` as from Slurm; ``path``: where it was written beforehand, if it was."""
         if self.folder is None:
             return 0, text, ""
-        return run_process(["cat", self.paths.get(key) or self._write("answer", text)], timeout)
+        return run_process(["cat", path or self._write("answer", text)], timeout)
 
     def __call__(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
         key = " ".join(argv)
         self.asked[key] += 1
         if key in self.texts:
-            return self._answer(key, self.texts[key], timeout)
+            return self._answer(self.texts[key], self.paths.get(key), timeout)
         if self.narrow is not None and argv[:2] == ["squeue", "--json"] and argv[2].startswith("--jobs="):
-            return self._answer("", self.narrow.jobs_json(argv[2].removeprefix("--jobs=").split(",")), timeout)
+            return self._answer(self.narrow.jobs_json(argv[2].removeprefix("--jobs=").split(",")), None, timeout)
         if argv[0] == "squeue":  # a requeued job's state, asked while migrating
             return 0, "PENDING\n", ""
         if argv[0] == "scontrol":
@@ -469,7 +470,8 @@ def main() -> None:
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", slack=args.slack, **budget)
-    daemon = Daemon(config, backend, None if args.db is None else f"sqlite:///{args.db.resolve()}", clock=lambda: now[0])
+    db = None if args.db is None else f"sqlite:///{args.db.resolve()}"
+    daemon = Daemon(config, backend, db, clock=lambda: now[0])
     dump: list[str] = []
     cycles = [timed(daemon, runner, dump)]
     reads_s.clear()
