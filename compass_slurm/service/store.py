@@ -7,10 +7,11 @@ cluster sample per daemon cycle) and ``errors`` (failures worth keeping, e.g. Sl
 output that made a cycle skip). Rows written in one daemon cycle share a ``cycle`` id
 (table ``cycles``).
 
-Any SQLAlchemy URL works; SQLite is the default. The URL comes from the caller, else
-``COMPASS_DB``, else :func:`default_db_url`. SQLite runs in WAL mode so the CLI reads
-while the daemon writes. Times are timezone-aware UTC datetimes in Python, stored as
-float seconds since the epoch (sortable and identical on every backend).
+SQLite is the default; MariaDB/MySQL (``mysql+pymysql://``) and PostgreSQL
+(``postgresql+psycopg://``) are tested too (tests/service, against scripts/dev-db). The URL
+comes from the caller, else ``COMPASS_DB``, else :func:`default_db_url`. SQLite runs in WAL
+mode so the CLI reads while the daemon writes. Times are timezone-aware UTC datetimes in
+Python, stored as float seconds since the epoch (sortable and identical on every backend).
 
 Every write is one transaction: it lands completely or raises :class:`StoreError` and
 leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's loop).
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Connection,
@@ -49,6 +51,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -78,8 +81,13 @@ PINS = ("placed", "replanned", "migrated")
 #: the decision actions whose record names where the job runs: a job's latest such record must name its nodes
 PLACES = (*PINS, "adopted")
 #: ids per query of :meth:`Store.latest_places` and :meth:`Store.decisions_with_ids` (SQLite binds at most
-#: 32,766 values per statement)
+#: 32,766 values per statement, PostgreSQL and MySQL 65,535)
 _IN_BATCH = 500
+#: seconds a server database may take to accept a connection before the open fails (a daemon start says so)
+CONNECT_TIMEOUT_S = 10
+#: connect arguments that bound that wait, by driver (SQLite needs none: it opens a file)
+_CONNECT_ARGS = {"psycopg": {"connect_timeout": CONNECT_TIMEOUT_S}, "psycopg2": {"connect_timeout": CONNECT_TIMEOUT_S},
+                 "pymysql": {"connect_timeout": CONNECT_TIMEOUT_S}, "mysqldb": {"connect_timeout": CONNECT_TIMEOUT_S}}
 
 
 def _batches(values: list[Any]) -> Iterator[list[Any]]:
@@ -125,6 +133,12 @@ def resolve_db_url(url: str | None = None) -> str:
 
 # -- column types ---------------------------------------------------------------------------
 
+#: text of any length: MySQL's TEXT stops at 64 KiB (a strict server refuses more), MEDIUMTEXT at 16 MiB
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+#: row ids: 64-bit on servers that log for years; SQLite's INTEGER PRIMARY KEY is 64-bit already and the only
+#: type it numbers by itself
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+
 
 class UtcTime(TypeDecorator):
     """An aware datetime as float epoch seconds: sorts and compares the same on every backend."""
@@ -142,7 +156,7 @@ class UtcTime(TypeDecorator):
 class NodeList(TypeDecorator):
     """Node names in instance order as a comma list, readable in a plain SQL shell."""
 
-    impl = Text
+    impl = LongText
     cache_ok = True
 
     def process_bind_param(self, value: tuple[str, ...] | None, dialect: Any) -> str | None:
@@ -176,7 +190,7 @@ schema_version_table = Table(
 cycles_table = Table(
     "cycles",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", RowId, primary_key=True, autoincrement=True),
     Column("time", UtcTime, nullable=False),
 )
 
@@ -186,9 +200,9 @@ def _log_table(name: str, *columns: Column) -> Table:
     return Table(
         name,
         metadata,
-        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("id", RowId, primary_key=True, autoincrement=True),
         Column("time", UtcTime, nullable=False, index=True),
-        Column("cycle", Integer, ForeignKey("cycles.id")),
+        Column("cycle", RowId, ForeignKey("cycles.id")),
         *columns,
     )
 
@@ -208,7 +222,7 @@ decisions_table = _log_table(
     Column("sif_after", Double),
     Column("partial_before", Integer),
     Column("partial_after", Integer),
-    Column("reason", Text, nullable=False),
+    Column("reason", LongText, nullable=False),
     Column("action", String(32), nullable=False),
     Column("from_nodes", NodeList),  # schema v2: the nodes a migrated job left, in instance order
 )
@@ -219,7 +233,7 @@ migrations_table = _log_table(
     Column("instance", Integer, nullable=False),
     Column("src", String(255), nullable=False),
     Column("dst", String(255), nullable=False),
-    Column("reason", Text, nullable=False),
+    Column("reason", LongText, nullable=False),
     Column("status", String(16), nullable=False),
 )
 
@@ -244,7 +258,7 @@ samples_table = _log_table(
 errors_table = _log_table(
     "errors",
     Column("kind", String(64), nullable=False),
-    Column("message", Text, nullable=False),
+    Column("message", LongText, nullable=False),
 )
 
 
@@ -474,6 +488,49 @@ def _check_file(path: Path, create: bool) -> None:
                              hint="choose a writable path with --db or COMPASS_DB") from None
 
 
+def _engine(raw: str) -> tuple[Engine, str, Path | None]:
+    """An engine for the URL ``raw``, the name messages give it (no password) and its SQLite file, if any."""
+    try:
+        parsed = make_url(raw)
+    except SQLAlchemyError as err:
+        raise StoreError(
+            f"invalid database URL {raw!r}: {err}",
+            hint="use a SQLAlchemy URL, e.g. sqlite:////var/lib/compass/compass.db or mysql+pymysql://user@host/compass",
+        ) from None
+    path = _sqlite_path(parsed)
+    name = str(path) if path is not None else parsed.render_as_string(hide_password=True)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            # An in-memory SQLite database lives in one connection; share it.
+            return (create_engine(parsed, poolclass=StaticPool) if path is None else create_engine(parsed)), name, path
+        # A server closes idle connections (MySQL after wait_timeout, 8 h): test each before use, renew hourly.
+        return create_engine(parsed, pool_pre_ping=True, pool_recycle=3600,
+                             connect_args=_CONNECT_ARGS.get(parsed.get_driver_name(), {})), name, None
+    except (SQLAlchemyError, ImportError) as err:
+        raise StoreError(f"cannot use database URL {name}: {err}",
+                         hint="install the database driver the URL names, e.g. pip install pymysql") from None
+
+
+def probe(url: str | None = None) -> str:
+    """Raise StoreError unless the URL is well formed, its driver is installed and, for a server database, the
+    server accepts a connection; returns the database's name for messages.
+
+    What the daemon checks before it starts. A SQLite file is not opened: a full disk or a read-only file is a
+    log that fails while placement goes on, not a reason not to start.
+    """
+    engine, name, path = _engine(resolve_db_url(url))
+    try:
+        if engine.dialect.name != "sqlite":
+            try:
+                engine.connect().close()
+            except SQLAlchemyError as err:
+                cause, hint = _describe(err)
+                raise StoreError(f"cannot connect to the decision log {name}: {cause}", hint=hint) from None
+    finally:
+        engine.dispose()
+    return name
+
+
 class Store:
     """An open decision log. Make one with :meth:`open`; :meth:`close` it when done."""
 
@@ -491,26 +548,10 @@ class Store:
         upgrades an older schema. ``create=False`` (read commands) changes nothing and
         raises :class:`DatabaseMissing` when there is no database yet.
         """
-        raw = resolve_db_url(url)
-        try:
-            parsed = make_url(raw)
-        except SQLAlchemyError as err:
-            raise StoreError(
-                f"invalid database URL {raw!r}: {err}",
-                hint="use a SQLAlchemy URL, e.g. sqlite:////var/lib/compass/compass.db or mysql+pymysql://user@host/compass",
-            ) from None
-        path = _sqlite_path(parsed)
-        name = str(path) if path is not None else parsed.render_as_string(hide_password=True)
+        engine, name, path = _engine(resolve_db_url(url))
         if path is not None:
             _check_file(path, create)
-        sqlite = parsed.get_backend_name() == "sqlite"
-        try:
-            # An in-memory SQLite database lives in one connection; share it.
-            engine = create_engine(parsed, poolclass=StaticPool) if sqlite and path is None else create_engine(parsed)
-        except (SQLAlchemyError, ImportError) as err:
-            raise StoreError(f"cannot use database URL {name}: {err}",
-                             hint="install the database driver the URL names, e.g. pip install pymysql") from None
-        if sqlite:
+        if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas(writable=create))
         store = cls(engine, name)
         try:
