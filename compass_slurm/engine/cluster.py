@@ -9,9 +9,27 @@ per-event work independent of the cluster size.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from .index import Buckets, MinSet
 from .model import EngineError, InstanceKey, Job, Node
+
+
+class Group(NamedTuple):
+    """The nodes of one (capacity, GPU type): where ABS, Phi* and the bound are defined, and migrations stay."""
+
+    capacity: int
+    gpu_type: str | None
+    members: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu_type or 'any'}x{self.capacity}"
+
+
+def group_key(capacity: int, gpu_type: str | None) -> tuple[int, bool, str]:
+    """Groups come by capacity, then untyped before typed, then type name."""
+    return capacity, gpu_type is not None, gpu_type or ""
 
 
 class ClusterState:
@@ -36,6 +54,19 @@ class ClusterState:
         self.group_size: dict[int, int] = {}
         for cap in self.capacity:
             self.group_size[cap] = self.group_size.get(cap, 0) + 1
+        members: dict[tuple[int, str | None], list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            members.setdefault((node.gpus, node.gpu_type), []).append(i)
+        self.groups: tuple[Group, ...] = tuple(
+            Group(cap, kind, tuple(idx)) for (cap, kind), idx in sorted(members.items(), key=lambda kv: group_key(*kv[0])))
+        #: node index -> its group's index in ``groups``
+        self.group_of: list[int] = [0] * len(self.nodes)
+        for g, group in enumerate(self.groups):
+            for i in group.members:
+                self.group_of[i] = g
+        #: per group, running instances per size (as ``demand``) and GPUs in use
+        self.group_demand: list[list[int]] = [[0] * (group.capacity + 1) for group in self.groups]
+        self.group_used: list[int] = [0] * len(self.groups)
         self.on_node: list[dict[InstanceKey, int]] = [{} for _ in self.nodes]
         self.location: dict[InstanceKey, int] = {}
         self.jobs: dict[str, Job] = {}
@@ -89,6 +120,9 @@ class ClusterState:
         self.used[i] += gpus
         self.used_total += gpus
         self.demand[self.capacity[i]][min(gpus, self.capacity[i])] += 1
+        g = self.group_of[i]
+        self.group_demand[g][min(gpus, self.capacity[i])] += 1
+        self.group_used[g] += gpus
         self._reindex(i)
 
     def remove(self, key: InstanceKey) -> int:
@@ -97,6 +131,9 @@ class ClusterState:
         self.used[i] -= gpus
         self.used_total -= gpus
         self.demand[self.capacity[i]][min(gpus, self.capacity[i])] -= 1
+        g = self.group_of[i]
+        self.group_demand[g][min(gpus, self.capacity[i])] -= 1
+        self.group_used[g] -= gpus
         self._reindex(i)
         return i
 

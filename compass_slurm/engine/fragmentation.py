@@ -196,16 +196,14 @@ def _exact_phi(counts: tuple[int, ...], capacity: int, nodes: int) -> int:
 # -- a whole cluster -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Fragmentation:
-    """One measurement of a cluster: F = partial/N, F* = phi_star/N, SIF = F - F*."""
+class _Bounded:
+    """SIF and its bound: two partial nodes beyond Phi* per node group (docs/concepts.md)."""
 
-    nodes: int
-    gpus: int
-    gpus_used: int
-    partial: int
-    phi_star: int
-    wcc: bool
+    # of dataclasses with fields nodes, gpus, gpus_used, partial, phi_star and wcc
+    __slots__ = ()
+
+    def _groups(self) -> int:
+        return 1
 
     @property
     def sif(self) -> float:
@@ -213,11 +211,11 @@ class Fragmentation:
 
     @property
     def sif_bound(self) -> float:
-        return 2 / self.nodes
+        return 2 * self._groups() / self.nodes
 
     @property
     def within_bound(self) -> bool:
-        return self.partial - self.phi_star <= 2
+        return self.partial - self.phi_star <= 2 * self._groups()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -232,18 +230,76 @@ class Fragmentation:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class GroupFragmentation(_Bounded):
+    """One node group's share of a measurement (ClusterState.groups: one capacity, one GPU type).
+
+    Within a group COMPASS keeps at most one non-full slotted node and one non-full
+    pool node beyond Phi* while the group's WCC holds, so its own bound is 2 / its nodes
+    (docs/concepts.md, "Mixed clusters: groups and the bound").
+    """
+
+    gpu_type: str | None
+    capacity: int
+    nodes: int
+    gpus_used: int
+    partial: int
+    phi_star: int
+    wcc: bool
+
+    @property
+    def gpus(self) -> int:
+        return self.capacity * self.nodes
+
+    def as_dict(self) -> dict[str, object]:
+        return {"gpu_type": self.gpu_type, "capacity": self.capacity, **_Bounded.as_dict(self),
+                "gpus_free": self.gpus - self.gpus_used, "within_bound": self.within_bound}
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmentation(_Bounded):
+    """One measurement of a cluster: F = partial/N, F* = phi_star/N, SIF = F - F*.
+
+    Phi* and WCC are the groups' (``groups``): Phi* their sum, WCC that of every one.
+    The bound of the whole is 2 per group (2K/N over K groups); a cluster of one group
+    has the paper's 2/N.
+    """
+
+    nodes: int
+    gpus: int
+    gpus_used: int
+    partial: int
+    phi_star: int
+    wcc: bool
+    groups: tuple[GroupFragmentation, ...] = ()
+
+    def _groups(self) -> int:
+        return max(1, len(self.groups))
+
+
 def measure(c: ClusterState) -> Fragmentation:
-    """Fragmentation of a cluster state (a policy's ``cluster``); Phi* and WCC per group of equal-capacity nodes."""
-    phi = 0
-    wcc = True
-    for cap, counts in c.demand.items():
-        phi += phi_star(counts, cap, c.group_size[cap])
-        wcc = wcc and wcc_holds(counts, cap)
+    """Fragmentation of a cluster state (a policy's ``cluster``), per node group and in total."""
+    partial = [0] * len(c.groups)
+    for i in c.partial:
+        partial[c.group_of[i]] += 1
+    groups = tuple(
+        GroupFragmentation(
+            gpu_type=group.gpu_type,
+            capacity=group.capacity,
+            nodes=len(group.members),
+            gpus_used=c.group_used[g],
+            partial=partial[g],
+            phi_star=phi_star(c.group_demand[g], group.capacity, len(group.members)),
+            wcc=wcc_holds(c.group_demand[g], group.capacity),
+        )
+        for g, group in enumerate(c.groups)
+    )
     return Fragmentation(
         nodes=len(c),
         gpus=c.gpus_total,
         gpus_used=c.used_total,
         partial=len(c.partial),
-        phi_star=phi,
-        wcc=wcc,
+        phi_star=sum(f.phi_star for f in groups),
+        wcc=all(f.wcc for f in groups),
+        groups=groups,
     )

@@ -18,11 +18,16 @@ class EngineError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A node as the engine sees it: a name, a GPU capacity and whether new work may land on it."""
+    """A node as the engine sees it: a name, a GPU capacity, whether new work may land on it, and its GPU type.
+
+    Nodes of one (capacity, GPU type) form a group (ClusterState.groups): ABS and its
+    bound hold per group, and migrations never leave one.
+    """
 
     name: str
     gpus: int
     available: bool = True
+    gpu_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 1:

@@ -603,8 +603,8 @@ def test_wc_restore_searches_abs_once_per_size_while_it_has_no_place_then_restor
     policy.adopt(Job("big", 1, 8), ["n2"])
     searched: list[tuple[int, frozenset[int]]] = []
     spot = policy._spot
-    policy._spot = lambda gpus, allowed, exclude: searched.append((gpus, frozenset(exclude))) or spot(
-        gpus, allowed, exclude)
+    policy._spot = lambda gpus, allowed, exclude, within=None: searched.append((gpus, frozenset(exclude))) or spot(
+        gpus, allowed, exclude, within)
     assert policy.compact().moves == ()
     assert searched == [(2, frozenset())]  # no ABS place at all: none beside either extra's own node
     searched.clear()

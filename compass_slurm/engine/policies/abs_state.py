@@ -53,12 +53,13 @@ class AbsState:
         self.ones: list[list[InstanceKey]] = [[] for _ in range(n)]
         self.extras: list[list[InstanceKey]] = [[] for _ in range(n)]
         self.role: dict[InstanceKey, tuple[str, Slot | None]] = {}
-        caps = sorted(set(cluster.capacity))
-        #: per capacity group, so that a slot width means the same thing within an index.
-        self.empty: dict[int, MinSet] = {g: MinSet() for g in caps}
-        self.residue: dict[int, Buckets] = {g: Buckets(g) for g in caps}
-        self.pool_room: dict[int, Buckets] = {g: Buckets(g) for g in caps}
-        self.vacant = MinSet()
+        #: per node group (ClusterState.groups, by index), so that a slot width means the same thing
+        #: within an index and a pass over one never moves an instance to another group
+        self.cap: list[int] = [group.capacity for group in cluster.groups]
+        self.empty: dict[int, MinSet] = {g: MinSet() for g in range(len(self.cap))}
+        self.residue: dict[int, Buckets] = {g: Buckets(cap) for g, cap in enumerate(self.cap)}
+        self.pool_room: dict[int, Buckets] = {g: Buckets(cap) for g, cap in enumerate(self.cap)}
+        self.vacant: dict[int, MinSet] = {g: MinSet() for g in range(len(self.cap))}
         #: nodes with a slot vacancy, usable or not (the raw GPUs may be taken by extras, or the node unavailable)
         self.open = MinSet()
         self.orphaned = MinSet()
@@ -70,9 +71,10 @@ class AbsState:
         #: per node, bumped by every change of its contents: what a policy derives from a node's
         #: contents (e.g. which of its slots may move) it keeps until this moves on
         self.version: list[int] = [0] * n
-        # per capacity group, partial_hosts() as last listed; dropped when a node enters, leaves or moves in it
+        # per group, partial_hosts() as last listed; dropped when a node enters, leaves or moves in it
         self._hosts: dict[int, tuple[int, ...]] = {}
-        self._pools: tuple[int, tuple[tuple[int, int], ...]] = (-1, ())  # partial_pools() at pools_changed
+        # per group, partial_pools() at pools_changed
+        self._pools: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
         for i in range(n):
             self.refresh(i)
         cluster.watchers.append(self.refresh)
@@ -94,27 +96,28 @@ class AbsState:
         """Recompute node i's membership in every index from its contents (runs on every change)."""
         c = self.c
         cap = c.capacity[i]
+        g = c.group_of[i]
         avail = c.available[i]
         self.version[i] += 1
         slots, ones, extras = self.slots[i], self.ones[i], self.extras[i]
         slotted = bool(slots or extras)
         if avail and not slotted and not ones:
-            self.empty[cap].add(i)
+            self.empty[g].add(i)
         else:
-            self.empty[cap].discard(i)
+            self.empty[g].discard(i)
         residue = self.residue_of(i) if avail and slotted else None
-        if self.residue[cap].set(i, residue if residue is not None and residue >= 0 else None):
-            self._hosts.pop(cap, None)
+        if self.residue[g].set(i, residue if residue is not None and residue >= 0 else None):
+            self._hosts.pop(g, None)
         room = cap - len(ones)  # negative only on an overcommitted adopted node: in no bucket
-        if self.pool_room[cap].set(i, room if avail and ones and not slotted and room >= 0 else None):
+        if self.pool_room[g].set(i, room if avail and ones and not slotted and room >= 0 else None):
             self.pools_changed += 1
         # A vacancy is usable only while the node has raw GPUs free: a work-conserving
         # extra may sit in space that a slot's vacancy also claims.
         open_slot = bool(slots) and any(s.vacancy > 0 for s in slots)
         if avail and open_slot and c.used[i] < cap:
-            self.vacant.add(i)
+            self.vacant[g].add(i)
         else:
-            self.vacant.discard(i)
+            self.vacant[g].discard(i)
         if open_slot:
             self.open.add(i)
         else:
@@ -185,22 +188,21 @@ class AbsState:
         self.slots[i].append(slot)
         self.refresh(i)
 
-    def partial_hosts(self, cap: int) -> tuple[int, ...]:
-        """Available slotted nodes of one capacity group with residue left (not full), by (D(n), index)."""
-        hosts = self._hosts.get(cap)
+    def partial_hosts(self, g: int) -> tuple[int, ...]:
+        """Available slotted nodes of group ``g`` with residue left (not full), by (D(n), index)."""
+        hosts = self._hosts.get(g)
         if hosts is None:  # Compact asks after every event; most events change no slotted node's residue
-            buckets = self.residue[cap]
+            buckets = self.residue[g]
             # most buckets are empty; listing one sorts it
-            hosts = tuple(i for d in range(1, cap + 1) if buckets.count(d) for i in buckets.bucket(d))
-            self._hosts[cap] = hosts
+            hosts = tuple(i for d in range(1, self.cap[g] + 1) if buckets.count(d) for i in buckets.bucket(d))
+            self._hosts[g] = hosts
         return hosts
 
-    def partial_pools(self) -> tuple[tuple[int, int], ...]:
-        """(room, node) of every partial pool node, the fullest first (room, then index)."""
-        if self._pools[0] != self.pools_changed:  # what the pool drain reads after every event
-            pools = [(room, i) for cap, buckets in self.pool_room.items() for room in range(1, cap)
-                     if buckets.count(room) for i in buckets.bucket(room)]
-            if len(self.pool_room) > 1:  # one group's come in order already
-                pools.sort()
-            self._pools = (self.pools_changed, tuple(pools))
-        return self._pools[1]
+    def partial_pools(self, g: int) -> tuple[tuple[int, int], ...]:
+        """(room, node) of every partial pool node of group ``g``, the fullest first (room, then index)."""
+        kept = self._pools.get(g)
+        if kept is None or kept[0] != self.pools_changed:  # what the pool drain reads after every event
+            buckets = self.pool_room[g]
+            pools = tuple((room, i) for room in range(1, self.cap[g]) if buckets.count(room) for i in buckets.bucket(room))
+            kept = self._pools[g] = (self.pools_changed, pools)
+        return kept[1]

@@ -93,6 +93,11 @@ class Compass(Policy):
         self._refused = 0  # spends refused for want of budget (a pass that found nothing may find more with more)
         #: node -> (AbsState.version when read, what on it may move): Compact asks after every event
         self._mobiles: dict[int, tuple[int, Mobile]] = {}
+        #: running jobs placed under an eligible set that leaves out part of a group they run in (a constraint
+        #: on node features, a partition over part of a group): the nodes they may move to
+        self._confined: dict[str, frozenset[int]] = {}
+        #: the last eligible set asked about, and per group whether it holds all of the group's nodes
+        self._covers: tuple[frozenset[int] | None, dict[int, bool]] = (None, {})
 
     # -- views -------------------------------------------------------------------------------
 
@@ -139,7 +144,20 @@ class Compass(Policy):
             chosen.append(spot[0])
             rules.append(spot[1])
         rule = "; ".join(dict.fromkeys(r.value for r in rules))
+        if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
+            self._confined[job.id] = allowed
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def _covered(self, allowed: frozenset[int], i: int) -> bool:
+        """Whether ``allowed`` holds every node of node i's group (moves within the group then keep to it)."""
+        kept, groups = self._covers
+        if kept is not allowed:
+            groups = {}
+            self._covers = (allowed, groups)
+        g = self.cluster.group_of[i]
+        if g not in groups:
+            groups[g] = all(m in allowed for m in self.cluster.groups[g].members)
+        return groups[g]
 
     def _attach(self, key: InstanceKey, spot: Spot) -> Slot | None:
         """Give an instance (already on ``spot``'s node) its ABS role by the rule that chose; a new slot is returned."""
@@ -166,44 +184,57 @@ class Compass(Policy):
         gpus = job.gpus
         allowed = self._allowed(eligible)
         a, names = self.abs, self.cluster.nodes
-        caps = [cap for cap in a.empty if cap >= gpus]
+        gids = self._groups_for(gpus, None)
         out: list[str] = []
         if gpus >= 2:
-            tiers = [(a.residue[cap].bucket(d), f"D={d}") for cap in caps
-                     for d in range(slot_width(gpus, cap), cap + 1)]
+            tiers = [(a.residue[g].bucket(d), f"D={d}") for g in gids
+                     for d in range(slot_width(gpus, a.cap[g]), a.cap[g] + 1)]
         else:
-            tiers = [(a.vacant, "vacancy")]
-            tiers += [(a.pool_room[cap].bucket(r), f"pool room {r}") for cap in caps for r in range(1, cap)]
-        tiers += [(a.empty[cap], "empty") for cap in caps]
+            tiers = [(a.vacant[g], "vacancy") for g in gids]
+            tiers += [(a.pool_room[g].bucket(r), f"pool room {r}") for g in gids for r in range(1, a.cap[g])]
+        tiers += [(a.empty[g], "empty") for g in gids]
         for members, label in tiers:
             i = _pick(members, allowed, set())
             if i is not None:
                 out.append(f"{names[i].name} ({label})")
         return tuple(out)
 
-    def _spot(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
-        """Where the next instance of ``gpus`` GPUs goes under the COMPASS rules, or None."""
+    def _spot(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int], within: int | None = None
+              ) -> Spot | None:
+        """Where the next instance of ``gpus`` GPUs goes under the COMPASS rules, or None.
+
+        ``within``: only in that group (a running instance's move), and then only under ABS
+        (every caller that moves one takes no spot outside it).
+        """
         a = self.abs
-        caps = [cap for cap in a.empty if cap >= gpus]
+        gids = self._groups_for(gpus, within)
+        cap = a.cap
         if gpus >= 2:
             # Best fit by residue: the smallest D(n) >= w*(g).
-            i = _best_fit(a.residue, caps, lambda cap: range(slot_width(gpus, cap), cap + 1), allowed, exclude)
+            i = _best_fit(a.residue, gids, lambda g: range(slot_width(gpus, cap[g]), cap[g] + 1), allowed, exclude)
             if i is not None:
                 return i, Rule.SLOT, None
-            i = _first_empty(a.empty, caps, allowed, exclude)
+            i = _first_empty(a.empty, cap, gids, allowed, exclude)
             if i is not None:
                 return i, Rule.NEW_SLOT, None
-            return self._outside_abs(gpus, allowed, exclude)
-        i = _pick(a.vacant, allowed, exclude)
+            return self._outside_abs(gpus, allowed, exclude) if within is None else None
+        i = _lowest(a.vacant, gids, allowed, exclude)
         if i is not None:
             return i, Rule.VACANCY, next(s for s in a.slots[i] if s.vacancy > 0)
-        i = _best_fit(a.pool_room, caps, lambda cap: range(1, cap), allowed, exclude)
+        i = _best_fit(a.pool_room, gids, lambda g: range(1, cap[g]), allowed, exclude)
         if i is not None:
             return i, Rule.POOL, None
-        i = _first_empty(a.empty, caps, allowed, exclude)
+        i = _first_empty(a.empty, cap, gids, allowed, exclude)
         if i is not None:
             return i, Rule.NEW_POOL, None
-        return self._outside_abs(gpus, allowed, exclude)
+        return self._outside_abs(gpus, allowed, exclude) if within is None else None
+
+    def _groups_for(self, gpus: int, within: int | None) -> list[int]:
+        """The groups an instance of ``gpus`` GPUs may go to: those big enough, or only ``within``."""
+        cap = self.abs.cap
+        if within is not None:
+            return [within] if cap[within] >= gpus else []
+        return [g for g in range(len(cap)) if cap[g] >= gpus]
 
     def _outside_abs(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
         """compass-wc only: the best raw fit, when ABS has no place but free GPUs do."""
@@ -227,16 +258,16 @@ class Compass(Policy):
         free = c.free
         if sum(f * free.count(f) for f in range(1, free.max_key + 1)) < job.total_gpus:
             return False
-        if allowed is not None or job.distinct_nodes or len(a.empty) > 1 or self.work_conserving:
+        if allowed is not None or job.distinct_nodes or len(a.cap) > 1 or self.work_conserving:
             return True
-        cap = c.capacity[0]
+        cap = a.cap[0]
         if job.gpus >= 2:
             width = slot_width(job.gpus, cap)
-            slots = len(a.empty[cap]) * (cap // width)
-            slots += sum((d // width) * a.residue[cap].count(d) for d in range(width, cap + 1))
+            slots = len(a.empty[0]) * (cap // width)
+            slots += sum((d // width) * a.residue[0].count(d) for d in range(width, cap + 1))
             return slots >= job.instances
-        room = a.vacancy_total + len(a.empty[cap]) * cap
-        room += sum(r * a.pool_room[cap].count(r) for r in range(1, cap))
+        room = a.vacancy_total + len(a.empty[0]) * cap
+        room += sum(r * a.pool_room[0].count(r) for r in range(1, cap))
         return room >= job.instances
 
     def _undo_place(self, job_id: str, placed: int, pulls: list[Migration]) -> None:
@@ -264,6 +295,7 @@ class Compass(Policy):
             a.detach(key)
             c.remove(key)
         c.unregister(job_id)
+        self._confined.pop(job_id, None)
         return ()
 
     def _adopted(self, job: Job, nodes: list[int]) -> None:
@@ -315,48 +347,57 @@ class Compass(Policy):
                 moves += self._settle_ones()
         moves += self._drain_pools()
         a = self.abs
-        for cap in a.empty:
-            hosts = a.partial_hosts(cap)
+        for g, cap in enumerate(a.cap):  # every pass works within one group: nothing moves between groups
+            hosts = a.partial_hosts(g)
             if len(hosts) < 2:  # slot passes and repair need two hosts
                 continue
             # They read only these hosts: while none changed, what found nothing to move finds nothing again.
             seen = hosts, tuple(a.version[i] for i in hosts)
-            if self._slots_stuck.get(cap) == seen:
+            if self._slots_stuck.get(g) == seen:
                 continue
             before, refused = len(moves), self._refused
             for width in sorted((w for w in _movable_widths(cap)), reverse=True):
-                moves += self._drain_slots(cap, width)
+                moves += self._drain_slots(g, width)
             if self.repair:
-                moves += self._repack(cap)
+                moves += self._repack(g)
             if len(moves) == before and self._refused == refused and self._left != 0:  # nothing, whatever the budget
-                self._slots_stuck[cap] = seen
+                self._slots_stuck[g] = seen
         return moves
 
     def _settle_ones(self) -> list[Migration]:
         """Re-home orphans by the 1-GPU rule and fill every slot vacancy from orphans, then pools."""
         a = self.abs
         moves: list[Migration] = []
-        # Once no orphan can move with profit (no vacancy or partial pool node takes one, or
-        # under a scarce budget none would fill it), none will until something moves.
-        homeless = False
-        # Where orphans go: one spot for all of them until one moves (an orphan that reaches
-        # the search has no vacancy on its own node, and pool nodes hold no orphans).
-        spot: Spot | None = None
+        # Once no orphan of a group can move with profit (no vacancy or partial pool node of its
+        # group takes one, or under a scarce budget none would fill it), none will until something
+        # moves there; orphans move only within their group, so one group's moves leave another's be.
+        homeless: set[int] = set()
+        # Where a group's orphans go: one spot for all of them until one moves (an orphan that
+        # reaches the search has no vacancy on its own node, and pool nodes hold no orphans).
+        spots: dict[int, Spot | None] = {}
+        group_of, groups = self.cluster.group_of, len(a.cap)
         order = list(a.orphaned)
         for at, i in enumerate(order):
-            if homeless or self._left == 0:
+            if len(homeless) == groups or self._left == 0:
                 # No orphan moves from here on: only those on a node with an open slot become fillers
                 # in place, which changes no other node, so the other nodes need no visit.
                 later = set(order[at:])
                 for j in [j for j in a.open if j in later]:
                     self._fill_in_place(j)
                 break
+            g = group_of[i]
+            if g in homeless:
+                if i in a.open:
+                    self._fill_in_place(i)
+                continue
+            spot = spots.get(g)
             # A node without a vacancy of its own keeps its orphans as they are: under a scarce budget, what its
             # first orphan meets below, no partial node removed by the spot kept, ends its turn (on every full
             # node, whose number grows across daemon cycles), so it is decided without listing them.
             if (self._scarce and spot is not None and i not in a.open
                     and not (spot[1] is Rule.VACANCY and spot[2].vacancy == 0) and self._gain(i, spot[0]) <= 0):
-                homeless = self.cluster.free_gpus(spot[0]) > 1
+                if self.cluster.free_gpus(spot[0]) > 1:
+                    homeless.add(g)
                 continue
             # Its orphans first fill its own vacancies without moving. Moving one out opens none, so
             # the others each try to move, and what fails for every one of them ends the node's turn.
@@ -366,33 +407,33 @@ class Compass(Policy):
                 if spot is not None and spot[1] is Rule.VACANCY and spot[2].vacancy == 0:
                     spot = None
                 # Opening an empty node for an orphan would add a partial node, not remove one.
-                spot = spot or self._spot(1, None, {i})
+                spot = spot or self._spot(1, None, {i}, g)
                 if spot is None or spot[1] not in (Rule.VACANCY, Rule.POOL):
-                    homeless = True
+                    homeless.add(g)
                     break
                 # A scarce budget buys fewer partial nodes, not ABS roles: on Philly, re-homing
                 # orphans spent most migrations and removed about one partial node per ten.
                 if self._scarce and self._gain(i, spot[0]) <= 0:
                     # a spot that one more GPU does not fill stays partial whoever moves there
-                    homeless = self.cluster.free_gpus(spot[0]) > 1
+                    if self.cluster.free_gpus(spot[0]) > 1:
+                        homeless.add(g)
                     break
                 if self._can_move(key, spot[0]) and self._spend(1):
                     moves += self._move_one(key, spot)
                     spot = None
                     if self._left == 0:
                         break
-        while a.vacancy_total > 0:
-            target = next(
-                ((i, s) for i in a.vacant for s in a.slots[i] if s.vacancy > 0),
-                None,
-            )
-            if target is None:
-                break
-            i, slot = target
-            pulled = self._fill(slot, i)
-            if not pulled:
-                break
-            moves += pulled
+            spots[g] = spot
+        for g in range(groups):  # fillers come from the vacancy's own group (_donor)
+            while a.vacancy_total > 0:
+                target = next(((i, s) for i in a.vacant[g] for s in a.slots[i] if s.vacancy > 0), None)
+                if target is None:
+                    break
+                i, slot = target
+                pulled = self._fill(slot, i)
+                if not pulled:
+                    break
+                moves += pulled
         return moves
 
     def _fill_in_place(self, i: int) -> list[InstanceKey]:
@@ -422,26 +463,37 @@ class Compass(Policy):
         return moves
 
     def _donor(self, avoid: int) -> tuple[InstanceKey, int] | None:
+        """A 1-GPU instance for a vacancy on node ``avoid``, from that node's group only."""
         a = self.abs
-        found = self._first_with_movable_one(a.orphaned, avoid)
+        g = self.cluster.group_of[avoid]
+        found = self._first_with_movable_one(a.orphaned, avoid, g)
         if found is not None:
             return found
-        for cap, buckets in a.pool_room.items():
-            for room in range(cap - 1, -1, -1):
-                found = self._first_with_movable_one(buckets.bucket(room), avoid)
-                if found is not None:
-                    return found
+        buckets = a.pool_room[g]
+        for room in range(a.cap[g] - 1, -1, -1):
+            found = self._first_with_movable_one(buckets.bucket(room), avoid)
+            if found is not None:
+                return found
         return None
 
-    def _first_with_movable_one(self, nodes: MinSet, avoid: int) -> tuple[InstanceKey, int] | None:
+    def _first_with_movable_one(self, nodes: MinSet, avoid: int, g: int | None = None
+                                ) -> tuple[InstanceKey, int] | None:
+        """The lowest of ``nodes`` (of group ``g``, if given) with a 1-GPU instance that may move to ``avoid``."""
+        group_of = self.cluster.group_of
+
+        def movable(i: int) -> InstanceKey | None:
+            if i == avoid or (g is not None and group_of[i] != g):
+                return None
+            return self._movable(self.abs.ones[i], avoid)
+
         # The lowest node almost always has one; scan (sorted) only past pinned or avoided ones.
         first = nodes.min()
         for i in [first] if first is not None else []:
-            key = self._movable(self.abs.ones[i], avoid) if i != avoid else None
+            key = movable(i)
             if key is not None:
                 return key, i
         for i in nodes:
-            key = self._movable(self.abs.ones[i], avoid) if i != avoid else None
+            key = movable(i)
             if key is not None:
                 return key, i
         return None
@@ -450,37 +502,43 @@ class Compass(Policy):
         """compass-wc: move instances placed outside ABS to an ABS place once one exists."""
         c, a = self.cluster, self.abs
         moves: list[Migration] = []
-        # Per size, whether ABS has a place excluding no node: without one, it has none excluding an extra's own
-        # node either, so the extras of that size are not searched one by one (until a move changes the state).
-        placeable: dict[int, bool] = {}
+        # Per group and size, whether ABS has a place excluding no node: without one, it has none excluding an
+        # extra's own node either, so the extras of that size are not searched one by one (until a move changes
+        # the state). An extra moves only within its group.
+        placeable: dict[tuple[int, int], bool] = {}
         for i in list(a.foreign):
+            g = c.group_of[i]
             for key in list(a.extras[i]):
                 if not c.jobs[key[0]].migratable:
                     continue  # pinned (adopted from Slurm's own placement): no search, it would not move
                 gpus = c.gpus_of(key)
-                if gpus not in placeable:
-                    placeable[gpus] = self._abs_spot(gpus, set()) is not None
-                if not placeable[gpus]:
+                if (g, gpus) not in placeable:
+                    placeable[(g, gpus)] = self._spot(gpus, None, set(), g) is not None
+                if not placeable[(g, gpus)]:
                     continue
-                spot = self._abs_spot(gpus, {i})
+                spot = self._spot(gpus, None, {i}, g)
                 if spot is not None and self._can_move(key, spot[0]) and self._spend(1):
                     moves += self._move_one(key, spot)
                     placeable.clear()
         return moves
 
-    def _abs_spot(self, gpus: int, exclude: set[int]) -> Spot | None:
-        """The next instance's spot under the ABS rules, not outside them (None: ABS has none)."""
-        spot = self._spot(gpus, None, exclude)
-        return None if spot is None or spot[1] in OUTSIDE_RULES else spot
-
     def _drain_pools(self) -> list[Migration]:
-        """Best-fit drain of partial pool nodes: emptiest source into the fullest other host."""
+        """Best-fit drain of partial pool nodes, group by group: emptiest source into the fullest other host."""
         a = self.abs
         moves: list[Migration] = []
         if self._pools_stuck == a.pools_changed:
             return moves  # no pool node changed since a drain found none of them with an orphan to move
+        for g in range(len(a.cap)):
+            if not self._drain_group_pools(g, moves):
+                return moves  # the budget ran out
+        self._pools_stuck = a.pools_changed
+        return moves
+
+    def _drain_group_pools(self, g: int, moves: list[Migration]) -> bool:
+        """The pool drain of group ``g`` (moves appended); False when it stopped for want of budget."""
+        a = self.abs
         while self._left != 0:
-            hosts = a.partial_pools()
+            hosts = a.partial_pools(g)
             # Sources from the most room down; pinned ones are skipped without a rescan.
             for room, src in reversed(hosts):
                 if not self._mobile(src).ones_somewhere:
@@ -494,18 +552,17 @@ class Compass(Policy):
                     break
             else:
                 # nothing movable whatever the budget (a spend fails only at 0, which the loop excludes)
-                self._pools_stuck = a.pools_changed
-                return moves
-        return moves
+                return True
+        return False
 
-    def _drain_slots(self, cap: int, width: int) -> list[Migration]:
-        """Best-fit drain of ``width`` slots between slotted nodes of one capacity group."""
+    def _drain_slots(self, g: int, width: int) -> list[Migration]:
+        """Best-fit drain of ``width`` slots between slotted nodes of group ``g``."""
         a = self.abs
-        residue = a.residue[cap].key  # D(n) of a partial host, without summing its contents
+        residue = a.residue[g].key  # D(n) of a partial host, without summing its contents
         moves: list[Migration] = []
         while self._left != 0:
             # Hosts come by (D(n), index), so by (room, D(n), index): the fullest first.
-            dsts = [i for i in a.partial_hosts(cap) if residue(i) >= width]
+            dsts = [i for i in a.partial_hosts(g) if residue(i) >= width]
             # Only a host with room and a movable slot of this width can be a source (the others are skipped).
             srcs = sorted((i for i in dsts if any(s.width == width for s in self._mobile(i).slots)),
                           key=lambda i: (residue(i) // width, i), reverse=True)
@@ -522,7 +579,7 @@ class Compass(Policy):
                 return moves
         return moves
 
-    def _repack(self, cap: int) -> list[Migration]:
+    def _repack(self, g: int) -> list[Migration]:
         """Repair: first-fit-decreasing of everything on the non-full slotted nodes into those nodes.
 
         The drain passes cannot merge, e.g., {4, 2} with {4}: no single move fits.
@@ -533,10 +590,10 @@ class Compass(Policy):
         only if it reduces the number of non-full nodes and fits the budget.
         """
         a = self.abs
-        hosts = a.partial_hosts(cap)  # by (D(n), index)
+        hosts = a.partial_hosts(g)  # by (D(n), index), all of group g
         if not 2 <= len(hosts) <= REPAIR_MAX_HOSTS:
             return []
-        residue = a.residue[cap].key
+        cap, residue = a.cap[g], a.residue[g].key
         mobile = {i: self._mobile(i) for i in hosts}
         room = {i: residue(i) + sum(s.width for s in mobile[i].slots) + len(mobile[i].ones) for i in hosts}
         fixed = {i: room[i] < cap for i in hosts}  # pinned slots, extras or pinned orphans stay
@@ -629,14 +686,19 @@ class Compass(Policy):
         return Migration(key[0], key[1], nodes[src].name, nodes[dst].name)
 
     def _can_move(self, key: InstanceKey, dst: int | None) -> bool:
-        """Pinned instances never move; a distinct-nodes instance never joins a sibling.
+        """Pinned instances never move; a distinct-nodes instance never joins a sibling; a confined one
+        never leaves the nodes it was eligible for.
 
         ``dst`` None means "somewhere not known yet" (whole-slot moves), where a
-        distinct-nodes instance cannot be checked and so stays put.
+        distinct-nodes or confined instance cannot be checked and so stays put.
+        (Every move stays within the instance's group: the passes look at no other.)
         """
         c = self.cluster
         job = c.jobs[key[0]]
         if not job.migratable:
+            return False
+        confined = self._confined.get(job.id)
+        if confined is not None and (dst is None or dst not in confined):
             return False
         if job.distinct_nodes and job.instances > 1:
             return dst is not None and all(
@@ -726,16 +788,16 @@ class CompassEasy(CompassWorkConserving):
 
 def _best_fit(
     buckets: dict[int, Buckets],
-    caps: list[int],
+    gids: list[int],
     keys: Callable[[int], range],
     allowed: frozenset[int] | None,
     exclude: set[int],
 ) -> int | None:
-    """Over the capacity groups: the smallest key with a usable node, then the lowest index."""
+    """Over the groups: the smallest key with a usable node, then the lowest index."""
     best: tuple[int, int] | None = None
-    for cap in caps:
-        for key in keys(cap):
-            i = _pick(buckets[cap].bucket(key), allowed, exclude)
+    for g in gids:
+        for key in keys(g):
+            i = _pick(buckets[g].bucket(key), allowed, exclude)
             if i is not None:
                 if best is None or (key, i) < best:
                     best = (key, i)
@@ -744,14 +806,32 @@ def _best_fit(
 
 
 def _first_empty(
-    empty: dict[int, MinSet], caps: list[int], allowed: frozenset[int] | None, exclude: set[int]
+    empty: dict[int, MinSet], cap: list[int], gids: list[int], allowed: frozenset[int] | None, exclude: set[int]
 ) -> int | None:
-    """The lowest usable empty node of the smallest capacity that fits (bigger nodes stay whole)."""
-    for cap in caps:
-        i = _pick(empty[cap], allowed, exclude)
-        if i is not None:
-            return i
-    return None
+    """The lowest usable empty node of the smallest capacity that fits (bigger nodes stay whole).
+
+    ``gids`` come by capacity; groups of one capacity (GPU types) compete by node index.
+    """
+    best: int | None = None
+    best_group = 0
+    for g in gids:
+        if best is not None and cap[g] != cap[best_group]:
+            break
+        i = _pick(empty[g], allowed, exclude)
+        if i is not None and (best is None or i < best):
+            best, best_group = i, g
+    return best
+
+
+def _lowest(sets: dict[int, MinSet], gids: list[int], allowed: frozenset[int] | None, exclude: set[int]
+            ) -> int | None:
+    """The lowest usable member of the groups' sets."""
+    best: int | None = None
+    for g in gids:
+        i = _pick(sets[g], allowed, exclude)
+        if i is not None and (best is None or i < best):
+            best = i
+    return best
 
 
 def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) -> int | None:
