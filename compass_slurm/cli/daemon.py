@@ -44,13 +44,17 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     from ..native_stdout import native_stdout_silenced
     from ..slurm import DryRunBackend, SlurmError, open_backend
     from ..slurm.pyslurm_backend import PyslurmUnavailable
-    from ..service.store import resolve_db_url
+    from ..service.store import StoreError, probe, resolve_db_url
 
     try:
         config = load_config(config_file, flags={"interval": interval, "db": db, "policy": policy})
         policy_class(config.policy)
     except (ConfigError, EngineError) as err:
         raise UserError(str(err)) from None
+    try:  # a wrong URL or a server that does not answer stops the start (systemd retries), a failing file does not
+        probe(config.db or None)
+    except StoreError as err:
+        raise UserError(err.message, hint=err.hint) from None
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT)
     try:
         reader = open_backend(backend, snapshot=snapshot)

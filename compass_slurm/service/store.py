@@ -20,6 +20,7 @@ leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's lo
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -65,7 +66,8 @@ SCHEMA_VERSION = 2
 
 def _add_from_nodes(conn: Connection) -> None:
     """v1 -> v2: decisions.from_nodes, the nodes a migrated job left (NULL, read as none, on older rows)."""
-    conn.execute(text("ALTER TABLE decisions ADD COLUMN from_nodes TEXT"))
+    kind = decisions_table.c.from_nodes.type.compile(dialect=conn.dialect)  # TEXT; MEDIUMTEXT on MySQL
+    conn.execute(text(f"ALTER TABLE decisions ADD COLUMN from_nodes {kind}"))
 
 
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
@@ -488,13 +490,18 @@ def _check_file(path: Path, create: bool) -> None:
                              hint="choose a writable path with --db or COMPASS_DB") from None
 
 
+#: the password of a URL SQLAlchemy cannot parse (one it can, it hides itself)
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_HIDDEN = r"\1***@"
+
+
 def _engine(raw: str) -> tuple[Engine, str, Path | None]:
     """An engine for the URL ``raw``, the name messages give it (no password) and its SQLite file, if any."""
     try:
         parsed = make_url(raw)
-    except SQLAlchemyError as err:
+    except (SQLAlchemyError, ValueError) as err:  # ValueError: a port that is not a number
         raise StoreError(
-            f"invalid database URL {raw!r}: {err}",
+            f"invalid database URL {_PASSWORD.sub(_HIDDEN, raw)!r}: {err}",
             hint="use a SQLAlchemy URL, e.g. sqlite:////var/lib/compass/compass.db or mysql+pymysql://user@host/compass",
         ) from None
     path = _sqlite_path(parsed)

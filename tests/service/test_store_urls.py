@@ -1,0 +1,69 @@
+"""A daemon given a decision log it cannot reach does not start: one error line naming the log without its
+password, exit 2, through the real ``compass daemon`` (it stops before it reads Slurm, so none is needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from compass_slurm.service.store import StoreError, probe
+
+COMPASS = Path(sys.executable).parent / "compass"
+SECRET = "s3cret-pw"
+
+
+def start_daemon(db: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(COMPASS), "daemon", "--once", "--config", "/dev/null", "--db", db],
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], named: str, words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    error, *rest = done.stderr.splitlines()
+    assert error.startswith(f"compass: error: ") and named in error and words in error, error
+    assert all(line.startswith("hint: ") for line in rest), done.stderr
+    assert SECRET not in done.stderr + done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "mysql+pymysql"])
+def test_a_server_that_does_not_answer_stops_the_start(scheme: str) -> None:
+    # port 9 on the loopback: nothing listens there, so the connection is refused at once
+    done = start_daemon(f"{scheme}://compass:{SECRET}@127.0.0.1:9/compass")
+    assert_refused(done, f"{scheme}://compass:***@127.0.0.1:9/compass", "cannot connect to the decision log")
+
+
+@pytest.mark.parametrize(("db", "named", "words"), [
+    (f"postgresql://u:{SECRET}@host:port/x", "postgresql://u:***@host:port/x", "invalid database URL"),
+    ("no-scheme-here", "no-scheme-here", "invalid database URL"),
+    (f"nosuchdb+driver://u:{SECRET}@h/x", "nosuchdb+driver://u:***@h/x", "cannot use database URL"),
+])
+def test_a_wrong_url_stops_the_start(db: str, named: str, words: str) -> None:
+    assert_refused(start_daemon(db), named, words)
+
+
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
+def test_a_database_the_server_does_not_have_stops_the_start(db_servers, kind: str) -> None:
+    server = make_url(db_servers.url(kind))
+    missing = server.set(database="no_such_log")
+    done = start_daemon(missing.render_as_string(hide_password=False))
+    assert_refused(done, missing.render_as_string(hide_password=True), "no_such_log")
+    assert probe(server.render_as_string(hide_password=False)) == server.render_as_string(hide_password=True)
+
+
+def test_mariadb_refuses_a_wrong_password(db_servers) -> None:
+    wrong = make_url(db_servers.url("mariadb")).set(password=SECRET)
+    done = start_daemon(wrong.render_as_string(hide_password=False))
+    assert_refused(done, "mysql+pymysql://root:***@localhost/compass", "Access denied")
+
+
+def test_a_sqlite_file_is_left_to_the_daemon(tmp_path: Path) -> None:
+    """A file's faults (full, read-only) are logged by a running daemon, which places jobs all the same."""
+    nowhere = tmp_path / "file" / "compass.db"
+    (tmp_path / "file").write_text("a file where the directory should be")
+    assert probe(f"sqlite:///{nowhere}") == str(nowhere)
+    with pytest.raises(StoreError, match="cannot connect"):
+        probe("postgresql+psycopg://u@127.0.0.1:9/x")
