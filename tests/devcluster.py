@@ -4,7 +4,9 @@ Shared by tests/integration and tests/faults (each puts tests/ on sys.path) and 
 benchmarks/soak.py. COMPASS_DEV_DIR and COMPASS_DEV_PORT in the environment pick
 the cluster, so that two can run side by side. The integration suite runs on every
 Slurm release in COMPASS_TEST_SLURM (comma-separated; default DEFAULT_RELEASES),
-one cluster after another on the same port and directory.
+one cluster after another on the same port and directory. A fixture asks for
+nodes x GPUs (``session_cluster``) or a layout file (``session_layout_cluster``,
+e.g. LAYOUTS / "mixed.toml"; compass_slurm/layout.py says what a layout holds).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 DEV_CLUSTER = Path(__file__).resolve().parents[1] / "scripts" / "dev-cluster"
+#: the layouts the live tests use: mixed.toml (a100/h100/v100 under three leaf switches), shared.toml (MIG-type
+#: and shard nodes), blocks.toml (topology/block, Slurm 23.11+)
+LAYOUTS = Path(__file__).resolve().parent / "data" / "layouts"
 RELEASES = ("22.05", "23.11", "24.11", "25.11", "26.05")
 #: what the default run (CI) covers: every release
 DEFAULT_RELEASES = RELEASES
@@ -75,17 +80,29 @@ class Preparing:
 
 @dataclass(frozen=True)
 class Layout:
-    """What a fixture needs running in COMPASS_DEV_DIR (``job_submit_lua``: the project's hook installed)."""
+    """What a fixture needs running in COMPASS_DEV_DIR (``job_submit_lua``: the project's hook installed).
+
+    ``nodes`` x ``gpus``, or a layout file (``of_file``; nodes and gpus are then 0): that file's content counts,
+    so the same path with other content is another layout.
+    """
 
     nodes: int
     gpus: int
     release: str = "22.05"
     job_submit_lua: bool = False
+    layout_file: Path | None = None
+    layout_text: str | None = field(default=None, repr=False)
 
-    def described(self) -> str:
-        """How `scripts/dev-cluster status` names it."""
-        return f"({self.nodes} nodes x {self.gpus} GPUs, Slurm {self.release}" + (
-            ", job_submit/lua)" if self.job_submit_lua else ")")
+    @classmethod
+    def of_file(cls, path: str | os.PathLike, release: str = "22.05", job_submit_lua: bool = False) -> Layout:
+        path = Path(path).resolve()
+        return cls(0, 0, release, job_submit_lua, path, path.read_text(encoding="utf-8"))
+
+    def start_args(self) -> list[str]:
+        """`scripts/dev-cluster start`'s arguments for this layout."""
+        shape = (["--layout", str(self.layout_file)] if self.layout_file is not None
+                 else ["--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)])
+        return ["--slurm", self.release, *shape, *(["--job-submit-lua"] * self.job_submit_lua)]
 
 
 class Running:
@@ -102,20 +119,16 @@ def use_cluster(layout: Layout) -> dict[str, str]:
     """This layout running, its environment (SLURM_CONF, PATH, ...) set in os.environ; returns that environment.
 
     Costs nothing when this process last left this layout running; else a cluster found running with it is
-    reused (and left running), any other is replaced.
+    reused (and left running), any other is replaced: `scripts/dev-cluster start` does either, and says which.
     """
     if Running.layout != layout:
         Preparing.wait(layout.release)
-        status = dev("status")
-        found = status.returncode == 0 and layout.described() in status.stdout
-        if not found:
-            hook = ["--job-submit-lua"] if layout.job_submit_lua else []
-            done = dev("start", "--slurm", layout.release, "--nodes", str(layout.nodes),
-                       "--gpus-per-node", str(layout.gpus), *hook)
-            if done.returncode == UNREACHABLE:  # a mirror down is no failure of ours: skipped, the reason shown
-                pytest.skip(f"Slurm {layout.release}: {done.stderr.strip().splitlines()[-1]}")
-            if done.returncode != 0:
-                raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+        done = dev("start", *layout.start_args())
+        if done.returncode == UNREACHABLE:  # a mirror down is no failure of ours: skipped, the reason shown
+            pytest.skip(f"Slurm {layout.release}: {done.stderr.strip().splitlines()[-1]}")
+        if done.returncode != 0:
+            raise RuntimeError(f"scripts/dev-cluster start failed: {done.stderr or done.stdout}")
+        found = done.stdout.startswith("dev-cluster: already running")
         env = {}
         for line in dev("env").stdout.splitlines():
             key, _, value = line.removeprefix("export ").partition("=")
@@ -130,7 +143,7 @@ def use_cluster(layout: Layout) -> dict[str, str]:
 @contextmanager
 def session_cluster(nodes: int, gpus: int, release: str = "22.05",
                     job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
-    """A running cluster of this layout, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
+    """A running cluster of ``nodes`` x ``gpus``, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
 
     One already running with the layout is reused and left running; one started by this process is
     stopped at the end, unless another fixture has re-laid it out since. A fixture whose tests may run
@@ -138,11 +151,25 @@ def session_cluster(nodes: int, gpus: int, release: str = "22.05",
     Skips only where Slurm cannot run: not Linux, or not root, or the archive a release's chroot is built from
     cannot be reached (no failure of ours; the reason is in pytest's summary).
     """
+    with _session(Layout(nodes, gpus, release, job_submit_lua)) as env:
+        yield env
+
+
+@contextmanager
+def session_layout_cluster(path: str | os.PathLike, release: str = "22.05",
+                           job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
+    """session_cluster for a layout file (`scripts/dev-cluster start --layout FILE`); use_cluster takes
+    Layout.of_file(path, release, job_submit_lua) for it."""
+    with _session(Layout.of_file(path, release, job_submit_lua)) as env:
+        yield env
+
+
+@contextmanager
+def _session(layout: Layout) -> Iterator[dict[str, str]]:
     if not sys.platform.startswith("linux"):
         pytest.skip("the dev cluster needs Linux")
     if os.geteuid() != 0:
         pytest.skip("the dev cluster needs root (slurmd and munged run as root)")
-    layout = Layout(nodes, gpus, release, job_submit_lua)
     saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "COMPASS_DEV_DIR", "PATH", "COMPASS_HOOK_CONFIG")}
     env = use_cluster(layout)
     try:
