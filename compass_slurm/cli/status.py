@@ -1,4 +1,5 @@
-"""``compass status``: the GPU map, fragmentation against the 2/N bound, blocked jobs and the latest decisions."""
+"""``compass status``: the GPU map, fragmentation against its bound (2/N per node group), blocked jobs and the
+latest decisions."""
 
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
              f"queue {queue_text(status.queue, status.slack)} · {budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
+        _group_table(status),
         Text(),
         _legend(status),
         *_grid(status.cells, width),
@@ -140,13 +142,32 @@ def _summary_line(status: Status) -> Any:
     if status.stranded_gpus:
         line.append(f"  {status.stranded_gpus} GPUs stranded on partial nodes")
     line.append(f"\npartial {f.partial}  Phi* {f.phi_star}  SIF {f.sif:.3f} ")
+    bound = f"{2 * max(1, len(f.groups))}/N"  # two per node group
     if f.within_bound:
-        line.append(f"<= 2/N {f.sif_bound:.3f}", style="green")
+        line.append(f"<= {bound} {f.sif_bound:.3f}", style="green")
     else:
-        line.append(f"> 2/N {f.sif_bound:.3f}", style="bold red")
+        line.append(f"> {bound} {f.sif_bound:.3f}", style="bold red")
     line.append("  WCC ")
     line.append("holds" if f.wcc else "violated", style="green" if f.wcc else "yellow")
     return line
+
+
+def _group_table(status: Status) -> Any:
+    """One row per node group (one capacity, one GPU type): where ABS and its 2/N bound apply."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="node groups", title_justify="left")
+    table.add_column("GPU type")
+    for name in ("GPUs", "nodes", "used/free", "partial", "Phi*", "SIF", "bound", "WCC"):
+        table.add_column(name, justify="right")
+    for g in status.fragmentation.groups:
+        bound = Text("ok" if g.within_bound else "over", style="green" if g.within_bound else "bold red")
+        wcc = Text("holds" if g.wcc else "violated", style="green" if g.wcc else "yellow")
+        table.add_row(g.gpu_type or "-", str(g.capacity), str(g.nodes), f"{g.gpus_used}/{g.gpus - g.gpus_used}",
+                      str(g.partial), str(g.phi_star), f"{g.sif:.3f}", bound, wcc)
+    return table
 
 
 def _legend(status: Status) -> Any:

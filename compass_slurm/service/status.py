@@ -2,7 +2,8 @@
 
 Built from one SlurmState: the running allocations are adopted into a policy
 (the daemon's, by default COMPASS) so each node gets its ABS role, then
-``fragmentation.measure`` gives partial nodes, Phi*, SIF and WCC. Pending GPU
+``fragmentation.measure`` gives partial nodes, Phi*, SIF and WCC, per node group (one
+capacity, one GPU type) and in total. Pending GPU
 jobs are checked against the nodes they may use, so "Resources" becomes
 "needs 2 empty nodes, 1 free".
 """
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import Config
 from ..engine.fragmentation import Fragmentation, measure
-from ..engine.model import Job, NodeView
+from ..engine.model import Job, Node, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import per_burst, per_hour
 from ..slurm.state import SlurmNode, SlurmState
@@ -143,6 +144,7 @@ class Status:
             "orphans": self.orphans,
             "abs_violations": self.abs_violations,
             "partitions": [p.as_json() for p in self.partitions],
+            "groups": [g.as_dict() for g in self.fragmentation.groups],
             "node_map": [c.as_json() for c in self.cells],
             "pending": [p.as_json() for p in self.pending],
         }
@@ -203,7 +205,7 @@ def adopt(translator: Translator, policy: str) -> Policy:
     GPUs Slurm reports in use (GresUsed) that no visible job explains, e.g. under
     PrivateData=jobs, are adopted as pinned placeholders so the counts match Slurm's.
     """
-    engine = make_policy(policy, translator.nodes)
+    engine = make_policy(policy, typed_nodes(translator))
     running = [r.engine() for r in translator.observe().running.values()]
     explained: Counter[str] = Counter()
     for job, nodes in running:
@@ -216,6 +218,12 @@ def adopt(translator: Translator, policy: str) -> Policy:
     for job, nodes in adoption_order(running):
         engine.adopt(job, nodes)
     return engine
+
+
+def typed_nodes(translator: Translator) -> list[Node]:
+    """The translator's engine nodes, each with its GPU type (from Slurm's node record where it has none)."""
+    slurm = translator.slurm_nodes
+    return [n if n.gpu_type is not None else replace(n, gpu_type=slurm[n.name].gpu_type) for n in translator.nodes]
 
 
 # -- cells and summaries -----------------------------------------------------------------------

@@ -189,3 +189,55 @@ def test_status_counts_the_tasks_of_a_pending_array() -> None:
     state = SlurmState((node,), (array,), (SlurmPartition("gpu", ("n1",)),), (), "22.05.8", 1.0e9)
     [pending] = blocked_jobs(Translator(state))
     assert pending.request == "4 tasks of 1x1"
+
+
+# -- node groups (one capacity, one GPU type) -----------------------------------------------------
+
+
+def _recorded(name: str, tmp_path: Path) -> Path:
+    """A snapshot of a recorded dev-cluster scenario (tests/data/slurm/NAME), as make.py writes mixed-16x8's."""
+    import json
+
+    from compass_slurm.slurm.cli_backend import CliBackend
+
+    recorded = Path(__file__).resolve().parents[1] / "data" / "slurm" / name
+    answers = json.loads((recorded / "commands.json").read_text())
+    state = CliBackend(runner=lambda argv, timeout: (0, (recorded / answers[" ".join(argv)]).read_text(), "")).read_state()
+    path = tmp_path / f"{name}.json"
+    snapshot.save(state, path)
+    return path
+
+
+def test_a_uniform_cluster_shows_one_group(tmp_path: Path) -> None:
+    doc = json_of("status", "--snapshot", str(MIXED))
+    assert doc["groups"] == [{"gpu_type": None, "capacity": 8, "nodes": 16, "gpus": 128, "gpus_used": 22,
+                              "partial": 2, "phi_star": 1, "sif": 0.0625, "sif_bound": 0.125, "wcc": True,
+                              "gpus_free": 106, "within_bound": True}]
+    typed = json_of("status", "--snapshot", str(_recorded("typed-4x4", tmp_path)))
+    assert [(g["gpu_type"], g["capacity"], g["nodes"]) for g in typed["groups"]] == [("a100", 4, 4)]
+    assert {k: typed["groups"][0][k] for k in ("gpus_used", "partial", "phi_star", "wcc")} == {
+        k: typed[k] for k in ("gpus_used", "partial", "phi_star", "wcc")}
+    out = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "100"}).stdout
+    assert re.search(r"^ -\s+8\s+16\s+22/106\s+2\s+1\s+0\.062\s+ok\s+holds\s*$", out, re.M), out
+
+
+def test_two_gpu_types_show_a_row_each_and_the_bound_counts_both(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    state = snapshot.load(MIXED)
+    h100 = {f"node{k:02d}" for k in range(9, 17)}
+    nodes = tuple(replace(n, gpu_type="h100" if n.name in h100 else "a100") for n in state.nodes)
+    path = tmp_path / "two-types.json"
+    snapshot.save(replace(state, nodes=nodes), path)
+    doc = json_of("status", "--snapshot", str(path))
+    groups = {g["gpu_type"]: g for g in doc["groups"]}
+    assert [g["gpu_type"] for g in doc["groups"]] == ["a100", "h100"]
+    assert (groups["a100"]["nodes"], groups["a100"]["gpus_used"], groups["a100"]["partial"]) == (8, 13, 1)
+    assert (groups["h100"]["nodes"], groups["h100"]["gpus_used"], groups["h100"]["partial"]) == (8, 9, 1)
+    assert groups["h100"]["gpus_free"] == 55 and groups["a100"]["sif_bound"] == 2 / 8
+    # the whole: sums of the groups, two partial nodes beyond Phi* per group (4/N)
+    assert doc["phi_star"] == sum(g["phi_star"] for g in doc["groups"]) and doc["sif_bound"] == 4 / 16
+    assert {k: doc[k] for k in ("nodes", "gpus_used", "partial")} == {"nodes": 16, "gpus_used": 22, "partial": 2}
+    out = invoke("status", "--snapshot", str(path), env={"COLUMNS": "100"}).stdout
+    assert "<= 4/N 0.250" in out
+    assert re.search(r"^ a100\s+8\s+8\s+13/51\s+1\s", out, re.M) and re.search(r"^ h100\s+8\s+8\s+9/55\s+1\s", out, re.M)
