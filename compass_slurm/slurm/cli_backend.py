@@ -57,6 +57,9 @@ JOBS_TEXT = ["scontrol", "show", "job", "--details", "--oneliner"]
 PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 VERSION = ["scontrol", "--version"]
+TOPOLOGY = ["scontrol", "show", "topology"]
+#: the topology changes with slurm.conf only: read again after this long, or when the node set changes
+TOPOLOGY_EVERY_S = 60.0
 #: the first Slurm whose squeue --json prints only the jobs --jobs names (22.05 prints all; 23.11 all for two or more,
 #: and its squeue --Format has no ExcNodes): the narrow read's
 NARROW_SINCE = (24, 11)
@@ -156,6 +159,8 @@ class CliBackend(Backend):
         #: why jobs are read with squeue --json although this Slurm has the narrow read
         self.narrow_reason: str | None = None
         self._version: str | None = None
+        #: the last topology read: when, for which nodes, and what it was
+        self._topology: tuple[float, tuple[str, ...], tuple] | None = None
         # Jobs and nodes unchanged since the last read are not parsed again.
         self._memo = {"nodes": parse_json.Memo(), "jobs": parse_json.Memo()}
         #: "nodes"/"jobs" -> why that kind is read as text although this Slurm prints JSON
@@ -199,14 +204,18 @@ class CliBackend(Backend):
         return self._lines and self.lines_reason is None
 
     @property
+    def _release(self) -> tuple[int, int]:
+        return _version_tuple(self.version())
+
+    @property
     def _exclusive_gone(self) -> bool:
-        return _version_tuple(self.version()) >= EXCLUSIVE_GONE_SINCE
+        return self._release >= EXCLUSIVE_GONE_SINCE
 
     def read_commands(self) -> dict[str, list[str]]:
         """What each kind is read with now: "nodes" and "jobs" (JSON, narrow, by line or text), as argv."""
         commands = self._whole_commands()
         if self.uses_narrow:
-            return {**commands, "jobs": parse_narrow.argv(self._exclusive_gone)}
+            return {**commands, "jobs": parse_narrow.argv(self._release)}
         return {**commands, "jobs": JOBS_TEXT} if self.uses_lines else commands
 
     def _whole_commands(self) -> dict[str, list[str]]:
@@ -286,8 +295,8 @@ class CliBackend(Backend):
         between them is not kept under its line (``parse_narrow.agrees``): the next read asks for it again.
         Only the new lines are worked on one by one: the unchanged ones are taken, and forgotten when gone, in C.
         """
-        exclusive = self._exclusive_gone
-        read = parse_narrow.lines(output, exclusive, self._kept)
+        release = self._release
+        read = parse_narrow.lines(output, release, self._kept)
         if read is None:
             self._kept, self._arrays = parse_narrow.Kept(), {}
             return None
@@ -296,7 +305,7 @@ class CliBackend(Backend):
         repriced: dict[int, SlurmJob] = {}  # new lines of jobs whose priority alone changed: no JSON for them
         for at, job_id in read.new:
             if "_" not in job_id and (old := kept.line.get(job_id)) in kept.jobs:
-                job = parse_narrow.repriced(rows[at], old, kept.jobs[old], exclusive)
+                job = parse_narrow.repriced(rows[at], old, kept.jobs[old], release)
                 if job is not None:
                     repriced[at] = job
         arrays: dict[str, list[tuple[str, str]]] = {}
@@ -310,10 +319,10 @@ class CliBackend(Backend):
         wanted = {job_id for at, job_id in read.new if "_" not in job_id and at not in repriced}
         wanted |= {array for array, text in texts.items() if self._arrays.get(array, ("",))[0] != text}
         fresh = self._json_jobs_of(wanted) if wanted else []
-        if exclusive and fresh:
+        if self._exclusive_gone and fresh:
             # Only the lines of the jobs read again: the others keep the records (and flags) they were kept with.
             owning = {job_id for at, job_id in read.new if parse_narrow.array_or_id(job_id) in wanted
-                      and parse_narrow.field(rows[at], parse_narrow.EXCLUSIVE_FIELD, True) == "NODE"}
+                      and parse_narrow.field(rows[at], parse_narrow.EXCLUSIVE_FIELD, release) == "NODE"}
             fresh = _with_exclusive(fresh, _owners(owning, fresh))
         by_id = {job.id: job for job in fresh if not job.array_job}
         by_array: dict[str, list[SlurmJob]] = {}
@@ -325,13 +334,13 @@ class CliBackend(Backend):
         for at, job_id in read.new:
             if "_" not in job_id:
                 job = slots[at] = repriced.get(at) or by_id.get(job_id)
-                if job is not None and (at in repriced or parse_narrow.agrees(rows[at], job, exclusive)):
+                if job is not None and (at in repriced or parse_narrow.agrees(rows[at], job, release)):
                     kept.keep(rows[at], job)
         known_arrays, self._arrays = self._arrays, {}
         records: dict[int, list[SlurmJob]] = {}  # an array's records stand where its first line does
         for array, at in first.items():
             records[at] = by_array.get(array, []) if array in wanted else known_arrays[array][1]
-            if array not in wanted or parse_narrow.array_agrees(arrays[array], records[at], exclusive):
+            if array not in wanted or parse_narrow.array_agrees(arrays[array], records[at], release):
                 self._arrays[array] = (texts[array], records[at])
         jobs: list[SlurmJob] = []
         start = 0
@@ -354,17 +363,31 @@ class CliBackend(Backend):
             doc = parse_json.load(out, " ".join(JOBS_JSON))
             return parse_json.jobs(doc, self._memo["jobs"] if whole else None)
 
+    def read_topology(self, nodes: Sequence[SlurmNode], now: float) -> dict[str, tuple]:
+        """SlurmState's topology fields: ``scontrol show topology`` at most every TOPOLOGY_EVERY_S, and when the
+        node set changed (a node added or removed: slurmctld was reconfigured)."""
+        names = tuple(node.name for node in nodes)
+        kept = self._topology
+        if kept is None or now - kept[0] >= TOPOLOGY_EVERY_S or kept[1] != names:
+            code, out, err = self.runner(TOPOLOGY, self.timeout)
+            if code != 0 and "No topology" in err:  # (no topology plugin: some releases exit 1)
+                out = ""
+            self._topology = kept = now, names, parse_text.topology(_succeeded(TOPOLOGY, code, out, err))
+        return dict(zip(("switches", "blocks", "block_sizes"), kept[2]))
+
     def read_state(self) -> SlurmState:
         read_at = time.time()
         version = self.version()
         jobs = tuple(self.read_jobs())  # before the nodes, as Backend.read_state says
+        nodes = tuple(self.read_nodes())
         return SlurmState(
-            nodes=tuple(self.read_nodes()),
+            nodes=nodes,
             jobs=jobs,
             partitions=tuple(parse_text.partitions(self._run(PARTITIONS))),
             reservations=tuple(parse_text.reservations(self._run(RESERVATIONS))),
             version=version,
             read_at=read_at,
+            **self.read_topology(nodes, read_at),
         )
 
     def job_state(self, job_id: str) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import SlurmParseError
 
@@ -130,3 +131,49 @@ def typed_count(text: str) -> tuple[int, str | None]:
         total += item.count
         types.add(item.type)
     return total, types.pop() if len(types) == 1 else None
+
+
+def gpu_types(text: str | None) -> tuple[str, ...]:
+    """Every GPU type a node's GRES names, in order, each once: ``gpu:1g.10gb:4,gpu:3g.40gb:1`` -> both."""
+    return tuple(dict.fromkeys(item.type for item in parse(text) if item.name == "gpu" and item.type))
+
+
+def node_gpu_type(types: tuple[str, ...]) -> str | None:
+    """A node's one GPU type; None for none or several: a typed job could then not be told apart by the count
+    alone (``gpus`` sums every type), so no typed job is matched with it."""
+    return types[0] if len(types) == 1 else None
+
+
+def shard_count(text: str | None) -> int:
+    """Shards (gres/shard) in a GRES string: ``gpu:4,shard:16`` -> 16, ``shard:a100:6(2/4,0/4,4/4,0/4)`` -> 6."""
+    return sum(item.count for item in parse(text) if item.name == "shard")
+
+
+def shared_gpus(used: str | None, gpus: int) -> int:
+    """GPUs with a shard allocated, from a node's GresUsed: Slurm prints each shared GRES's count per GPU,
+    ``shard:a100:6(2/4,0/4,4/4,0/4)``, allocated/configured (2 here). Where it prints no such detail (shards
+    configured without File=), every allocated shard may sit on a GPU of its own: min(shards used, gpus)."""
+    shared, seen, without = 0, False, 0
+    for item in parse(used):
+        if item.name != "shard" or not item.count:
+            continue
+        if item.detail and all(_fraction(part) for part in item.detail.split(",")):
+            shared += sum(int(part.split("/")[0]) > 0 for part in item.detail.split(","))
+            seen = True
+        else:
+            without += item.count
+    return min(gpus, shared + without) if seen or without else 0
+
+
+def _fraction(part: str) -> bool:
+    allocated, _, configured = part.partition("/")
+    return allocated.isdecimal() and configured.isdecimal()
+
+
+def node_gres(total: str | None, used: str | None) -> dict[str, Any]:
+    """A node's GPU and shard fields (SlurmNode's keywords) from its GRES and GRES in use, as every read prints
+    them: ``gpu:a100:8,shard:16`` and ``gpu:a100:2(IDX:0-1),shard:a100:3(3/2,0/2,...)``."""
+    types = gpu_types(total)
+    gpus = gpu_count(total)
+    return {"gpus": gpus, "gpus_used": gpu_count(used), "gpu_type": node_gpu_type(types), "gpu_types": types,
+            "shards": shard_count(total), "shards_used": shard_count(used), "gpus_shared": shared_gpus(used, gpus)}

@@ -22,7 +22,7 @@ from . import gres
 from .errors import SlurmParseError
 from .hostlist import compress, expand
 from .state import SlurmJob, SlurmNode, memory_per_node
-from .values import held, node_state, time_limit_s
+from .values import features, held, node_state, time_limit_s
 
 
 #: Per command: the list it prints and every field of its entries that the parsers below read.
@@ -31,18 +31,19 @@ from .values import held, node_state, time_limit_s
 FIELDS: dict[str, tuple[str, frozenset[str]]] = {
     "sinfo --json": ("nodes", frozenset({
         "name", "state", "state_flags", "gres", "gres_used", "partitions", "cpus", "alloc_cpus", "real_memory",
-        "alloc_memory", "reason",
+        "alloc_memory", "reason", "active_features",
     })),
     "squeue --json": ("jobs", frozenset({
         "job_id", "array_job_id", "array_task_id", "array_task_string", "user_name", "user_id", "job_state",
         "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
         "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
         "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
-        "shared", "time_limit", "start_time",
+        "shared", "time_limit", "start_time", "features", "prefer", "contiguous", "minimum_switches",
+        "required_switches", "segment_size",
     })),
 }
 #: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
-GROUPED_FIELDS = frozenset({"node", "memory"})
+GROUPED_FIELDS = frozenset({"node", "memory", "features"})
 
 
 def load(text: str, command: str) -> Mapping[str, Any]:
@@ -221,24 +222,26 @@ def _node(i: int, raw: Any) -> SlurmNode:
     name = f.str("name", required=True)
     f.what = f"sinfo --json node {name}"
     state, flags = node_state([f.str("state", required=True), *map(str, f.list("state_flags"))], name)
-    try:
-        total, used, kind = gres.gpu_count(f.str("gres")), gres.gpu_count(f.str("gres_used")), gres.gpu_type(f.str("gres"))
-    except SlurmParseError as err:
-        raise SlurmParseError(f"{f.what}: {err}") from None
     return SlurmNode(
         name=name,
         state=state,
         flags=flags,
         partitions=tuple(map(str, f.list("partitions"))),
-        gpus=total,
-        gpus_used=used,
-        gpu_type=kind,
         cpus=f.int("cpus", required=True),
         cpus_alloc=f.int("alloc_cpus"),
         memory_mb=f.int("real_memory"),
         memory_alloc_mb=f.int("alloc_memory"),
         reason=f.str("reason"),
+        features=features(f.str("active_features")),  # (``features`` are the available ones)
+        **_node_gres(f, f.str("gres"), f.str("gres_used")),
     )
+
+
+def _node_gres(f: _Fields, total: str, used: str) -> dict[str, Any]:
+    try:
+        return gres.node_gres(total, used)
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{f.what}: {err}") from None
 
 
 def _natural(name: str) -> list[Any]:
@@ -270,11 +273,8 @@ def _grouped_nodes(records: list[Any]) -> list[SlurmNode]:
             raise SlurmParseError(f"{f.what}: one record for {len(names)} nodes with allocations, which it sums "
                                   "(sinfo --Node --json has one record per node)")
         state, flags = node_state([str(s) for s in node.list("state")] or [""], compress(names))
-        try:
-            total, used, kind = (gres.gpu_count(gpus.str("total")), gres.gpu_count(gpus.str("used")),
-                                 gres.gpu_type(gpus.str("total")))
-        except SlurmParseError as err:
-            raise SlurmParseError(f"{f.what}: {err}") from None
+        kinds = _node_gres(f, gpus.str("total"), gpus.str("used"))
+        active = features(_Fields(f.get("features") or {}, f"{f.what} features").str("active"))
         for name in names:
             if name in found:
                 seen = found[name]
@@ -286,14 +286,13 @@ def _grouped_nodes(records: list[Any]) -> list[SlurmNode]:
                 state=state,
                 flags=flags,
                 partitions=(partition,) if partition else (),
-                gpus=total,
-                gpus_used=used,
-                gpu_type=kind,
                 cpus=cpus.int("maximum", required=True),
                 cpus_alloc=alloc_cpus,
                 memory_mb=memory.int("maximum"),
                 memory_alloc_mb=alloc_memory,
                 reason=reason,
+                features=active,
+                **kinds,
             )
     return [found[name] for name in sorted(found, key=_natural)]
 
@@ -403,4 +402,17 @@ def _job(i: int, raw: Any) -> SlurmJob:
         array_job=array,
         array_pending=array_pending,
         array_throttle=throttle,
+        constraint=f.str("features"),
+        prefer=f.str("prefer"),
+        contiguous=_flag(f, "contiguous"),
+        # 23.11 says minimum_switches, 24.11 on required_switches; 22.05's squeue --json has neither
+        switches=f.int("required_switches", default=None) or f.int("minimum_switches"),
+        segment=f.int("segment_size"),  # 25.11 on
     )
+
+
+def _flag(f: _Fields, key: str) -> bool:
+    value = f.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise SlurmParseError(f"{f.what}: field {key!r} is not true or false: {value!r}")
+    return bool(value)

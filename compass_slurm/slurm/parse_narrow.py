@@ -9,9 +9,11 @@ still built from JSON, field for field. ``--array`` prints one line per array
 element (without it squeue folds an array's pending tasks into one line, also those
 split off and changed, which squeue --json prints as records of their own): an
 array is re-read whole when any of its elements' lines changed. Widths are ``:|`` (no limit, ``|`` after
-the field: squeue truncates to the width otherwise). The comment, the one field a
-user writes freely, comes last and the id is printed again after it: a line ends
-with ``|<its id>|``, so a ``|`` in a comment cannot shift a field, and a comment
+the field: squeue truncates to the width otherwise). The fields that may hold a ``|`` come last,
+each followed by the id again: the constraint and ``--prefer`` (``a100|v100``), and the comment,
+which a user writes freely. A line ends with ``|<its id>|``, so a ``|`` in them cannot shift a
+fixed field, nor turn one of them into another unseen (``a|b`` and ``c`` is ``a|b|7|c|7|``,
+``a`` and ``b|c`` is ``a|7|b|c|7|``); a comment
 holding a line break shows as a record over several lines, whose lines could
 pose as other jobs (so could a repeated id): then the read is not trusted
 (``None``) and the caller reads all of ``squeue --json`` that once; so it does
@@ -37,25 +39,34 @@ from .hostlist import expand
 from .state import SlurmJob
 from .values import duration_s
 
-#: fields (24.11 names) whose change a job's line must show; the comment and the id follow them
+#: fields (24.11 names) whose change a job's line must show; LATER's and FREE's follow them
 FIELDS = ("JobArrayID", "State", "UserName", "UserID", "Partition", "NodeList", "NumNodes", "NumCPUs", "NumTasks",
           "tres-per-node", "tres-per-job", "tres-per-task", "MinMemory", "mem-per-tres", "OverSubscribe",
           "ReqNodes", "ExcNodes", "Reason", "Reservation", "PriorityLong", "TimeLimit", "StartTime",
-          "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID")
+          "SubmitTime", "EligibleTime", "ArrayJobID", "ArrayTaskID", "Contiguous", "ReqSwitch")
 #: 26.05's squeue --json no longer says which jobs are --exclusive: its line does
 EXCLUSIVE_FIELD = "Exclusive"
+#: fields of later releases' lines, with the first release that prints each (--segment: 25.05)
+LATER = (("SegmentSize", (25, 5)), (EXCLUSIVE_FIELD, (26, 5)))
+#: the fields that may hold a '|', each followed by the id (the comment last)
+FREE = ("Feature", "JobArrayID", "Prefer", "JobArrayID", "Comment", "JobArrayID")
 _PRIORITY_AT = FIELDS.index("PriorityLong")
 _JOB_ID = attrgetter("id")
 _ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-%]+\])|\+\d+)?")
 
 
-def fields(exclusive: bool) -> tuple[str, ...]:
+def fixed(release: tuple[int, int]) -> tuple[str, ...]:
+    """The fields of a line on ``release`` (major, minor) that hold no '|', in order."""
+    return (*FIELDS, *(name for name, since in LATER if release >= since))
+
+
+def fields(release: tuple[int, int]) -> tuple[str, ...]:
     """The fields of a line, in order, the comment and the id last."""
-    return (*FIELDS, *((EXCLUSIVE_FIELD,) if exclusive else ()), "Comment", "JobArrayID")
+    return (*fixed(release), *FREE)
 
 
-def argv(exclusive: bool) -> list[str]:
-    return ["squeue", "--noheader", "--array", "--Format=" + ",".join(f"{name}:|" for name in fields(exclusive))]
+def argv(release: tuple[int, int]) -> list[str]:
+    return ["squeue", "--noheader", "--array", "--Format=" + ",".join(f"{name}:|" for name in fields(release))]
 
 
 def array_or_id(job_id: str) -> str:
@@ -63,10 +74,10 @@ def array_or_id(job_id: str) -> str:
     return job_id.split("_")[0]
 
 
-def field(line: str, name: str, exclusive: bool) -> str:
-    """One field of a line (not the comment)."""
-    names = fields(exclusive)
-    return line.split("|", len(names) - 2)[names.index(name)]
+def field(line: str, name: str, release: tuple[int, int]) -> str:
+    """One field of a line that holds no '|'."""
+    names = fixed(release)
+    return line.split("|", len(names))[names.index(name)]
 
 
 class Kept:
@@ -99,7 +110,7 @@ class Lines:
     kept: dict[str, SlurmJob]
 
 
-def lines(output: str, exclusive: bool, known: Kept) -> Lines | None:
+def lines(output: str, release: tuple[int, int], known: Kept) -> Lines | None:
     """The read's lines, each looked up in ``known``; None when a comment holds a line break or an id repeats
     (the lines cannot be trusted). A line in ``known`` was checked when it was new: only new lines are split
     (an unchanged one costs a lookup, in C); a known line's id repeats only where the line does, or where a
@@ -107,8 +118,8 @@ def lines(output: str, exclusive: bool, known: Kept) -> Lines | None:
 
     Raises SlurmParseError naming the line when a new line is not one of ours.
     """
-    command = " ".join(argv(exclusive))
-    separators = len(fields(exclusive))
+    command = " ".join(argv(release))
+    separators = len(fields(release))
     rows = output.split("\n")
     found = list(map(known.jobs.get, rows))
     first_known = next(compress(range(len(rows)), found), len(rows))
@@ -160,12 +171,12 @@ def _repeat(found: list[SlurmJob | None], new: list[tuple[int, str]]) -> bool:
     return len(set(ids)) != len(ids)
 
 
-def agrees(line: str, job: SlurmJob, exclusive: bool) -> bool:
+def agrees(line: str, job: SlurmJob, release: tuple[int, int]) -> bool:
     """Whether ``job`` (from squeue --json) is what ``line`` shows, in the fields Slurm changes on its own (state,
     nodes, reason, priority) and those users change most (time limit, partition, node count): a job that changed
     between the two reads shows otherwise."""
-    names = fields(exclusive)
-    values = dict(zip(names, line.split("|", len(names) - 2)))
+    names = fixed(release)
+    values = dict(zip(names, line.split("|", len(names))))
     reason = "" if values["Reason"] == "None" else values["Reason"]
     try:
         return (values["State"] == job.state and tuple(expand(values["NodeList"])) == job.nodes
@@ -177,10 +188,10 @@ def agrees(line: str, job: SlurmJob, exclusive: bool) -> bool:
         return False
 
 
-def repriced(line: str, old: str, job: SlurmJob, exclusive: bool) -> SlurmJob | None:
+def repriced(line: str, old: str, job: SlurmJob, release: tuple[int, int]) -> SlurmJob | None:
     """``job``, which ``old`` stood for, with the priority ``line`` shows, where that alone changed (slurmctld
     recalculates every pending job's priority every PriorityCalcPeriod); else None (read its JSON)."""
-    count = len(fields(exclusive)) - 2
+    count = len(fixed(release))
     now, before = line.split("|", count), old.split("|", count)
     at = _PRIORITY_AT
     value = now[at]
@@ -189,10 +200,10 @@ def repriced(line: str, old: str, job: SlurmJob, exclusive: bool) -> SlurmJob | 
     return job.with_priority(int(value))
 
 
-def array_agrees(elements: list[tuple[str, str]], records: list[SlurmJob], exclusive: bool) -> bool:
+def array_agrees(elements: list[tuple[str, str]], records: list[SlurmJob], release: tuple[int, int]) -> bool:
     """Whether an array's records (squeue --json) are what its element lines show: each line by its task's own
     record, or by the record of the tasks not split off yet."""
     by_id = {job.id: job for job in records}
     rest = next((job for job in records if job.array_pending), None)
-    return all((job := by_id.get(job_id, rest)) is not None and agrees(line, job, exclusive)
+    return all((job := by_id.get(job_id, rest)) is not None and agrees(line, job, release)
                for job_id, line in elements)

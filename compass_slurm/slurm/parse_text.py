@@ -27,8 +27,9 @@ from operator import attrgetter, is_, itemgetter, methodcaller
 from . import gres
 from .errors import SlurmParseError
 from .hostlist import expand
-from .state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, marked, memory_per_node
-from .values import duration_s, held, memory_mb, node_state
+from .state import (Look, SlurmBlock, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmSwitch, marked,
+                    memory_per_node)
+from .values import duration_s, features, held, memory_mb, node_state, switches
 
 #: where a field starts: at a word= after whitespace (values may hold '=' and spaces)
 _FIELD = re.compile(r"\s(?=[A-Za-z][\w:/.]*=)")
@@ -132,25 +133,33 @@ def nodes(output: str) -> list[SlurmNode]:
     for r in records(output, "scontrol show node", "NodeName"):
         name = r.str("NodeName", required=True)
         state, flags = node_state(r.str("State", required=True).split("+"), name)
-        total, kind = _gpus(r, "Gres")
-        used, _ = _gpus(r, "GresUsed")
+        total, used = (_gres(r, key) for key in ("Gres", "GresUsed"))
         out.append(
             SlurmNode(
                 name=name,
                 state=state,
                 flags=flags,
                 partitions=tuple(p for p in r.str("Partitions").split(",") if p),
-                gpus=total or 0,
-                gpus_used=used or 0,
-                gpu_type=kind,
                 cpus=r.int("CPUTot"),
                 cpus_alloc=r.int("CPUAlloc"),
                 memory_mb=r.int("RealMemory"),
                 memory_alloc_mb=r.int("AllocMem"),
                 reason=_REASON_STAMP.sub("", r.str("Reason")),
+                features=features(r.str("ActiveFeatures")),
+                **gres.node_gres(total, used),
             )
         )
     return out
+
+
+def _gres(r: Record, key: str) -> str:
+    """A GRES field, checked: an error names the line and the field."""
+    text = r.str(key)
+    try:
+        gres.parse(text)
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{r.what}: field {key}: {err}") from None
+    return text
 
 
 def _detail_gpus(r: Record) -> dict[str, int]:
@@ -387,6 +396,11 @@ def _job(r: Record) -> SlurmJob:
         array_job=array if task else "",
         array_pending="" if task.isdigit() else task.split("%")[0],
         array_throttle=throttle or 0,
+        constraint=r.str("Features"),
+        prefer=r.str("Prefer"),
+        contiguous=r.str("Contiguous") == "1",
+        switches=switches(r.str("Switches"), r.what),
+        segment=r.int("SegmentSize") or 0,
     )
 
 
@@ -417,6 +431,36 @@ def reservations(output: str) -> list[SlurmReservation]:
         )
         for r in records(output, "scontrol show reservation", "ReservationName")
     ]
+
+
+TOPOLOGY_COMMAND = "scontrol show topology"
+
+
+def topology(output: str) -> tuple[tuple[SlurmSwitch, ...], tuple[SlurmBlock, ...], tuple[int, ...]]:
+    """``scontrol show topology``: the switches of topology/tree (``SwitchName=s2 Level=1 LinkSpeed=1
+    Nodes=node[01-04] Switches=s[0-1]``), or the blocks of topology/block (``BlockName=b1 BlockIndex=0
+    Nodes=node[01-02] BlockSize=2``) and the sizes a job may span (each line's BlockSize, the
+    aggregated blocks' too: 24.11 on; 23.11 prints none). Nothing for no topology plugin."""
+    switches, blocks, sizes = [], [], set()
+    for lineno, line in enumerate(output.split("\n"), 1):
+        if not line.strip() or line.startswith("No "):
+            continue
+        r = record(line, TOPOLOGY_COMMAND, line.partition("=")[0], lineno)
+        if "SwitchName" in r.first:
+            level = r.int("Level")
+            try:
+                children = tuple(expand(r.str("Switches")))
+            except SlurmParseError as err:
+                raise SlurmParseError(f"{r.what}: field Switches: {err}") from None
+            switches.append(SlurmSwitch(r.str("SwitchName"), level or 0, r.nodes("Nodes"), children))
+        elif "BlockName" in r.first or "AggregatedBlock" in r.first:
+            if "BlockName" in r.first:  # (an aggregated block is base blocks side by side)
+                blocks.append(SlurmBlock(r.str("BlockName"), r.nodes("Nodes")))
+            if r.int("BlockSize"):
+                sizes.add(r.int("BlockSize"))
+        else:
+            raise SlurmParseError(f"{TOPOLOGY_COMMAND}: line {lineno} is neither a switch nor a block: {line[:80]!r}")
+    return tuple(switches), tuple(blocks), tuple(sorted(sizes))
 
 
 def version(output: str) -> str:

@@ -14,7 +14,11 @@ Two things pyslurm 24.11 and 25.11 do not say, and how the state gets them anywa
 - a node's GPUs in use (``allocated_gres`` comes from the node's TRES, which leave GPUs out unless the
   site accounts them): the sum of the GPUs that jobs hold on the node (each job's resource layout);
 - a job's per-job GPU request (``--gpus=N``, TresPerJob) and its ``--mem-per-gpu`` (pyslurm's
-  ``memory_per_gpu`` is None whenever a default memory per CPU applies): one ``squeue --Format`` per read.
+  ``memory_per_gpu`` is None whenever a default memory per CPU applies), its ``--prefer`` and (25.11)
+  ``--segment``: one ``squeue --Format`` per read;
+- a node's shards in use: the sum of the shards jobs hold on it, as for GPUs; which GPUs they sit on is not
+  said, so every shard in use is taken to hold a GPU of its own (``gpus_shared``, at most ``gpus``);
+- the topology: ``scontrol show topology``, as in the CLI backend.
 Every change goes through scontrol, as in the CLI backend.
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib import import_module
 from types import ModuleType
@@ -34,8 +39,11 @@ from .hostlist import expand
 from .state import SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState, memory_per_node
 from .values import held, node_state, time_limit_s
 
-#: what pyslurm's Job lacks (24.11, 25.11): per-job GPU requests and memory per GPU; "|" ends every field
-JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|"]
+#: what pyslurm's Job lacks (24.11, 25.11): per-job GPU requests, memory per GPU, --prefer (which may hold a '|':
+#: last, the id after it) and from 25.05 --segment; "|" ends every field
+JOB_TRES = ["squeue", "--noheader", "--states=all", "--Format=JobID:|,tres-per-job:|,mem-per-tres:|,Prefer:|,JobID:|"]
+JOB_TRES_SEGMENT = [*JOB_TRES[:3], "--Format=JobID:|,tres-per-job:|,mem-per-tres:|,SegmentSize:|,Prefer:|,JobID:|"]
+SEGMENT_SINCE = (25, 5)
 #: pyslurm's ReservationFlags names -> scontrol's spelling, where they differ
 _RESERVATION_FLAGS = {"MAINTENANCE": "MAINT", "IGNORE_RUNNING_JOBS": "IGNORE_JOBS", "STATIC_NODES": "STATIC",
                       "PARTITION_NODES_ONLY": "PART_NODES", "USER_DELETION": "USER_DELETE", "PURGE": "PURGE_COMP",
@@ -87,40 +95,72 @@ class PyslurmBackend(CliBackend):
             layouts = {job.id: job.get_resource_layout_per_node() for job in jobs if job.state in _HOLDING}
         except Exception as err:  # pyslurm raises its own RPCError and ValueError kinds
             raise SlurmError(f"pyslurm: {type(err).__name__}: {err}") from None
-        tres = job_tres(self._run(JOB_TRES))
+        segment = self._release >= SEGMENT_SINCE
+        tres = job_tres(self._run(JOB_TRES_SEGMENT if segment else JOB_TRES), segment)
         try:
-            return state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, tres, self.version(), read_at)
+            state = state_from_pyslurm(nodes, jobs, layouts, partitions, reservations, tres, self.version(), read_at)
         except (AttributeError, TypeError) as err:  # objects of a shape this code does not know: `auto` takes the CLI
             raise SlurmError(f"pyslurm {self.pyslurm_version}: unexpected objects: {type(err).__name__}: {err}") from None
+        return replace(state, **self.read_topology(state.nodes, read_at))
 
 
-def job_tres(output: str) -> dict[int, tuple[str, str]]:
-    """job id -> (TresPerJob, MemPerTres) from ``squeue --Format=JobID:|,tres-per-job:|,mem-per-tres:|``."""
+@dataclass(frozen=True, slots=True)
+class JobExtra:
+    """What pyslurm's Job does not say (JOB_TRES): TresPerJob, MemPerTres, --prefer, --segment."""
+
+    per_job: str = ""
+    per_gpu: str = ""
+    prefer: str = ""
+    segment: int = 0
+
+
+def job_tres(output: str, segment: bool = False) -> dict[int, JobExtra]:
+    """job id -> its JobExtra from JOB_TRES's output (``segment``: JOB_TRES_SEGMENT's)."""
+    command = " ".join(JOB_TRES_SEGMENT if segment else JOB_TRES)
+    fixed = 4 if segment else 3
     found = {}
     for lineno, line in enumerate(output.splitlines(), 1):
         if not line.strip():
             continue
-        fields = [part.strip() for part in line.strip().split("|")]
-        if len(fields) != 4 or not fields[0].isdecimal():
-            raise SlurmParseError(f"{' '.join(JOB_TRES)}: line {lineno}: cannot read {line[:80]!r}")
-        per_job, per_gpu = ("" if v == "N/A" else v for v in fields[1:3])
-        if per_job or per_gpu:
-            found[int(fields[0])] = (per_job, per_gpu)
+        fields = [part.strip() for part in line.strip().split("|", fixed)]
+        job_id = fields[0]
+        if len(fields) != fixed + 1 or not job_id.isdecimal() or not fields[-1].endswith(f"|{job_id}|"):
+            raise SlurmParseError(f"{command}: line {lineno}: cannot read {line[:80]!r}")
+        per_job, per_gpu, *size = ("" if v == "N/A" else v for v in fields[1:fixed])
+        prefer = fields[-1].removesuffix(f"|{job_id}|").strip()
+        prefer = "" if prefer == "(null)" else prefer
+        if size and size[0] and not size[0].isdecimal():
+            raise SlurmParseError(f"{command}: line {lineno}: SegmentSize is not a number: {size[0][:20]!r}")
+        extra = JobExtra(per_job, per_gpu, prefer, int(size[0]) if size and size[0] else 0)
+        if extra != JobExtra():
+            found[int(job_id)] = extra
     return found
 
 
-def _gpus(request: Any, what: str) -> tuple[int | None, str | None]:
-    """(count, type) from pyslurm's GRES dict (``{"gpu:a100": 2}``; 25.11 spells the keys ``gres/gpu:a100``), its
+def _gres_text(request: Any) -> str:
+    """A GRES string from pyslurm's GRES dict (``{"gpu:a100": 2}``; 25.11 spells the keys ``gres/gpu:a100``), its
     TrackableResources (25.11's ``tres_per_task``: ``.gres`` maps ``gpu:a100`` to an item with a ``count``) or a
     TRES string (``gres/gpu:2``)."""
     items = getattr(request, "gres", None)
     if items is not None:
         request = {name: item.count for name, item in items.items()}
     if not request:
-        return None, None
-    text = request if isinstance(request, str) else ",".join(f"{k}:{v}" for k, v in request.items())
+        return ""
+    return request if isinstance(request, str) else ",".join(f"{k}:{v}" for k, v in request.items())
+
+
+def _gpus(request: Any, what: str) -> tuple[int | None, str | None]:
+    """(count, type) of a GPU request (``_gres_text``'s shapes)."""
+    text = _gres_text(request)
     try:
-        return gres.gpu_count(text) or None, gres.gpu_type(text)
+        return (gres.gpu_count(text) or None, gres.gpu_type(text)) if text else (None, None)
+    except SlurmParseError as err:
+        raise SlurmParseError(f"{what}: {err}") from None
+
+
+def _node_gres(configured: Any, what: str) -> dict[str, Any]:
+    try:
+        return gres.node_gres(_gres_text(configured), None)
     except SlurmParseError as err:
         raise SlurmParseError(f"{what}: {err}") from None
 
@@ -132,12 +172,13 @@ def _nodes(text: str | None, what: str) -> tuple[str, ...]:
         raise SlurmParseError(f"{what}: {err}") from None
 
 
-def _layout_gpus(layout: Mapping[str, Any]) -> dict[str, int]:
-    """node -> GPUs of one job's ``get_resource_layout_per_node()`` (``{"gres": {"gpu:a100": {"count": 2}}}``)."""
+def _layout_gpus(layout: Mapping[str, Any], name: str = "gpu") -> dict[str, int]:
+    """node -> GPUs (``name`` shard: shards) of one job's ``get_resource_layout_per_node()``
+    (``{"gres": {"gpu:a100": {"count": 2}}}``)."""
     alloc = {}
     for node, resources in layout.items():
         count = sum(int(v.get("count", 0)) for k, v in (resources.get("gres") or {}).items()
-                    if k.split(":")[0] == "gpu")
+                    if k.split(":")[0] == name)
         if count:
             alloc[node] = count
     return alloc
@@ -158,21 +199,24 @@ def _job_id(job: Any) -> str:
 
 
 def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mapping[int, Mapping[str, Any]],
-                       partitions: Iterable[Any], reservations: Iterable[Any], tres: Mapping[int, tuple[str, str]],
+                       partitions: Iterable[Any], reservations: Iterable[Any], tres: Mapping[int, JobExtra],
                        version: str, read_at: float) -> SlurmState:
     """The SlurmState the CLI backend would read, from pyslurm's objects (the same fields, the same spelling)."""
     out_jobs = []
     used: dict[str, int] = {}
+    shards: dict[str, int] = {}
     for job in jobs:
         what = f"pyslurm job {job.id}"
         alloc = _layout_gpus(layouts.get(job.id, {}))
         for node, count in alloc.items():
             used[node] = used.get(node, 0) + count
+        for node, count in _layout_gpus(layouts.get(job.id, {}), "shard").items():
+            shards[node] = shards.get(node, 0) + count
         per_node, type_n = _gpus(job.gres_per_node, f"{what} gres_per_node")
         per_task, type_t = _gpus(job.tres_per_task, f"{what} tres_per_task")
-        per_job, per_gpu = tres.get(job.id, ("", ""))
-        per_job_gpus, type_j = _gpus(per_job, f"{what} TresPerJob")
-        per_gpu_mb = _gpus(per_gpu, f"{what} MemPerTres")[0]  # gres/gpu:1000: MB per GPU
+        extra = tres.get(job.id, JobExtra())
+        per_job_gpus, type_j = _gpus(extra.per_job, f"{what} TresPerJob")
+        per_gpu_mb = _gpus(extra.per_gpu, f"{what} MemPerTres")[0]  # gres/gpu:1000: MB per GPU
         reason = "" if job.state_reason in (None, "None") else job.state_reason
         out_jobs.append(SlurmJob(
             id=_job_id(job),
@@ -206,19 +250,26 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             array_job=str(job.array_id) if job.array_id else "",
             array_pending=(job.array_tasks_waiting or "") if job.array_id and job.array_task_id is None else "",
             array_throttle=(job.array_tasks_parallel or 0) if job.array_id else 0,
+            constraint=",".join(job.constraints or ()),  # (pyslurm splits it at commas)
+            prefer=extra.prefer,
+            contiguous=bool(job.requires_contiguous_nodes),
+            switches=job.required_switches or 0,
+            segment=extra.segment,
         ))
     out_nodes = []
     for node in nodes:
         state, flags = node_state([str(node.state)], node.name)
-        total, kind = _gpus(node.configured_gres, f"pyslurm node {node.name} configured_gres")
+        kinds = _node_gres(node.configured_gres, f"pyslurm node {node.name} configured_gres")
+        in_use = shards.get(node.name, 0)
+        kinds |= {"gpus_used": used.get(node.name, 0), "shards_used": in_use,
+                  "gpus_shared": min(in_use, kinds["gpus"])}
         out_nodes.append(SlurmNode(
             name=node.name,
             state=state,
             flags=flags,
             partitions=tuple(node.partitions or ()),
-            gpus=total or 0,
-            gpus_used=used.get(node.name, 0),
-            gpu_type=kind,
+            features=frozenset(node.active_features or ()),
+            **kinds,
             cpus=node.total_cpus or 0,
             cpus_alloc=node.allocated_cpus or 0,
             memory_mb=node.real_memory or 0,

@@ -80,6 +80,16 @@ class SlurmNode:
     memory_mb: int = 0
     memory_alloc_mb: int = 0
     reason: str = ""
+    #: ActiveFeatures, what a job's constraint is checked against (AvailableFeatures may hold more: changeable ones)
+    features: frozenset[str] = frozenset()
+    #: every GPU type the node has, in Slurm's order; ``gpu_type`` is the type only where there is exactly one
+    #: (None for several, e.g. MIG profiles: no one type stands for all of ``gpus``)
+    gpu_types: tuple[str, ...] = ()
+    #: gres/shard: configured and allocated shards, and the GPUs with a shard allocated (Slurm gives none of
+    #: those whole to a GPU job)
+    shards: int = 0
+    shards_used: int = 0
+    gpus_shared: int = 0
 
     @property
     def reserved(self) -> bool:
@@ -152,6 +162,13 @@ class SlurmJob:
     array_job: str = ""
     array_pending: str = ""
     array_throttle: int = 0
+    #: ``-C/--constraint`` and ``--prefer`` as Slurm prints them (``a100&80gb``, ``[a100*2&v100*2]``; "": none)
+    constraint: str = ""
+    prefer: str = ""
+    contiguous: bool = False
+    #: ``--switches=N[@wait]``'s N (0: none asked) and ``--segment``'s size (0: none; 24.11 never shows it)
+    switches: int = 0
+    segment: int = 0
 
     @property
     def pending(self) -> bool:
@@ -228,8 +245,29 @@ class SlurmReservation:
 
 
 @dataclass(frozen=True, slots=True)
+class SlurmSwitch:
+    """One switch of topology/tree (``scontrol show topology``): its level (0: leaf), the nodes below it
+    (all of them, through its children too) and the switches right below it."""
+
+    name: str
+    level: int
+    nodes: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmBlock:
+    """One block of topology/block (23.11+) and its nodes."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmState:
-    """Everything one read of Slurm returned; ``read_at`` is the Unix time of the read."""
+    """Everything one read of Slurm returned; ``read_at`` is the Unix time of the read. The topology
+    (``switches`` under topology/tree; ``blocks`` and ``block_sizes`` under topology/block) is empty
+    without a topology plugin."""
 
     nodes: tuple[SlurmNode, ...]
     jobs: tuple[SlurmJob, ...]
@@ -237,6 +275,9 @@ class SlurmState:
     reservations: tuple[SlurmReservation, ...]
     version: str
     read_at: float
+    switches: tuple[SlurmSwitch, ...] = ()
+    blocks: tuple[SlurmBlock, ...] = ()
+    block_sizes: tuple[int, ...] = ()
 
     def node(self, name: str) -> SlurmNode:
         for node in self.nodes:
@@ -264,6 +305,10 @@ class SlurmState:
                 reservations=tuple(_build(SlurmReservation, r) for r in data["reservations"]),
                 version=str(data["version"]),
                 read_at=float(data["read_at"]),
+                # (older snapshots have no topology)
+                switches=tuple(_build(SlurmSwitch, s) for s in data.get("switches", ())),
+                blocks=tuple(_build(SlurmBlock, b) for b in data.get("blocks", ())),
+                block_sizes=tuple(int(size) for size in data.get("block_sizes", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise SlurmParseError(f"not a Slurm state document: {type(err).__name__}: {err}") from None

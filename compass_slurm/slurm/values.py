@@ -1,4 +1,4 @@
-"""How Slurm spells node states, memory sizes and holds, shared by the JSON and text parsers."""
+"""How Slurm spells node states, features, memory sizes and holds, shared by the JSON and text parsers."""
 
 from __future__ import annotations
 
@@ -86,3 +86,16 @@ def time_limit_s(minutes: int | None) -> int | None:
     if minutes is None or minutes >= _NO_MINUTES or minutes < 0:
         return None
     return minutes * 60
+
+
+def features(text: str) -> frozenset[str]:
+    """A node's features, ``a100,80gb`` (scontrol, sinfo --json and pyslurm alike)."""
+    return frozenset(name for name in text.split(",") if name)
+
+
+def switches(text: str, what: str) -> int:
+    """``--switches``'s count from scontrol's ``Switches=2@00:05:00`` (the wait after the @); 0 when unset."""
+    count = text.partition("@")[0]
+    if text and not count.isdecimal():
+        raise SlurmParseError(f"{what}: field Switches is not a count: {text[:40]!r}")
+    return int(count) if count else 0

@@ -53,7 +53,7 @@ def test_a_whole_read_asks_the_same_commands_but_jobs(mixed_by_line):
     sinfo = ["sinfo", "--json"] if mixed_by_line.release == "22.05" else ["sinfo", "--Node", "--json"]
     assert mixed_by_line.calls == [["scontrol", "--version"], JOBS_TEXT, sinfo,
                                    ["scontrol", "show", "partition", "--oneliner"],
-                                   ["scontrol", "show", "reservation", "--oneliner"]]
+                                   ["scontrol", "show", "reservation", "--oneliner"], ["scontrol", "show", "topology"]]
 
 
 def test_lines_unchanged_but_for_run_times_are_not_parsed_again(by_line):

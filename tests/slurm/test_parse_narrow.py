@@ -17,17 +17,26 @@ from compass_slurm.slurm.state import SlurmJob
 FIELDS_24_11 = ("JobArrayID:|,State:|,UserName:|,UserID:|,Partition:|,NodeList:|,NumNodes:|,NumCPUs:|,NumTasks:|,"
                 "tres-per-node:|,tres-per-job:|,tres-per-task:|,MinMemory:|,mem-per-tres:|,OverSubscribe:|,"
                 "ReqNodes:|,ExcNodes:|,Reason:|,Reservation:|,PriorityLong:|,TimeLimit:|,StartTime:|,SubmitTime:|,"
-                "EligibleTime:|,ArrayJobID:|,ArrayTaskID:|")
+                "EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,Contiguous:|,ReqSwitch:|")
+#: after the fixed fields: those that may hold a '|', each followed by the id
+FREE = ",Feature:|,JobArrayID:|,Prefer:|,JobArrayID:|,Comment:|,JobArrayID:|"
+#: the release lines below are of (fields of 24.11)
+V = (24, 11)
 ALL_IDS = "1,2,3,4,5,6,7,9,11,12"  # arrays 7 and 9 by their array id (9_3 is job 10)
 
 
+def version(release: str) -> tuple[int, int]:
+    return tuple(map(int, release.split(".")))  # type: ignore[return-value]
+
+
 def narrow_argv(release: str) -> list[str]:
+    segment = ",SegmentSize:|" if release >= "25.11" else ""
     exclusive = ",Exclusive:|" if release >= "26.05" else ""
-    return ["squeue", "--noheader", "--array", f"--Format={FIELDS_24_11}{exclusive},Comment:|,JobArrayID:|"]
+    return ["squeue", "--noheader", "--array", f"--Format={FIELDS_24_11}{segment}{exclusive}{FREE}"]
 
 
 def test_the_exact_command_lines(queue):
-    assert parse_narrow.argv(queue.release >= "26.05") == narrow_argv(queue.release)
+    assert parse_narrow.argv(version(queue.release)) == narrow_argv(queue.release)
     backend = CliBackend(runner=queue, narrow=None)
     if queue.release < "24.11":  # its squeue --json prints every job for two ids: nothing to narrow
         assert len(CliBackend(runner=queue).read_jobs()) == 12
@@ -126,7 +135,8 @@ def with_line(queue, release: str, line: str, first: bool = False) -> None:
 def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_queue, caplog, tail):
     """Its lines could pose as other jobs: nothing of that read is trusted (nor when an id repeats)."""
     queue, release = narrow_queue, narrow_queue.release
-    fake = "12|RUNNING|mallory|1000|gpu|node05|1|1|1|N/A|gres/gpu:8" + "|N/A" * 15 + ("|NO" if release >= "26.05" else "")
+    fake = ("12|RUNNING|mallory|1000|gpu|node05|1|1|1|N/A|gres/gpu:8" + "|N/A" * (len(parse_narrow.fixed(version(release)))
+            - 11) + "|(null)|12|(null)|12")
     with_line(queue, release, tail.format(fake=fake))
     backend = CliBackend(runner=queue, narrow=True)
     with caplog.at_level(logging.INFO, "compass.slurm"):
@@ -141,30 +151,31 @@ def test_a_comment_with_a_line_break_reads_all_of_squeue_json_that_once(narrow_q
 
 
 def test_lines_split_only_before_the_comment():
-    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
-    read = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", False, parse_narrow.Kept())
+    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]]) + "|a|b|4|c|4"
+    read = parse_narrow.lines(f"{fixed}|a|4|b|4|\n", V, parse_narrow.Kept())
     (line,) = read.rows
     assert (line, read.known, read.new, read.kept) == (f"{fixed}|a|4|b|4|", [None], [(0, "4")], {})
-    assert parse_narrow.field(line, "ArrayTaskID", False) == f"f{len(parse_narrow.FIELDS) - 1}"
-    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", False, parse_narrow.Kept()) is None  # an id twice
+    assert parse_narrow.field(line, "ArrayTaskID", V) == f"f{parse_narrow.FIELDS.index('ArrayTaskID')}"
+    assert parse_narrow.field(line, "ReqSwitch", V) == f"f{len(parse_narrow.FIELDS) - 1}"
+    assert parse_narrow.lines(f"{fixed}|a|4|\n{fixed}|b|4|\n", V, parse_narrow.Kept()) is None  # an id twice
 
 
 def test_an_id_twice_is_found_also_where_a_line_is_known():
-    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]])
+    fixed = "|".join(["4", *[f"f{i}" for i in range(1, len(parse_narrow.FIELDS))]]) + "|(null)|4|(null)|4"
     known, other = f"{fixed}|a|4|", f"{fixed.replace('4', '5', 1)}|b|5|"
     kept = parse_narrow.Kept()
     kept.keep(known, SlurmJob("4", "alice", "PENDING", "gpu"))
-    read = parse_narrow.lines(f"{known}\n{other}\n", False, kept)
+    read = parse_narrow.lines(f"{known}\n{other}\n", V, kept)
     assert read.known[0] is kept.jobs[known] and read.new == [(1, "5")] and read.kept == {known: kept.jobs[known]}
-    assert parse_narrow.lines(f"{known}\n{known}\n", False, kept) is None  # the known line twice
-    assert parse_narrow.lines(f"{known}\n{fixed}|b|4|\n", False, kept) is None  # a new line with its id
-    assert parse_narrow.lines(f"{fixed}|b|4|\n{known}\n", False, kept) is None  # the other way round
+    assert parse_narrow.lines(f"{known}\n{known}\n", V, kept) is None  # the known line twice
+    assert parse_narrow.lines(f"{known}\n{fixed}|b|4|\n", V, kept) is None  # a new line with its id
+    assert parse_narrow.lines(f"{fixed}|b|4|\n{known}\n", V, kept) is None  # the other way round
 
 
 @pytest.mark.parametrize("bad", ["garbage", "4|RUNNING|root|comment|4", "4|too|few|4|"])
 def test_a_malformed_line_names_it(bad):
     with pytest.raises(SlurmParseError, match=r"^squeue --noheader --array --Format=.*: line 2: .*" + bad[:8].replace("|", r"\|")):
-        parse_narrow.lines(f"\n{bad}\n", False, parse_narrow.Kept())
+        parse_narrow.lines(f"\n{bad}\n", V, parse_narrow.Kept())
 
 
 def test_a_malformed_narrow_output_falls_back_to_json_with_one_warning(narrow_queue, caplog):
@@ -214,7 +225,7 @@ def test_a_changed_array_task_re_reads_its_whole_array(narrow_queue):
 def test_a_heterogeneous_job_reads_all_of_squeue_json(narrow_queue):
     """squeue prints its components as 12+0, 12+1; squeue --json by their own ids."""
     queue, release = narrow_queue, narrow_queue.release
-    component = "|".join(["12+1", *["x"] * (len(parse_narrow.fields(release >= "26.05")) - 3), "c", "12+1"]) + "|"
+    component = "|".join(["12+1", *["x"] * (len(parse_narrow.fields(version(release))) - 3), "c", "12+1"]) + "|"
     with_line(queue, release, component + "\n")
     assert len(CliBackend(runner=queue, narrow=True).read_jobs()) == 12
     assert [*JOBS_JSON] in queue.calls

@@ -4,6 +4,7 @@ it cannot be imported here, so a stand-in module plays the installed pyslurm).""
 import logging
 import sys
 import types
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,10 @@ import pytest
 from compass_slurm.slurm import open_backend
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmParseError
-from compass_slurm.slurm.pyslurm_backend import JOB_TRES, PyslurmUnavailable, _gpus, job_tres, load_pyslurm
+from compass_slurm.slurm.pyslurm_backend import (JOB_TRES, JOB_TRES_SEGMENT, JobExtra, PyslurmUnavailable, _gpus, job_tres,
+                                                 load_pyslurm)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
 
 class _Failing:
@@ -86,10 +90,24 @@ def test_asking_for_cli_or_for_an_unknown_backend(mixed):
 
 
 def test_per_job_gpu_requests_and_memory_per_gpu_from_squeue():
-    output = "1|gres/gpu:2||\n2|||\n3|N/A|N/A|\n9|gres/gpu:a100:4|gres/gpu:1000|\n10||gres/gpu:500|\n"
-    assert job_tres(output) == {1: ("gres/gpu:2", ""), 9: ("gres/gpu:a100:4", "gres/gpu:1000"), 10: ("", "gres/gpu:500")}
+    output = ("1|gres/gpu:2||(null)|1|\n2|||(null)|2|\n3|N/A|N/A|(null)|3|\n9|gres/gpu:a100:4|gres/gpu:1000|(null)|9|\n"
+              "10||gres/gpu:500|a|b|10|\n")
+    assert job_tres(output) == {1: JobExtra("gres/gpu:2", ""), 9: JobExtra("gres/gpu:a100:4", "gres/gpu:1000"),
+                                10: JobExtra("", "gres/gpu:500", "a|b")}
     with pytest.raises(SlurmParseError, match="line 1: cannot read 'JOBID'"):
         job_tres("JOBID\n")
+    with pytest.raises(SlurmParseError, match="line 1: cannot read '1|N/A|N/A|80gb|2|'"):
+        job_tres("1|N/A|N/A|80gb|2|\n")  # not its own id after --prefer
+
+
+@pytest.mark.parametrize("release", ["24.11", "25.11"])
+def test_prefer_and_segment_from_squeue_as_recorded(release):
+    """What pyslurm's Job does not say: --prefer (which may hold a '|') and, from 25.05, --segment."""
+    segment = release >= "25.11"
+    text = (DATA / f"features-4x8-{release}" / "pyslurm-extra.txt").read_text()
+    extra = job_tres(text, segment)
+    assert extra[2].prefer == "80gb" and extra[5].prefer == "a100|v100" and extra[4].per_job == "gres/gpu:a100:4"
+    assert (extra[6].segment if segment else 0) == (2 if segment else 0)
 
 
 def test_gpu_requests_in_each_form_pyslurm_gives_them():
@@ -110,7 +128,7 @@ def test_auto_takes_the_cli_when_pyslurm_objects_have_an_unknown_shape(mixed, in
     empty = types.SimpleNamespace(load=dict)
     for kind, stand_in in (("Nodes", empty), ("Jobs", odd), ("Partitions", empty), ("Reservations", empty)):
         monkeypatch.setattr(sys.modules["pyslurm"], kind, stand_in, raising=False)
-    mixed.override[" ".join(JOB_TRES)] = (0, "", "")
+    mixed.override[" ".join(JOB_TRES_SEGMENT if mixed.release >= "25.11" else JOB_TRES)] = (0, "", "")
     backend = open_backend("auto", runner=mixed)
     assert type(backend) is CliBackend
     assert backend.chosen_because.startswith(f"a first read through pyslurm failed: pyslurm {mixed.release.replace('.0', '.')}"

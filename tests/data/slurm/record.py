@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Re-record the Slurm outputs the unit tests replay (needs root; restarts the dev cluster).
 
-    python3 tests/data/slurm/record.py [--slurm 22.05|23.11|24.11|25.11|26.05] [--only narrow|exclusive|mixed]
+    python3 tests/data/slurm/record.py [--slurm 22.05|23.11|24.11|25.11|26.05] [--only narrow|exclusive|mixed|features]
 
 Each scenario directory holds one file per command plus commands.json, which
 maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
 ``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases;
 ``narrow-8x8`` the narrow job read (``--only narrow`` records just that one), and from 26.05
-``exclusive-4x8`` --exclusive arrays with tasks split off (``--only exclusive``).
+``exclusive-4x8`` --exclusive arrays with tasks split off (``--only exclusive``); ``features-4x8`` node features
+and jobs with constraints, --prefer, --contiguous, --switches, --segment and typed GPU requests (``--only features``).
 The cluster is left running.
 """
 
@@ -38,6 +39,7 @@ COMMANDS = {
     # for people reading the fixtures: the multi-line form and sinfo's summary
     "jobs-multiline.txt": ["scontrol", "show", "job", "--details"],
     "sinfo-summary.txt": ["sinfo", "--Node", "--format=%N|%T|%G|%E"],
+    "topology.txt": ["scontrol", "show", "topology"],
 }
 
 
@@ -131,9 +133,6 @@ def narrow_cluster(release: str) -> None:
     """8 x 8 GPUs: the narrow read's lines and the squeue --json --jobs=.. of all of them (before 24.11: of two,
     which prints every job all the same, and the read by line's scontrol show job), of running single- and multi-node, array, --exclusive and comment-marked jobs
     (a '|' in the comment), pending, held and throttled ones, one task of the throttled array split off."""
-    sys.path.insert(0, str(REPO))
-    from compass_slurm.slurm import parse_narrow
-
     restart(release, "--nodes", "8", "--gpus-per-node", "8")
     running = [
         sbatch("--gpus=2", "--wrap", "sleep 600"),
@@ -151,14 +150,8 @@ def narrow_cluster(release: str) -> None:
     sbatch("--hold", "--gpus=8", "--comment=compass", "--wrap", "sleep 600")
     sbatch("--gpus=4", "--comment=compass", "--begin=now+600", "--time=90", "--exclude=node08", "--wrap", "sleep 600")
     time.sleep(3)  # one more scheduler pass, so the pending reasons are final
-    exclusive = release >= "26.05"
-    narrow = parse_narrow.argv(exclusive)
-    extra = {"squeue.json": ["squeue", "--json"], **({"exclusive.txt": EXCLUSIVE} if exclusive else {})}
-    if release >= "24.11":
-        read = parse_narrow.lines(sh(*narrow) + "\n", exclusive, parse_narrow.Kept())
-        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for _, job_id in read.new}, key=int))
-        extra |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
-    else:  # two ids: 23.11 prints only the job one names, and every job for two, as 22.05 does for any
+    extra = {"squeue.json": ["squeue", "--json"], **narrow_commands(release)}
+    if release < "24.11":  # two ids: 23.11 prints only the job one names, and every job for two, as 22.05 does for any
         extra |= {"jobs.json": ["squeue", "--json", f"--jobs={running[0]},{running[1]}"],
                   "jobs.txt": ["scontrol", "show", "job", "--details", "--oneliner"]}  # the read by line
     out = scenario_dir("narrow-8x8", release)
@@ -168,6 +161,49 @@ def narrow_cluster(release: str) -> None:
         (out / filename).write_text(sh(*argv) + "\n")
         manifest[" ".join(argv)] = filename
     (out / "commands.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def narrow_commands(release: str) -> dict[str, list[str]]:
+    """From 24.11: the narrow read's lines and the squeue --json --jobs=.. of all their jobs; 26.05: who is exclusive."""
+    sys.path.insert(0, str(REPO))
+    from compass_slurm.slurm import parse_narrow
+
+    version = tuple(map(int, release.split(".")))
+    found = {"exclusive.txt": EXCLUSIVE} if release >= "26.05" else {}
+    if release >= "24.11":
+        narrow = parse_narrow.argv(version)
+        read = parse_narrow.lines(sh(*narrow) + "\n", version, parse_narrow.Kept())
+        wanted = ",".join(sorted({parse_narrow.array_or_id(job_id) for _, job_id in read.new}, key=int))
+        found |= {"narrow.txt": narrow, "jobs.json": ["squeue", "--json", f"--jobs={wanted}"]}
+    return found
+
+
+def features_cluster(release: str) -> None:
+    """4 x 8 a100 GPUs, node01-02 with features v100 (available: v100,fast), node03-04 a100,80gb: held jobs with
+    -C 'a100&80gb' --prefer --contiguous --switches, -C 'a100|v100' --gres=gpu:a100:1, -C '[a100*2&v100*2]'
+    --gpus=a100:4, --prefer='a100|v100' --gpus-per-node=a100:2, --segment (25.05 on), and a running -C a100 job."""
+    sys.path.insert(0, str(REPO))
+    from compass_slurm.slurm import pyslurm_backend
+
+    restart(release, "--nodes", "4", "--gpus-per-node", "8", "--gpu-type", "a100")
+    sh("scontrol", "update", "NodeName=node[01-02]", "AvailableFeatures=v100,fast", "ActiveFeatures=v100")
+    sh("scontrol", "update", "NodeName=node[03-04]", "AvailableFeatures=a100,80gb", "ActiveFeatures=a100,80gb")
+    running = sbatch("-C", "a100", "--gpus-per-node=1", "--wrap", "sleep 600")
+    sbatch("--hold", "-C", "a100&80gb", "--prefer=80gb", "--contiguous", "--switches=1", "-N2", "--gpus-per-node=2",
+           "--wrap", "sleep 600")
+    sbatch("--hold", "-C", "a100|v100", "--switches=2@10:00", "--gres=gpu:a100:1", "--comment=compass a|b",
+           "--wrap", "sleep 600")
+    sbatch("--hold", "-C", "[a100*2&v100*2]", "-N4", "--gpus=a100:4", "--wrap", "sleep 600")
+    sbatch("--hold", "--prefer=a100|v100", "--gpus-per-node=a100:2", "--wrap", "sleep 600")
+    if release >= "25.05":
+        sbatch("--hold", "--segment=2", "-N2", "--gpus-per-node=1", "--wrap", "sleep 600")
+    wait_running([running])
+    time.sleep(3)  # one more scheduler pass, so the pending reasons are final
+    extra = {**narrow_commands(release)}
+    if release in ("24.11", "25.11"):  # what the pyslurm backend asks squeue
+        segment = release >= "25.05"
+        extra["pyslurm-extra.txt"] = pyslurm_backend.JOB_TRES_SEGMENT if segment else pyslurm_backend.JOB_TRES
+    record("features-4x8", release, extra)
 
 
 def exclusive_arrays(release: str) -> None:
@@ -193,7 +229,8 @@ def exclusive_arrays(release: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
-    parser.add_argument("--only", choices=("narrow", "exclusive", "mixed"), help="record only this scenario")
+    parser.add_argument("--only", choices=("narrow", "exclusive", "mixed", "features"),
+                        help="record only this scenario")
     args = parser.parse_args()
     if args.only is None:
         typed_cluster(args.slurm)
@@ -203,3 +240,5 @@ if __name__ == "__main__":
         narrow_cluster(args.slurm)
     if args.only in (None, "exclusive") and args.slurm >= "26.05":
         exclusive_arrays(args.slurm)
+    if args.only in (None, "features"):
+        features_cluster(args.slurm)
