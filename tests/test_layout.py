@@ -67,7 +67,8 @@ def test_a_layout_is_a_value():
     ("nodes = 3\n", "nodes: must be an array of tables ([[nodes]]), got 3"),
     ("partitions = 'all'\n" + A100, "partitions: must be an array of tables ([[partitions]]), got 'all'"),
     ("[[nodes]]\ngpus = 8\n", "nodes[0].names: missing"),
-    ("[[nodes]]\nnames = 3\ngpus = 8\n", "nodes[0].names: must be a Slurm hostlist string such as \"node[01-04]\", got 3"),
+    ("[[nodes]]\nnames = 3\ngpus = 8\n",
+     "nodes[0].names: must be a Slurm hostlist string such as \"node[01-04]\", got 3"),
     ('[[nodes]]\nnames = "node[01-"\ngpus = 8\n', "nodes[0].names: hostlist 'node[01-': '[' is never closed"),
     ('[[nodes]]\nnames = "node[3-1]"\ngpus = 8\n', "nodes[0].names: hostlist 'node[3-1]': range '3-1' runs backwards"),
     ('[[nodes]]\nnames = "(null)"\ngpus = 8\n', "nodes[0].names: names no node"),
@@ -86,7 +87,8 @@ def test_a_layout_is_a_value():
     (A100 + 'features = "a100"\n', "nodes[0].features: must be a list of strings, got 'a100'"),
     (A100 + 'features = ["a100&b"]\n', "nodes[0].features: 'a100&b' is no Slurm feature name "
                                        "(letters, digits, '_', '.', '-')"),
-    (A100 + 'features = ["a b"]\n', "nodes[0].features: 'a b' is no Slurm feature name (letters, digits, '_', '.', '-')"),
+    (A100 + 'features = ["a b"]\n',
+     "nodes[0].features: 'a b' is no Slurm feature name (letters, digits, '_', '.', '-')"),
     (A100 + 'features = ["x", 1]\n', "nodes[0].features: 1 is no Slurm feature name (letters, digits, '_', '.', '-')"),
     (A100 + 'features = ["x", "y", "x"]\n', "nodes[0].features: 'x' is listed twice"),
     (A100 + "cpus = 0\n", "nodes[0].cpus: must be a positive integer, got 0"),
@@ -96,7 +98,8 @@ def test_a_layout_is_a_value():
     ('[[nodes]]\nnames = "node01"\ngpus = 0\nshards = 4\n', "nodes[0].shards: set on a group without GPUs (gpus = 0)"),
     (A100 + '[[nodes]]\nnames = "node[03-04],node02"\ngpus = 4\n',
      "nodes[1].names: node02 is named twice (also in nodes[0])"),
-    ('[[nodes]]\nnames = "node[01-02],node01"\ngpus = 4\n', "nodes[0].names: node01 is named twice (earlier in this group)"),
+    ('[[nodes]]\nnames = "node[01-02],node01"\ngpus = 4\n',
+     "nodes[0].names: node01 is named twice (earlier in this group)"),
     (A100 + 'switch = "leaf1"\nblock = "b1"\n',
      "nodes[0].block: this layout has switches and blocks (nodes[0].switch); one layout uses one or the other"),
     (A100 + 'block = "b1"\n[[nodes]]\nnames = "node03"\ngpus = 1\n[[nodes]]\nnames = "node04"\ngpus = 1\n'
@@ -112,7 +115,8 @@ def test_a_layout_is_a_value():
     (A100 + '[[partitions]]\nname = "a b"\nnodes = "node01"\n',
      "partitions[0].name: must be a Slurm partition name (letters, digits, '_', '.', '-'), got 'a b'"),
     (A100 + '[[partitions]]\nname = "p"\n', "partitions[0].nodes: missing"),
-    (A100 + '[[partitions]]\nname = "p"\nnodes = "node[01-03]"\n', "partitions[0].nodes: node03 is no node of this layout"),
+    (A100 + '[[partitions]]\nname = "p"\nnodes = "node[01-03]"\n',
+     "partitions[0].nodes: node03 is no node of this layout"),
     (A100 + '[[partitions]]\nname = "p"\nnodes = "node01"\ndefault = "yes"\n',
      "partitions[0].default: must be true or false, got 'yes'"),
     (A100 + '[[partitions]]\nname = "p"\nnodes = "node01"\n[[partitions]]\nname = "p"\nnodes = "node02"\n',
@@ -209,7 +213,8 @@ def test_the_uniform_options_are_a_one_group_layout(script, tmp_path):
     assert request.layout.groups == (NodeGroup(tuple(f"node{i:02d}" for i in range(1, 17)), 8, "a100"),)
     written = configs(script, tmp_path, request)
     port = script.FIRST_NODE_PORT
-    assert written["slurm.conf"].splitlines()[0] == "# written by scripts/dev-cluster: 16 nodes x 8 a100 GPUs, Slurm 22.05"
+    header = written["slurm.conf"].splitlines()[0]
+    assert header == "# written by scripts/dev-cluster: 16 nodes x 8 a100 GPUs, Slurm 22.05"
     assert written["slurm.conf"].endswith(
         f"NodeName=node[01-16] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port}-{port + 15}] CPUs=32 "
         "RealMemory=256000 Gres=gpu:a100:8 State=UNKNOWN\n"
