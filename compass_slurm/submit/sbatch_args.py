@@ -22,38 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 
 from ..slurm import gres
+from .options import BUILTIN, NONE, REQUIRED, OptionTable
 
 #: the wrapper's own flag, stripped before sbatch sees the arguments
 MIGRATABLE = "--migratable"
-
-_REQUIRED, _NONE, _OPTIONAL = "required", "none", "optional"
-
-_LONG: dict[str, str] = {
-    **dict.fromkeys(
-        "account acctg-freq array batch bb bbf begin chdir cluster cluster-constraint clusters comment constraint "
-        "container context core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot "
-        "dependency distribution error exclude export export-file extra-node-info gid gpu-bind gpu-freq gpus "
-        "gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint input job-name kill-on-invalid-dep "
-        "licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nodefile "
-        "nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres "
-        "open-mode output partition power prefer priority profile qos reservation signal sockets-per-node "
-        "switches tasks-per-node thread-spec threads-per-core time time-min tmp uid wait-all-nodes wckey wrap"
-        .split(), _REQUIRED),
-    **dict.fromkeys(
-        "contiguous help hold ignore-pbs no-requeue overcommit oversubscribe parsable quiet reboot requeue "
-        "spread-job test-only usage use-min-nodes verbose version wait".split(), _NONE),
-    **dict.fromkeys("exclusive get-user-env nice no-kill propagate".split(), _OPTIONAL),
-}
-
-#: short option -> the long option it stands for
-_SHORT: dict[str, str] = {
-    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task", "C": "constraint",
-    "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile", "G": "gpus", "h": "help", "H": "hold",
-    "i": "input", "J": "job-name", "k": "no-kill", "L": "licenses", "m": "distribution", "M": "clusters",
-    "n": "ntasks", "N": "nodes", "o": "output", "O": "overcommit", "p": "partition", "q": "qos", "Q": "quiet",
-    "s": "oversubscribe", "S": "core-spec", "t": "time", "v": "verbose", "V": "version", "w": "nodelist",
-    "W": "wait", "x": "exclude",
-}
 
 #: options after which sbatch prints something and exits without reading a script
 INFORMATIONAL = frozenset({"help", "usage", "version"})
@@ -77,6 +49,10 @@ _BEGIN_NAMED = {"midnight": time(0), "elevenses": time(11), "noon": time(12), "f
 
 class SbatchArgsError(ValueError):
     """Arguments or directives that sbatch would reject or that we cannot read with certainty."""
+
+
+class OptionError(SbatchArgsError):
+    """An option the table does not have, or one used against its table entry (a value it takes no value for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +113,9 @@ class _Parsed:
     heterogeneous: bool = False
 
 
-def parse_command_line(args: Sequence[str]) -> SbatchCommand:
-    """Split sbatch's arguments into options and operands; unknown or malformed options raise SbatchArgsError."""
-    parsed, rest = _parse(args, own_flags=True)
+def parse_command_line(args: Sequence[str], table: OptionTable = BUILTIN) -> SbatchCommand:
+    """Split sbatch's arguments into options and operands; unknown or malformed options raise OptionError."""
+    parsed, rest = _parse(args, own_flags=True, table=table)
     dashdash = bool(rest) and rest[0] == "--"
     return SbatchCommand(
         option_argv=tuple(parsed.argv), options=tuple(parsed.options), operands=tuple(rest[dashdash:]),
@@ -147,7 +123,7 @@ def parse_command_line(args: Sequence[str]) -> SbatchCommand:
     )
 
 
-def parse_directives(script: bytes) -> tuple[list[Option], bool]:
+def parse_directives(script: bytes, table: OptionTable = BUILTIN) -> tuple[list[Option], bool]:
     """The options of a script's ``#SBATCH`` lines, and whether it separates heterogeneous components."""
     options: list[Option] = []
     heterogeneous = False
@@ -167,9 +143,9 @@ def parse_directives(script: bytes) -> tuple[list[Option], bool]:
             heterogeneous = True
             continue
         try:
-            parsed, rest = _parse(words, own_flags=False)
+            parsed, rest = _parse(words, own_flags=False, table=table)
         except SbatchArgsError as err:
-            raise SbatchArgsError(f"script line {number}: {err}") from None
+            raise type(err)(f"script line {number}: {err}") from None
         if rest:
             raise SbatchArgsError(f"script line {number}: not an option: {rest[0]!r}")
         options.extend(parsed.options)
@@ -205,6 +181,8 @@ def gpu_request(options: Iterable[Option]) -> GpuRequest:
     gpus, type_gpus = _typed_count(last(options, "gpus"), "gpus")
     per_node, type_node = _typed_count(last(options, "gpus-per-node"), "gpus-per-node")
     per_task, type_task = _typed_count(last(options, "gpus-per-task"), "gpus-per-task")
+    if per_task is None:  # 23.11's --tres-per-task=gres/gpu[:type]=N (or :N), as Slurm records --gpus-per-task too
+        per_task, type_task = _gres_gpus(last(options, "tres-per-task"), "tres-per-task")
     gres, type_gres = _gres_gpus(last(options, "gres"))
     ntasks = last(options, "ntasks")
     if ntasks is not None and not ntasks.isdigit():
@@ -250,7 +228,7 @@ def _next(moment: datetime, now: datetime) -> datetime:
     return moment + timedelta(days=1) if moment < now else moment
 
 
-def _parse(args: Sequence[str], own_flags: bool) -> tuple[_Parsed, list[str]]:
+def _parse(args: Sequence[str], own_flags: bool, table: OptionTable) -> tuple[_Parsed, list[str]]:
     """getopt_long with a leading '+': returns the options and everything from the first operand on."""
     parsed = _Parsed()
     i = 0
@@ -262,19 +240,19 @@ def _parse(args: Sequence[str], own_flags: bool) -> tuple[_Parsed, list[str]]:
             parsed.migratable = True
         elif arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
-            full = _long_name(name)
-            arity = _LONG[full]
-            if arity == _NONE and eq:
-                raise SbatchArgsError(f"option --{full} takes no value")
-            if arity == _REQUIRED and not eq:
+            full = _long_name(name, table)
+            arity = table.long[full]
+            if arity == NONE and eq:
+                raise OptionError(f"option --{full} takes no value")
+            if arity == REQUIRED and not eq:
                 if i + 1 >= len(args):
-                    raise SbatchArgsError(f"option --{full} needs a value")
+                    raise OptionError(f"option --{full} needs a value")
                 i += 1
                 value = args[i]
                 parsed.argv.append(arg)
-            parsed.options.append(Option(full, value if (eq or arity == _REQUIRED) else None))
+            parsed.options.append(Option(full, value if (eq or arity == REQUIRED) else None))
         else:
-            i = _short_cluster(args, i, parsed)
+            i = _short_cluster(args, i, parsed, table)
             i += 1
             continue
         if not (own_flags and arg == MIGRATABLE):
@@ -286,19 +264,19 @@ def _parse(args: Sequence[str], own_flags: bool) -> tuple[_Parsed, list[str]]:
     return parsed, rest
 
 
-def _short_cluster(args: Sequence[str], i: int, parsed: _Parsed) -> int:
+def _short_cluster(args: Sequence[str], i: int, parsed: _Parsed, table: OptionTable) -> int:
     """Reads ``-HN2`` / ``-N 2``; returns the index of the last argument consumed."""
     arg = args[i]
     parsed.argv.append(arg)
     pos = 1
     while pos < len(arg):
         letter = arg[pos]
-        if letter not in _SHORT:
-            raise SbatchArgsError(f"unknown option -{letter}")
-        name = _SHORT[letter]
-        arity = _LONG[name]
+        name = table.short.get(letter)
+        if name is None or name not in table.long:
+            raise OptionError(f"option -{letter} is unknown to this wrapper")
+        arity = table.long[name]
         attached = arg[pos + 1:]
-        if arity == _NONE or (arity == _OPTIONAL and not attached):
+        if arity == NONE or (arity != REQUIRED and not attached):
             parsed.options.append(Option(name))
             pos += 1
             continue
@@ -309,21 +287,21 @@ def _short_cluster(args: Sequence[str], i: int, parsed: _Parsed) -> int:
             parsed.argv.append(args[i])
             parsed.options.append(Option(name, args[i]))
         else:
-            raise SbatchArgsError(f"option -{letter} needs a value")
+            raise OptionError(f"option -{letter} needs a value")
         break
     return i
 
 
-def _long_name(name: str) -> str:
+def _long_name(name: str, table: OptionTable) -> str:
     """The option a (possibly abbreviated) long name stands for, as getopt_long resolves it."""
-    if name in _LONG:
+    if name in table.long:
         return name
-    matches = [full for full in _LONG if full.startswith(name)] if name else []
+    matches = [full for full in table.long if full.startswith(name)] if name else []
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise SbatchArgsError(f"option --{name} is ambiguous ({', '.join('--' + m for m in sorted(matches))})")
-    raise SbatchArgsError(f"unknown option --{name}")
+        raise OptionError(f"option --{name} is ambiguous ({', '.join('--' + m for m in sorted(matches))})")
+    raise OptionError(f"option --{name} is unknown to this wrapper")
 
 
 def _typed_count(value: str | None, option: str) -> tuple[int | None, str | None]:
@@ -336,14 +314,18 @@ def _typed_count(value: str | None, option: str) -> tuple[int | None, str | None
         raise SbatchArgsError(f"--{option}={value!r} is not [type:]count") from None
 
 
-def _gres_gpus(value: str | None) -> tuple[int | None, str | None]:
-    """GPUs per node in a --gres list such as ``gpu:a100:2,nvme:1`` (a bare ``gpu`` is one GPU)."""
+def _gres_gpus(value: str | None, option: str = "gres") -> tuple[int | None, str | None]:
+    """GPUs in a --gres list such as ``gpu:a100:2,nvme:1`` (a bare ``gpu`` is one GPU), or in a --tres-per-task
+    list such as ``cpu=4,gres/gpu:a100=2`` (its other TRES are not GRES)."""
     if value is None:
         return None, None
+    text = value
+    if option == "tres-per-task":
+        text = ",".join(part for part in value.split(",") if part.strip().startswith("gres/"))
     try:
-        items = [item for item in gres.parse(value) if item.name == "gpu"]
+        items = [item for item in gres.parse(text) if item.name == "gpu"]
     except gres.GresError as err:
-        raise SbatchArgsError(f"--gres={value!r}: {err}") from None
+        raise SbatchArgsError(f"--{option}={value!r}: {err}") from None
     if not items:
         return None, None
     types = {item.type for item in items if item.type}

@@ -13,13 +13,17 @@ migration (a requeue) adds to its output files instead of truncating them.
 Everything else runs plain sbatch with the user's arguments, minus ``--migratable``:
 
 - no GPUs asked for, ``--usage``/``--version``, ``--test-only`` (sbatch's own answer);
-- arguments or directives we cannot read with certainty (sbatch reports its own errors);
+- an option the table of the installed sbatch does not have, or used against it (one line on
+  stderr names it: the job is unmanaged, never lost);
+- other arguments or directives we cannot read with certainty (sbatch reports its own errors);
 - a ``--begin`` in a form we do not resolve, other clusters (``--clusters``),
   heterogeneous jobs (one node list cannot place them);
 - the daemon unreachable, slow or failing: then one line on stderr says why.
 
-``--help`` prints what the wrapper adds, then sbatch's help. sbatch runs exactly
-once on every path, and never again after it may have submitted. Its stdout and
+The option table is the installed sbatch's (compass_slurm.submit.options: read
+once per sbatch binary and cached; those reads exit before submitting anything).
+``--help`` prints what the wrapper adds, then sbatch's help. sbatch submits exactly
+once on every path, and never runs again after it may have submitted. Its stdout and
 stderr reach the user unchanged, and its exit code is ours. Standard library
 imports only: this sits in every submission.
 """
@@ -35,10 +39,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from .options import table_for
 from .sbatch_args import (
-    INFORMATIONAL, MIGRATABLE, SbatchArgsError, SbatchCommand, begin_time, environment_options, gpu_request, last,
-    last_of,
-    parse_command_line, parse_directives,
+    INFORMATIONAL, MIGRATABLE, OptionError, SbatchArgsError, SbatchCommand, begin_time, environment_options,
+    gpu_request, last, last_of, parse_command_line, parse_directives,
 )
 
 PROG = "compass-sbatch"
@@ -161,10 +165,11 @@ class _Submission:
         self.args = args
 
     def run(self) -> int:
+        table = table_for(self.sbatch.binary, self.env)
         try:
-            command = parse_command_line(self.args)
-        except SbatchArgsError:
-            return self.sbatch.plain(self.plain_argv, None)  # sbatch says what is wrong, in its own words
+            command = parse_command_line(self.args, table)
+        except OptionError as err:
+            return self._unreadable(err, None)
         self.plain_argv = command.argv()
         asked = {option.name for option in command.options}
         if "help" in asked:
@@ -174,9 +179,11 @@ class _Submission:
             return self.sbatch.plain(self.plain_argv, None)
         try:
             script = self._script(command)
-            directives, heterogeneous = parse_directives(script) if script is not None else ([], False)
+            directives, heterogeneous = parse_directives(script, table) if script is not None else ([], False)
             options = [*directives, *environment_options(self.env), *command.options]
             wants_gpus = gpu_request(options).wants_gpus
+        except OptionError as err:
+            return self._unreadable(err, self.stdin)
         except (OSError, SbatchArgsError):
             return self.sbatch.plain(self.plain_argv, self.stdin)  # sbatch reports the unreadable script or value
         now = datetime.now()
@@ -210,6 +217,12 @@ class _Submission:
         if command.migratable and last(options, "open-mode") is None and not self.env.get("SBATCH_OPEN_MODE"):
             extra.append("--open-mode=append")  # a migration restarts the script: keep the first run's output
         return self.sbatch.managed(command.argv(extra), self.stdin, lambda job: _notify(config.socket, job))
+
+    def _unreadable(self, err: OptionError, stdin: bytes | None) -> int:
+        """An option this sbatch may take that we cannot read: said, so that no job goes unmanaged unnoticed
+        (if sbatch does not take it either, it says so next, in its own words)."""
+        _say(f"{err}; submitting with plain sbatch, unmanaged")
+        return self.sbatch.plain(self.plain_argv, stdin)
 
     def _script(self, command: SbatchCommand) -> bytes | None:
         """The job script's bytes: from its file, from our stdin (kept to hand to sbatch), or none (--wrap)."""

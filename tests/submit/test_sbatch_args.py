@@ -1,4 +1,5 @@
-"""sbatch's command line and #SBATCH directives, parsed as sbatch 22.05 parses them."""
+"""sbatch's command line and #SBATCH directives, parsed as sbatch 22.05 parses them (the built-in table; the tables
+of later releases: test_options.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from compass_slurm.submit.sbatch_args import (
-    GpuRequest, Option, SbatchArgsError, begin_time, environment_options, gpu_request, last, parse_command_line,
+    GpuRequest, Option, OptionError, SbatchArgsError, begin_time, environment_options, gpu_request, last, parse_command_line,
     parse_directives,
 )
 
@@ -121,15 +122,15 @@ def test_last_value() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--frobnicate", "job.sh"], "unknown option --frobnicate"),
+    (["--frobnicate", "job.sh"], "option --frobnicate is unknown to this wrapper"),
     (["--gpu=2", "job.sh"], "ambiguous"),
     (["-G"], "-G needs a value"),
     (["--gpus"], "--gpus needs a value"),
     (["--hold=yes", "job.sh"], "--hold takes no value"),
-    (["-Z", "job.sh"], "unknown option -Z"),
+    (["-Z", "job.sh"], "option -Z is unknown to this wrapper"),
 ])
 def test_bad_command_lines(args: list[str], message: str) -> None:
-    with pytest.raises(SbatchArgsError, match=message):
+    with pytest.raises(OptionError, match=message):
         parse_command_line(args)
 
 
@@ -145,7 +146,7 @@ def test_bad_gpu_values(args: list[str], message: str) -> None:
 
 
 def test_bad_directive_names_its_line() -> None:
-    with pytest.raises(SbatchArgsError, match="script line 3: unknown option --bogus"):
+    with pytest.raises(OptionError, match="script line 3: option --bogus is unknown to this wrapper"):
         parse_directives(b"#!/bin/sh\n#SBATCH -G 1\n#SBATCH --bogus\n")
     with pytest.raises(SbatchArgsError, match="script line 2: No closing quotation"):
         parse_directives(b"#!/bin/sh\n#SBATCH --comment='open\n")

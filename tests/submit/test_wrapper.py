@@ -1,7 +1,7 @@
 """The sbatch wrapper, run as users run it (scripts/compass-sbatch, compass submit), against a recording sbatch.
 
-The recording sbatch stands first on PATH and notes the exact argv and stdin it
-got; the daemon is a real ControlServer in a thread (up), no socket (down), a
+The recording sbatch (recorded_sbatch.py) stands first on PATH, notes the exact
+argv and stdin it got and answers the option reader as a recorded release; the daemon is a real ControlServer in a thread (up), no socket (down), a
 socket that never answers (hung), or one that answers errors. The same paths
 run against the real sbatch in tests/integration/test_wrapper_live.py.
 """
@@ -14,7 +14,6 @@ import re
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -24,22 +23,15 @@ from typing import Any
 import pytest
 
 from compass_slurm.service.control import ControlServer, Peer, RequestError
+from compass_slurm.submit import options
 from compass_slurm.submit.wrapper import job_id_from_output, startup_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "scripts" / "compass-sbatch"
 MARGIN = 2.0  # generous: these tests check behaviour; benchmarks/bench_wrapper.py measures the latency
 
-FAKE_SBATCH = textwrap.dedent("""\
-    #!{python}
-    import json, os, sys
-    stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
-    with open(os.environ["FAKE_SBATCH_LOG"], "a") as log:
-        log.write(json.dumps({{"argv": sys.argv[1:], "stdin": stdin}}) + "\\n")
-    print("sbatch: warning: recorded", file=sys.stderr)
-    print("4242" if "--parsable" in sys.argv else "Submitted batch job 4242")
-    sys.exit(int(os.environ.get("FAKE_SBATCH_EXIT", "0")))
-""")
+RECORDED_SBATCH = Path(__file__).with_name("recorded_sbatch.py")
+DATA = REPO / "tests" / "data" / "sbatch"
 
 
 class Daemon:
@@ -56,26 +48,43 @@ class Daemon:
         return {}
 
 
-class Env:
-    """Runs the wrapper with the recording sbatch first on PATH and a config naming the socket."""
+def recorded_table(release: str) -> options.OptionTable:
+    """The table the wrapper read from the real sbatch of ``release`` (tests/integration/test_wrapper_live.py)."""
+    doc = json.loads((DATA / release / "options.json").read_text())
+    return options.OptionTable(doc["long"], doc["short"], version=doc["version"])
 
-    def __init__(self, tmp_path: Path) -> None:
+
+class Env:
+    """Runs the wrapper with the recording sbatch (of ``release``) first on PATH and a config naming the socket.
+
+    The wrapper's cache of sbatch's option table is filled first (what the wrapper does on its first run), so
+    that the log holds the wrapper's own calls only: a test of the reads empties the cache.
+    """
+
+    def __init__(self, tmp_path: Path, release: str = "26.05") -> None:
         self.tmp = tmp_path
         self.socket = tmp_path / "run" / "compass.sock"
         self.log = tmp_path / "sbatch.log"
+        self.cache = tmp_path / "cache"
         bindir = tmp_path / "bin"
         bindir.mkdir()
-        fake = bindir / "sbatch"
-        fake.write_text(FAKE_SBATCH.format(python=sys.executable))
-        fake.chmod(0o755)
+        self.sbatch = bindir / "sbatch"
+        self.sbatch.write_text(f"#!{sys.executable}\n{RECORDED_SBATCH.read_text()}")
+        self.sbatch.chmod(0o755)
         (tmp_path / "job.sh").write_text("#!/bin/sh\nsrun python train.py\n")  # a script without directives
         config = tmp_path / "compass.toml"
         config.write_text(f'socket = "{self.socket}"\nlease = 45\nwrapper_timeout = 1.0\n')
         self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "COMPASS_CONFIG": str(config),
-                    "FAKE_SBATCH_LOG": str(self.log)}
+                    "FAKE_SBATCH_LOG": str(self.log), "FAKE_SBATCH_DATA": str(DATA / release),
+                    "XDG_CACHE_HOME": str(self.cache)}
         for var in ("COMPASS_SOCKET", "COMPASS_SBATCH", "COMPASS_LEASE", "COMPASS_WRAPPER_TIMEOUT", "SBATCH_GPUS",
                     "SBATCH_GRES", "SBATCH_GPUS_PER_NODE", "SBATCH_GPUS_PER_TASK"):
             self.env.pop(var, None)
+        path = str(self.sbatch.resolve())
+        options.save(options.cache_file(self.env), path, options.stat_key(path), recorded_table(release))
+
+    def forget_table(self) -> None:
+        options.cache_file(self.env).unlink()
 
     def run(self, *args: str, stdin: str | None = None, command: list[str] | None = None,
             **env: str) -> subprocess.CompletedProcess[str]:
@@ -169,7 +178,7 @@ def test_help_says_what_the_wrapper_adds_then_sbatchs_help(env: Env, daemon: Dae
     done = env.run("--help")
     assert done.stdout.startswith("compass-sbatch [--migratable] SBATCH-ARGS...")
     assert "--open-mode=append" in done.stdout and "checkpoint" in done.stdout
-    assert done.stdout.endswith("Submitted batch job 4242\n")  # the recording sbatch's "help"
+    assert done.stdout.endswith((DATA / "26.05" / "help.txt").read_text())  # the recorded sbatch's help
     assert env.only_call() == ["--help"]
 
 
@@ -201,7 +210,6 @@ def test_an_unreadable_script_goes_to_sbatch_to_report(env: Env, daemon: Daemon)
     ["-G", "2", "--test-only", "job.sh"],                    # sbatch's own estimate, without a lease
     ["-G", "2", "-M", "other", "job.sh"],                    # another cluster
     ["-G", "1", ":", "-G", "2", "job.sh"],                   # a heterogeneous job
-    ["--frobnicate", "-G", "2", "job.sh"],                   # an option sbatch will reject
     ["--gpus=many", "job.sh"],                               # a value sbatch will reject
     ["--version"],
 ])
@@ -210,6 +218,84 @@ def test_jobs_not_for_the_daemon_go_to_sbatch_unchanged(env: Env, daemon: Daemon
     assert env.only_call() == args
     assert done.stderr == "sbatch: warning: recorded\n"
     assert daemon.pings == 0
+
+
+@pytest.mark.parametrize(("release", "args"), [
+    ("23.11", ["--tres-per-task=gres/gpu:1", "-n", "2", "job.sh"]),       # GPUs asked in 23.11's own words
+    ("24.11", ["--segment", "2", "-N", "2", "--gpus-per-node=4", "job.sh"]),  # not in --help: probed
+    ("25.11", ["--requeue=expedited", "--spread-seg", "-G", "1", "job.sh"]),  # a value 22.05 refused; a prefix
+    ("26.05", ["--container-id", "c7", "--gpus=1", "job.sh"]),            # bare in --help up to 25.11
+])
+def test_options_of_later_releases_are_read_from_their_sbatch(tmp_path: Path, release: str,
+                                                              args: list[str]) -> None:
+    env = Env(tmp_path, release)
+    with ControlServer(env.socket, {"ping": Daemon().ping}):
+        done = env.run(*args)
+    assert done.stderr == "sbatch: warning: recorded\n"
+    argv = env.only_call()
+    assert argv[:len(args) - 1] == args[:-1] and argv[-1] == "job.sh"
+    assert any(arg.startswith("--comment=compass") for arg in argv)
+
+
+@pytest.mark.parametrize(("args", "script", "said"), [
+    (["--frobnicate", "-G", "2", "job.sh"], None, "option --frobnicate is unknown to this wrapper"),
+    (["-Z", "-G", "2", "job.sh"], None, "option -Z is unknown to this wrapper"),
+    (["--hold=yes", "-G", "2", "job.sh"], None, "option --hold takes no value"),
+    (["gpu.sh"], "#SBATCH -G 1\n#SBATCH --frobnicate\n", "script line 3: option --frobnicate is unknown to this wrapper"),
+])
+def test_an_option_the_wrapper_cannot_read_is_said_then_plain_sbatch(env: Env, daemon: Daemon, args: list[str],
+                                                                    script: str | None, said: str) -> None:
+    if script is not None:
+        (env.tmp / "gpu.sh").write_text(f"#!/bin/sh\n{script}")
+    done = env.run("--migratable", *args)
+    assert env.only_call() == args
+    assert done.stderr.splitlines() == [f"compass-sbatch: {said}; submitting with plain sbatch, unmanaged",
+                                        "sbatch: warning: recorded"]
+    assert daemon.pings == 0
+
+
+def test_on_22_05_an_option_it_lacks_is_said_and_left_to_sbatch(tmp_path: Path) -> None:
+    """On 22.05 an option it lacks is no option: the wrapper says so, and sbatch refuses it (here: records it)."""
+    env = Env(tmp_path, "22.05")
+    done = env.run("--tres-per-task=gres/gpu:1", "job.sh")
+    assert done.stderr.splitlines()[0] == ("compass-sbatch: option --tres-per-task is unknown to this wrapper; "
+                                           "submitting with plain sbatch, unmanaged")
+    assert env.only_call() == ["--tres-per-task=gres/gpu:1", "job.sh"]
+
+
+def test_the_table_is_read_once_per_binary(env: Env, daemon: Daemon) -> None:
+    env.forget_table()
+    env.run("-G", "1", "job.sh")
+    reads = [call["argv"] for call in env.calls()[:-1]]
+    assert ["--help"] in reads and ["--="] in reads and ["--segment", "--version", "--usage"] in reads
+    assert all(argv[-1] in ("--help", "--usage", "--version", "--=") for argv in reads)  # none could submit
+    assert env.calls()[-1]["argv"] == ["-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+    env.log.unlink()
+    env.run("-G", "1", "job.sh")
+    assert len(env.calls()) == 1  # cached
+    env.log.unlink()
+    env.sbatch.write_text(env.sbatch.read_text() + "\n")  # another sbatch: read again
+    env.run("-G", "1", "job.sh")
+    assert len(env.calls()) == len(reads) + 1
+
+
+def test_without_a_writable_cache_the_table_is_read_each_time(env: Env, daemon: Daemon) -> None:
+    env.forget_table()
+    blocked = env.tmp / "not-a-dir"
+    blocked.write_text("")
+    for _ in range(2):
+        env.run("--segment=2", "-G", "1", "job.sh", XDG_CACHE_HOME=str(blocked))
+        assert env.calls()[-1]["argv"][0] == "--segment=2" and len(env.calls()) > 1
+        env.log.unlink()
+
+
+def test_an_sbatch_that_cannot_be_read_leaves_the_built_in_table(env: Env, daemon: Daemon) -> None:
+    """No slurm.conf, say: sbatch's --help fails, so 22.05's table serves, and nothing is cached."""
+    env.forget_table()
+    done = env.run("-G", "1", "job.sh", FAKE_SBATCH_DATA=str(env.tmp / "nothing"))
+    assert done.returncode == 0
+    assert env.calls()[-1]["argv"] == ["-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+    assert not options.cache_file(env.env).exists()
 
 
 def test_daemon_down_falls_back_to_plain_sbatch(env: Env) -> None:
