@@ -1,3 +1,3 @@
 """compass_slurm: COMPASS-ABS GPU placement for Slurm clusters."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -10,6 +10,7 @@ import importlib
 
 import click
 
+from .. import __version__
 from .common import CONTEXT_SETTINGS, run_main
 
 # name -> module below compass_slurm.cli that defines a click command called ``command``.
@@ -43,7 +44,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
-@click.version_option(package_name="compass_slurm")
+# the package's own version, not the installed metadata's (an editable install's may be older)
+@click.version_option(__version__, prog_name="compass", message="%(prog)s %(version)s")
 def cli() -> None:
     """COMPASS-ABS fragmentation-aware GPU placement for Slurm."""
 
