@@ -126,9 +126,10 @@ def parse_layout(text: str, source: str = "layout") -> Layout:
 def _group(table: dict[str, Any], where: str, source: str) -> NodeGroup:
     _known(table, NODE_KEYS, source, where)
     fail = _Fail(source, where)
+    names = _hostlist(table, "names", fail)
     gpus = _integer(table, "gpus", fail, minimum=0, required=True)
     group = NodeGroup(
-        names=_hostlist(table, "names", fail),
+        names=names,
         gpus=gpus,
         gpu_type=_word(table, "gpu_type", fail),
         features=_features(table, fail),
