@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "compass_slurm"
 ALLOWED = {
     "engine": {"engine"},
     "slurm": {"slurm", "engine", "atomic", "collector", "timeparse"},
-    "sim": {"sim", "engine", "slurm", "atomic", "timeparse", "native_stdout"},
+    "sim": {"sim", "engine", "slurm", "layout", "atomic", "timeparse", "native_stdout"},
     "service": {"service", "engine", "slurm", "atomic", "collector", "config", "timeparse"},
     "submit": {"submit", "slurm", "service", "config", "atomic", "timeparse"},
 }

@@ -29,10 +29,18 @@ DEFAULT_BURST = Config.migrations_burst
               help=f"Seeded synthetic workload: venus, gfs or philly [default: {DEFAULT_SYNTHETIC}].")
 @click.option("--policy", "policies", metavar="A,B,...", help="Policies to compare [default: every registered one].")
 @click.option("--eta", type=float, default=0.90, show_default=True,
-              help="Size the cluster as N(eta) (ignored with --nodes).")
+              help="Size the cluster as N(eta) (ignored with --nodes). Given with --layout: every group of the "
+                   "layout is scaled by one factor to N(eta) GPUs' worth.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Node count instead of N(eta).")
 @click.option("--gpus-per-node", "node_spec", default="8", show_default=True, metavar="G|G:COUNT,...",
               help="GPUs per node, or a mix of node sizes and counts such as 8:60,4:4.")
+@click.option("--layout", "layout_path", metavar="FILE.toml",
+              help="The nodes of a cluster layout (the TOML file scripts/dev-cluster takes): names, GPUs, GPU type, "
+                   "features; as written, or scaled with an explicit --eta. Excludes --nodes and --gpus-per-node.")
+@click.option("--typed", metavar="FRACTION",
+              help="With --layout: this share of the jobs (drawn with --seed) asks for a GPU type, drawn among the "
+                   "layout's types with a node big enough, in proportion to their GPUs. A trace's gpu_type and "
+                   "constraint columns count whatever this says [default: 0].")
 @click.option("--migration-delay", type=click.FloatRange(min=0), default=8.0, show_default=True,
               help="Seconds a job pauses per migration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
@@ -73,7 +81,8 @@ DEFAULT_BURST = Config.migrations_burst
               help="Run a grid of (window, policy, eta, queue, budget) and merge the results (see docs).")
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
-def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_delay, seed, queue, backfill,
+def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path, typed, migration_delay, seed, queue,
+            backfill,
             estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, slack,
             limit, window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
@@ -92,6 +101,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     factor = _number("--estimate-factor", estimate_factor, positive=True)
     share_migratable = None if migratable is None else _fraction("--migratable", migratable)
     share_managed = _fraction("--managed", managed)
+    share_typed = None if typed is None else _fraction("--typed", typed)
+    layout = _layout(layout_path, nodes, share_typed)
     budget = _rate("--migrations-per-hour", migrations_per_hour, DEFAULT_BUDGET, parse_setting)
     burst = _rate("--migrations-burst", migrations_burst, DEFAULT_BURST, parse_burst)
     chosen = _policies(policies, policy_names())
@@ -107,12 +118,26 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         records = workloads.select(trace.records, span, limit)
         if not records:
             raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, cluster))
-        groups, node_gpus = _node_groups(node_spec, nodes)
+        skipped_jobs: list[str] = []
+        if layout is None:
+            groups, node_gpus = _node_groups(node_spec, nodes)
+        else:
+            groups, node_gpus = None, max(g.gpus for g in layout.groups)
         jobs, rules = workloads.to_jobs(records, node_gpus, migratable=share_migratable, managed=share_managed,
                                         seed=seed)
-        if groups is None:
-            groups = [(node_gpus, nodes or sizing.cluster_size(jobs, eta, node_gpus))]
-        cluster_nodes = sizing.make_nodes(groups)
+        if layout is not None:
+            scale = _given("eta")
+            jobs, cluster_nodes, skipped_jobs, layout_note = _on_layout(layout, jobs, records, eta if scale else None,
+                                                                        share_typed, seed)
+            if not jobs:
+                raise UserError(f"{source}: no job can run on the layout: all {len(skipped_jobs)} were skipped",
+                                hint=f"first: {skipped_jobs[0]}")
+        else:
+            if groups is None:
+                groups = [(node_gpus, nodes or sizing.cluster_size(jobs, eta, node_gpus))]
+            cluster_nodes = sizing.make_nodes(groups)
+            jobs, skipped_jobs = _constrained(jobs, records, cluster_nodes, seed)
+            layout_note = ""
     except (workloads.TraceError, ValueError) as err:
         raise UserError(str(err)) from None
     configs = [
@@ -129,7 +154,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
         raise InternalError(f"the engine refused a step of the simulation: {err}") from None
     except ValueError as err:  # the workload as a whole (empty, or a job no node set can hold)
         raise UserError(str(err)) from None
-    shape = node_spec if ":" in node_spec else node_gpus
+    shape = "layout" if layout is not None else node_spec if ":" in node_spec else node_gpus
     hourly = per_hour(budget, len(cluster_nodes))
     rows = [
         {
@@ -141,7 +166,11 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
             "events_per_s": r.events / r.wall_s if r.wall_s else None,
             "wall_s": r.wall_s,
             "trace": source,
-            "eta": None if nodes or ":" in node_spec else eta,
+            "eta": (eta if _given("eta") else None) if layout is not None else None if nodes or ":" in node_spec else eta,
+            "layout": layout_path,
+            "layout_scaled": layout_note or None,
+            "typed": share_typed,
+            "skipped_jobs": len(skipped_jobs),
             "migration_delay_s": migration_delay,
             "queue": queue,
             "estimate_factor": factor,
@@ -165,7 +194,57 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, migration_de
     if as_json:
         emit_json(rows)
     else:
-        _table(rows, trace.skipped)
+        _table(rows, trace.skipped, skipped_jobs)
+
+
+def _given(name: str) -> bool:
+    """Whether option ``name`` was on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT
+
+
+def _layout(path: str | None, nodes: int | None, typed: float | None):
+    """The --layout file read, or None; what it excludes is one clear error."""
+    from ..layout import LayoutError, load_layout
+
+    if path is None:
+        if typed is not None:
+            raise UserError("--typed needs --layout: the GPU types come from the layout's nodes")
+        return None
+    if nodes is not None:
+        raise UserError("--layout cannot be combined with --nodes", hint="the layout gives the nodes; --eta scales it")
+    if _given("node_spec"):
+        raise UserError("--layout cannot be combined with --gpus-per-node", hint="the layout gives every node's GPUs")
+    try:
+        layout = load_layout(path)
+    except LayoutError as err:
+        raise UserError(str(err)) from None
+    if not any(g.gpus for g in layout.groups):
+        raise UserError(f"{path}: the layout has no node with GPUs to simulate")
+    return layout
+
+
+def _on_layout(layout, jobs, records, eta: float | None, typed: float | None, seed: int):
+    """(jobs that can run, with their eligible nodes; the nodes; why the others cannot; how the layout was scaled)."""
+    from ..sim import mixed
+
+    cluster = mixed.from_layout(layout)
+    if eta is not None:  # which jobs name no type decides the size: they must fit anywhere
+        untyped, _ = mixed.restrict(jobs, records, cluster, typed, seed)
+        cluster = mixed.from_layout(layout, untyped, eta)
+    kept, skipped = mixed.restrict(jobs, records, cluster, typed, seed)
+    return kept, cluster.nodes, skipped, mixed.scale_note(cluster) if eta is not None else ""
+
+
+def _constrained(jobs, records, nodes, seed: int):
+    """Without a layout, jobs whose trace names a GPU type or constraint: no node has one, so they are skipped."""
+    from ..sim import mixed
+
+    if not any(r.gpu_type or r.constraint for r in records):
+        return jobs, []
+    return mixed.restrict(jobs, records, mixed.SimCluster(tuple(nodes), {n.name: frozenset() for n in nodes}),
+                          None, seed)
 
 
 def _queue(queue: str | None, backfill: bool) -> str:
@@ -278,18 +357,17 @@ def _write_output(out: Path, rows: list[dict], results, nodes: int, gpus: int) -
         raise UserError(f"cannot write to {out}: {err}") from None
 
 
-def _table(rows: list[dict], skipped) -> None:
+def _table(rows: list[dict], skipped, skipped_jobs: list[str]) -> None:
     from rich.table import Table
 
     first = rows[0]
-    table = Table(
-        title=f"{first['trace']}: {first['jobs']} jobs on {first['nodes']} nodes x {first['gpus_per_node']} GPUs"
-    )
+    shape = f"of {first['layout']}" if first["layout"] else f"x {first['gpus_per_node']} GPUs"
+    table = Table(title=f"{first['trace']}: {first['jobs']} jobs on {first['nodes']} nodes {shape}")
     columns = [
         ("policy", "policy", str),
         ("AFR", "afr", "{:.4f}".format),
         ("max SIF", "max_sif", "{:.4f}".format),
-        ("SIF<=2/N", "sif_bound_frac", "{:.1%}".format),
+        (f"SIF<={2 * max(1, len(first['groups']))}/N", "sif_bound_frac", "{:.1%}".format),
         ("WCC", "wcc_frac", "{:.1%}".format),
         ("AJCT s", "ajct_s", "{:,.0f}".format),
         ("AGU", "agu", "{:.4f}".format),
@@ -321,6 +399,16 @@ def _table(rows: list[dict], skipped) -> None:
         notes.append("GPU counts reshaped: " + ", ".join(f"{v} by {k}" for k, v in mapping.items()))
     if skipped:
         notes.append(f"{len(skipped)} malformed row(s) skipped, first: {skipped[0]}")
+    if skipped_jobs:
+        notes.append(f"{len(skipped_jobs)} job(s) no eligible nodes could hold skipped, first: {skipped_jobs[0]}")
+    if first["layout"]:
+        typed = f", typed {first['typed']:g}" if first["typed"] else ""
+        scaled = f", scaled to eta {first['eta']:g}: {first['layout_scaled']}" if first["layout_scaled"] else ""
+        notes.append(f"layout {first['layout']}{scaled}{typed}")
+    if len(first["groups"]) > 1:
+        for row in rows:
+            notes.append(f"{row['policy']}: mean partial nodes per group: " + ", ".join(
+                f"{label} {value:.2f} of {first['groups'][label]}" for label, value in row["mean_partial_by_group"].items()))
     for note in notes:
         console(stderr=True).print(note)
 

@@ -24,7 +24,12 @@ class Group(NamedTuple):
 
     @property
     def label(self) -> str:
-        return f"{self.gpu_type or 'any'}x{self.capacity}"
+        return group_label(self.capacity, self.gpu_type)
+
+
+def group_label(capacity: int, gpu_type: str | None) -> str:
+    """A node group's name in reports: "a100x8", or "8-GPU" for untyped nodes."""
+    return f"{gpu_type}x{capacity}" if gpu_type else f"{capacity}-GPU"
 
 
 def group_key(capacity: int, gpu_type: str | None) -> tuple[int, bool, str]:

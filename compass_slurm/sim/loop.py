@@ -170,7 +170,7 @@ class Simulation:
                 i += 1
                 t = self.now = sj.submit
                 self.arrived += 1
-                step = scheduler.arrive(sj.job, now=t, limit=sj.duration if sj.limit is None else sj.limit,
+                step = scheduler.arrive(sj.job, sj.eligible, now=t, limit=sj.duration if sj.limit is None else sj.limit,
                                         managed=sj.managed, budget=self.rate.budget(t))
             else:
                 break
@@ -200,6 +200,7 @@ class Simulation:
             max(n.gpus for n in self.config.nodes),
             self.migration_times,
             self.migration_gpu_s,
+            {g.label: len(g.members) for g in self.policy.cluster.groups},
         )
         wall = time.perf_counter() - started
         timeline = self.timeline if self.config.keep_timeline else None
@@ -253,6 +254,7 @@ class Simulation:
         tl.partial.append(f.partial)
         tl.phi_star.append(f.phi_star)
         tl.wcc.append(f.wcc)
+        tl.group_partial.append(tuple(g.partial for g in f.groups))
 
     # -- debug mode ----------------------------------------------------------------------
 
@@ -266,6 +268,12 @@ class Simulation:
             missing = [k for k in range(job.instances) if (job_id, k) not in c.location]
             if missing:
                 raise InvariantError(f"{where}: job {job_id} runs without instance(s) {missing}")
+            eligible = self.by_id[job_id].eligible
+            # placed or moved, a job of a GPU type or constraint stays on its nodes (migrations stay in a group)
+            outside = [] if eligible is None else [c.nodes[c.location[(job_id, k)]].name for k in range(job.instances)
+                                                    if c.nodes[c.location[(job_id, k)]].name not in eligible]
+            if outside:
+                raise InvariantError(f"{where}: job {job_id} runs on {', '.join(outside)}, outside its eligible nodes")
         if set(c.jobs) != set(self.end):
             raise InvariantError(f"{where}: policy runs {sorted(set(c.jobs) ^ set(self.end))} unlike the simulator")
         if len(self.scheduler.queue) + len(c.jobs) + self.done != self.arrived:

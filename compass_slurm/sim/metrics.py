@@ -15,7 +15,10 @@ node or many); a class without jobs is null. Bounded slowdown is the mean over j
 of max(1, completion time / max(run time, 10 s)), run time = end - start.
 ``migrations_per_hour_max`` is the most migrations in any hour-long sliding window,
 ``migrations_burst_max`` in any 5-minute one (the burst cap's window, engine/rate_limit.py);
-``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR).
+``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR), and
+``mean_partial_by_group`` the same per node group (one capacity, one GPU type; ``groups``
+names them with their node counts). The bound behind ``sif_bound_frac`` is two partial
+nodes beyond Phi* per group: 2K/N on K groups, the paper's 2/N on one (docs/concepts.md).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class Timeline:
     partial: list[int] = field(default_factory=list)
     phi_star: list[int] = field(default_factory=list)
     wcc: list[bool] = field(default_factory=list)
+    #: partial nodes per node group (ClusterState.groups order); not a CSV column
+    group_partial: list[tuple[int, ...]] = field(default_factory=list)
 
     COLUMNS = ("time", "queued", "running", "gpus_used", "partial", "phi_star", "wcc")
 
@@ -70,6 +75,9 @@ class Metrics:
     migrations_per_hour_max: int
     migrations_burst_max: int
     mean_partial_nodes: float
+    #: node group label -> its time-average partial nodes; and -> its node count
+    mean_partial_by_group: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -96,8 +104,10 @@ def summarize(
     node_gpus: int,
     migration_times: Sequence[float] = (),
     migration_gpu_s: float = 0.0,
+    groups: Mapping[str, int] | None = None,
 ) -> Metrics:
-    """Metrics of a finished run on ``nodes`` nodes with ``gpus`` GPUs in all (``node_gpus`` the largest node)."""
+    """Metrics of a finished run on ``nodes`` nodes with ``gpus`` GPUs in all (``node_gpus`` the largest node);
+    ``groups``: the node groups' labels and sizes, in the order of the timeline's ``group_partial``."""
     import numpy as np
 
     if not len(timeline) or not ended:
@@ -126,13 +136,17 @@ def summarize(
         mean_by[name] = float(w.mean()) if len(w) else None
         p99_by[name] = float(np.percentile(w, 99)) if len(w) else None
     bsld = np.maximum(1.0, completion / np.maximum(end - start, BSLD_THRESHOLD_S))
+    by_group: dict[str, float] = {}
+    if groups and len(timeline.group_partial) == len(timeline):
+        per_group = np.asarray(timeline.group_partial, dtype=float).reshape(len(timeline), len(groups))
+        by_group = {label: average(per_group[:, k]) for k, label in enumerate(groups)}
     return Metrics(
         jobs=len(done),
         afr=average(sif),
         ajct_s=float(completion.mean()),
         agu=average(np.asarray(timeline.gpus_used) / gpus),
         max_sif=float(sif.max()),
-        sif_bound_frac=average(sif <= 2 / nodes + 1e-12),
+        sif_bound_frac=average(sif <= 2 * max(1, len(groups or ())) / nodes + 1e-12),
         wcc_frac=average(np.asarray(timeline.wcc, dtype=float)),
         mean_wait_s=float(wait.mean()),
         p99_wait_s=float(np.percentile(wait, 99)),
@@ -147,6 +161,8 @@ def summarize(
         migrations_per_hour_max=window_max(migration_times),
         migrations_burst_max=window_max(migration_times, BURST_WINDOW),
         mean_partial_nodes=average(np.asarray(timeline.partial, dtype=float)),
+        mean_partial_by_group=by_group,
+        groups=dict(groups or {}),
     )
 
 

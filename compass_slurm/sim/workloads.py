@@ -9,7 +9,10 @@ CSV columns: ``job_id, submit_time_s, duration_s, num_gpus`` (required),
 ``migratable`` (optional: 1/0 or true/false, whether the job may be requeued
 elsewhere), ``time_limit_s`` (optional: the job's time limit, what backfill plans
 with instead of the real duration) and a ``cluster`` column that ``cluster=``
-filters on (Microsoft ITP).
+filters on (Microsoft ITP), ``gpu_type`` (optional: the GPU type the job asked for,
+as ``--gpus=a100:8``) and ``constraint`` (optional: a Slurm ``-C`` expression over node
+features, ``a100``, ``a100&80gb``, ``a100|h100``); with a layout (``compass simulate
+--layout``) those two decide a job's eligible nodes.
 Other columns are ignored.
 
 Site history comes from Slurm accounting. Run (dates are examples)::
@@ -58,6 +61,10 @@ class TraceRecord:
     migratable: bool | None = None
     #: from a ``time_limit_s`` column (the user's time limit: the queue's run-time estimate); None: not given
     time_limit: float | None = None
+    #: from a ``gpu_type`` column: the GPU type asked for; None: any
+    gpu_type: str | None = None
+    #: from a ``constraint`` column: a Slurm -C expression over node features (checked readable); None: any
+    constraint: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ class SimJob:
     managed: bool = True
     #: the run-time estimate the queue plans with: the trace's time limit, else None (the real duration)
     limit: float | None = None
+    #: the nodes it may run on, by its GPU type and constraint (None: every node)
+    eligible: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,8 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
                     gpus_per_node=_optional_count(row, col.get("max_gpus_per_node"), "max_gpus_per_node"),
                     migratable=_optional_flag(row, col.get("migratable"), "migratable"),
                     time_limit=_optional_number(row, col.get("time_limit_s"), "time_limit_s"),
+                    gpu_type=_optional_text(row, col.get("gpu_type")),
+                    constraint=_optional_constraint(row, col.get("constraint")),
                 )
             )
         except ValueError as err:
@@ -180,6 +191,26 @@ def _optional_count(row: list[str], index: int | None, column: str) -> int | Non
     if index is None or index >= len(row) or not row[index].strip():
         return None
     return _count(row[index], column)
+
+
+def _optional_text(row: list[str], index: int | None) -> str | None:
+    if index is None or index >= len(row) or not row[index].strip():
+        return None
+    return row[index].strip()
+
+
+def _optional_constraint(row: list[str], index: int | None) -> str | None:
+    """A constraint column's text, checked to be one Slurm reads node by node (constraint.py)."""
+    from ..slurm.constraint import parse_constraint
+    from ..slurm.errors import SlurmParseError
+
+    text = _optional_text(row, index)
+    if text is not None:
+        try:
+            parse_constraint(text)
+        except SlurmParseError as err:
+            raise ValueError(f"constraint: {err}") from None
+    return text
 
 
 _FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
