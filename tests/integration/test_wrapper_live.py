@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,10 +19,13 @@ from compass_slurm.service.control import ControlServer, Peer
 from compass_slurm.slurm.backend import update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.gres import gpu_count
+from compass_slurm.slurm.state import MARKER
+from compass_slurm.submit import options
 
 pytestmark = pytest.mark.slurm
 
 WRAPPER = Path(__file__).resolve().parents[2] / "scripts" / "compass-sbatch"
+DATA = Path(__file__).resolve().parents[1] / "data" / "sbatch"
 LEASE = 600
 
 
@@ -38,10 +42,12 @@ class Daemon:
 
 
 @pytest.fixture
-def wrapper_env(tmp_path: Path, dev_cluster: Any) -> dict[str, str]:
+def wrapper_env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, dev_cluster: Any) -> dict[str, str]:
     config = tmp_path / "compass.toml"
     config.write_text(f'socket = "{tmp_path / "run" / "c.sock"}"\nlease = {LEASE}\n')
-    env = {**os.environ, "COMPASS_CONFIG": str(config)}
+    # the session's own cache of sbatch's option table: read once per release (its sbatch is another file)
+    cache = tmp_path_factory.getbasetemp() / "wrapper-cache"
+    env = {**os.environ, "COMPASS_CONFIG": str(config), "XDG_CACHE_HOME": str(cache)}
     env.pop("COMPASS_SOCKET", None)
     return env
 
@@ -182,3 +188,40 @@ def test_a_later_begin_of_the_user_is_kept_with_the_lease_after_it(wrapper_env: 
     seen = CliBackend().read_state().job(job)
     assert seen.managed and seen.reason == "BeginTime"
     assert 3600 + LEASE - 30 < seen.eligible_time - time.time() <= 3600 + LEASE + 1
+
+
+def test_the_option_table_read_is_this_releases(dev_cluster: Any) -> None:
+    """What the wrapper reads from this release's sbatch is the table recorded for it (tests/data/sbatch), which
+    is Slurm's own (slurm_opt.c) for this release."""
+    binary = options.resolve("sbatch", os.environ["PATH"])
+    assert binary is not None
+    read = options.read_table(binary)
+    recorded = json.loads((DATA / dev_cluster.release / "options.json").read_text())
+    assert read is not None and (read.long, read.short) == (recorded["long"], recorded["short"])
+
+
+#: an option 22.05's sbatch lacks, per release, and one its --help omits (read by probing getopt)
+LATER = {"23.11": ["--tres-per-task=gres/gpu:1", "--extra=live"],
+         "24.11": ["--tres-per-task=gres/gpu:1", "--stepmgr", "--oom-kill-step"],
+         "25.11": ["--tres-per-task=gres/gpu:1", "--requeue=expedited"],
+         "26.05": ["--tres-per-task=gres/gpu:1", "--container-type", "oci"]}
+
+
+def test_an_option_22_05_lacks(wrapper_env: dict[str, str], daemon: Daemon, slurm: Any, dev_cluster: Any) -> None:
+    """From 23.11 on a job asking GPUs with --tres-per-task is managed; 22.05's sbatch refuses that option, and
+    the wrapper, which cannot read it there, says so and leaves it to sbatch."""
+    args = ["-n", "1", "--output=/dev/null", "--parsable", "--wrap", "sleep 300"]
+    if dev_cluster.release in LATER:
+        done = submit(wrapper_env, slurm, *LATER[dev_cluster.release], *args)
+        job = slurm.submitted[-1]
+        assert done.stderr == ""
+        assert daemon.submitted == [job]
+        assert comment(job).split()[0] == MARKER
+        return
+    done = subprocess.run([sys.executable, str(WRAPPER), "--tres-per-task=gres/gpu:1", *args], capture_output=True,
+                          text=True, env=wrapper_env, timeout=60)
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines()[0] == ("compass-sbatch: option --tres-per-task is unknown to this wrapper; "
+                                           "submitting with plain sbatch, unmanaged")
+    assert "unrecognized option '--tres-per-task=gres/gpu:1'" in done.stderr  # sbatch's own refusal
+    assert daemon.submitted == []
