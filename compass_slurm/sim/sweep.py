@@ -9,6 +9,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     slack = [0, 0.5]                      # backfill's slack for whole-node heads (--slack; default the daemon's)
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
     migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
+    seeds = [1, 2, 3]                     # optional: --seed (the --migratable, --managed and --typed draws)
     options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
 
     [[windows]]                           # at least one
@@ -16,6 +17,8 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     window = "20d:60d"                    # optional, as --window
     limit = 4000                          # optional, as --limit
     cluster = "cluster07"                 # optional, as --cluster
+    layout = "layouts/mixed.toml"         # optional, as --layout (relative to this file)
+    typed = 0.3                           # optional, as --typed (with a layout)
     name = "spring"                       # optional label
 
     [sbatch]                              # optional, for --sbatch
@@ -65,12 +68,12 @@ DEFAULT_SLACK = 0.5
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--slack", "--migrations-per-hour",
-                         "--migrations-burst", "--json",
+                         "--migrations-burst", "--json", "--layout", "--typed",
                          "--output",
                          "--sweep", "--sbatch"})
 _TOP = frozenset({"output", "policies", "eta", "queue", "slack", "migrations_per_hour", "migrations_burst",
-                  "options", "windows", "sbatch"})
-_WINDOW = frozenset({"trace", "window", "limit", "cluster", "name"})
+                  "seeds", "options", "windows", "sbatch"})
+_WINDOW = frozenset({"trace", "window", "limit", "cluster", "layout", "typed", "name"})
 
 
 class SweepError(ValueError):
@@ -93,11 +96,14 @@ class Task:
     migrations_burst: int | str = BURST_DEFAULT
     #: backfill's slack for whole-node heads (a plan saved before the setting has none: 0, EASY's rule)
     slack: float = 0.0
+    #: --seed, when the sweep has seeds (None: the default seed)
+    seed: int | None = None
 
     def label(self) -> str:
         burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
+        seed = "" if self.seed is None else f" seed={self.seed}"
         return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue} slack={self.slack:g} "
-                f"budget={self.migrations_per_hour}{burst}")
+                f"budget={self.migrations_per_hour}{burst}{seed}")
 
 
 @dataclass(frozen=True)
@@ -173,9 +179,10 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
             raise bad(f"slack {slack} is negative: give 0 (EASY's rule) or more")
     budgets = _rates(doc, "migrations_per_hour", DEFAULT_BUDGET, parse_setting, bad)
     bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
+    seeds: list[int | None] = _list(doc, "seeds", None, int, bad) or [None]
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
-        if opt.split("=")[0] in OWN_OPTIONS:
+        if opt.split("=")[0] in OWN_OPTIONS or (opt.split("=")[0] == "--seed" and seeds != [None]):
             raise bad(f"'options' may not set {opt.split('=')[0]}: the sweep sets it per task")
     sbatch = doc.get("sbatch", {})
     if not isinstance(sbatch, Mapping) or set(sbatch) - {"options"}:
@@ -216,6 +223,17 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
             if not isinstance(w["cluster"], str) or not w["cluster"]:
                 raise bad(f"{where}: 'cluster' must be a name")
             argv += ["--cluster", w["cluster"]]
+        if "layout" in w:
+            if not isinstance(w["layout"], str) or not (base / w["layout"]).is_file():
+                raise bad(f"{where}: layout {w['layout']!r} not found (a TOML file, relative to the sweep file)")
+            argv += ["--layout", str((base / w["layout"]).resolve())]
+        if "typed" in w:
+            typed = w["typed"]
+            if isinstance(typed, bool) or not isinstance(typed, (int, float)) or not 0 <= typed <= 1:
+                raise bad(f"{where}: 'typed' must be a fraction in [0, 1]")
+            if "layout" not in w:
+                raise bad(f"{where}: 'typed' needs a 'layout' (the GPU types come from it)")
+            argv += ["--typed", f"{typed:g}"]
         if label is None:
             label = trace_path.stem + "".join(f" {w[k]}" for k in ("cluster", "window") if k in w)
         elif not isinstance(label, str) or not label:
@@ -231,10 +249,11 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         Task(i, label, policy, float(eta), queue, budget,
              (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue,
               "--slack", f"{slack:g}", "--migrations-per-hour", str(budget),
-              *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))), *options, "--json"),
-             burst, float(slack))
-        for i, ((label, argv), policy, eta, queue, slack, budget, burst)
-        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts))
+              *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))),
+              *(() if seed is None else ("--seed", str(seed))), *options, "--json"),
+             burst, float(slack), seed)
+        for i, ((label, argv), policy, eta, queue, slack, budget, burst, seed)
+        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
 
@@ -390,7 +409,7 @@ def collect(plan: Plan) -> Collected:
             continue
         coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
                        "queue": task.queue, "slack": task.slack, "migrations_per_hour_setting": task.migrations_per_hour,
-                       "migrations_burst_setting": task.migrations_burst}
+                       "migrations_burst_setting": task.migrations_burst, "seed": task.seed}
         rows += [{**row, **coordinates} for row in found]
     return Collected(rows, failed)
 
@@ -430,12 +449,22 @@ COLUMNS = (
 
 #: the burst cap's column, after the budget's, in a sweep that caps bursts
 BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
+#: in a sweep with seeds, after the slack's
+SEED_COLUMN = ("seed", "seed", str)
+#: on mixed clusters (more than one node group), at the end
+GROUP_COLUMNS = (("partial", "mean_partial_nodes", "{:.2f}".format),
+                 ("partial per group", "mean_partial_by_group",
+                  lambda by: ", ".join(f"{label} {value:.2f}" for label, value in by.items())))
 
 
 def markdown(collected: Collected) -> str:
     columns = list(COLUMNS)
     if any(row.get("migrations_burst_setting", BURST_DEFAULT) != BURST_DEFAULT for row in collected.rows):
         columns.insert(6, BURST_COLUMN)
+    if any(row.get("seed") is not None for row in collected.rows):
+        columns.insert(5, SEED_COLUMN)
+    if any(len(row.get("groups") or ()) > 1 for row in collected.rows):
+        columns += GROUP_COLUMNS
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
              "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in columns) + "|"]
     for row in sorted(collected.rows, key=lambda r: (r["task"], r["policy"])):

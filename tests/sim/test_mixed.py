@@ -194,3 +194,34 @@ def test_cli_bad_layout_typed_without_layout_and_a_type_no_node_has(tmp_path, la
     assert result.exit_code == 2 and "job a asks for GPU type b200, which no node has" in result.output
     result = run("--trace", str(trace), "--nodes", "2")
     assert result.exit_code == 2 and "(the nodes have no GPU types: give --layout)" in result.output
+
+
+def test_a_sweep_runs_layouts_typed_shares_and_seeds(tmp_path, layout_file):
+    from compass_slurm.cli.simulate import simulate_in_process
+    from compass_slurm.engine.policies.base import policy_names
+    from compass_slurm.sim import sweep
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time_s,duration_s,num_gpus\n" + "".join(
+        f"j{k},{k * 20},{300 + 40 * (k % 5)},{(1, 2, 4, 8, 1)[k % 5]}\n" for k in range(60)))
+    (tmp_path / "s.toml").write_text(f"""
+policies = ["compass-easy", "best-fit"]
+seeds = [1, 2]
+[[windows]]
+trace = "t.csv"
+layout = "{layout_file.name}"
+typed = 0.5
+name = "w"
+""")
+    plan = sweep.load(tmp_path / "s.toml", policy_names())
+    assert [(t.policy, t.seed) for t in plan.tasks] == [("compass-easy", 1), ("compass-easy", 2), ("best-fit", 1),
+                                                      ("best-fit", 2)]
+    assert ("--layout", str(layout_file.resolve())) == plan.tasks[0].argv[2:4] and "--typed" in plan.tasks[0].argv
+    sweep.run_local(plan, simulate_in_process, workers=1)
+    collected = sweep.collect(plan)
+    assert not collected.failed and [r["seed"] for r in collected.rows] == [1, 2, 1, 2]
+    table = sweep.markdown(collected)
+    assert "| seed |" in table and "partial per group" in table and "v100x4 " in table
+    (tmp_path / "bad.toml").write_text('policies = ["compass"]\n[[windows]]\ntrace = "t.csv"\ntyped = 0.5\n')
+    with pytest.raises(sweep.SweepError, match="'typed' needs a 'layout'"):
+        sweep.load(tmp_path / "bad.toml", policy_names())
