@@ -68,7 +68,7 @@ def _render(doc: dict[str, Any]) -> None:
     for d in doc["decisions"]:
         out.print(f"job {job} ({d['request']}, user {d['user'] or '-'}): {d['action']} at "
                   f"{d['time']} by policy {d['policy']}, daemon cycle {d['cycle']}", markup=False, style="bold")
-        nodes = " ".join(f"{n}:{g}" for n, g in d["gpus_per_node"].items())
+        nodes = " ".join(f"{n}:{g}" for n, g in d["gpus_per_node"].items()) or "- (left to Slurm)"
         out.print(f"  nodes       {nodes}", markup=False)
         if d["from"]:
             out.print(f"  from        {' '.join(dict.fromkeys(d['from']))}", markup=False)
@@ -88,7 +88,8 @@ def _render(doc: dict[str, Any]) -> None:
     if doc["decisions"]:
         last = doc["decisions"][-1]
         where = " ".join(f"{n}:{g}" for n, g in last["gpus_per_node"].items())
-        out.print(f"job {job}: latest decision {last['action']} at {last['time']}, on {where}", markup=False)
+        where = f"on {where}" if where else "Slurm places it"
+        out.print(f"job {job}: latest decision {last['action']} at {last['time']}, {where}", markup=False)
     if doc["suffered"]:
         out.print(f"job {job} was moved {len(doc['suffered'])} time(s):", markup=False)
         for m in doc["suffered"]:

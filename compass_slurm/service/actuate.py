@@ -21,6 +21,7 @@ from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
+from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending, id_order
 from .cycle import Books, CycleReport, Placed, fmt, log, per_node
 from .publish import Recorder
@@ -132,6 +133,7 @@ class Actuator:
         """
         waiting = set(obs.pending_ids)
         waiting -= books.placed.keys()
+        waiting -= books.left.keys()
         waiting |= obs.waiting.keys()
         leases = books.leases
         for job_id in leases.keys() - waiting:
@@ -144,30 +146,61 @@ class Actuator:
         due = sorted(waiting - leases.keys() | set(compress(leases, map(old.__contains__, leases.values()))),
                      key=id_order)
         for start in range(0, len(due), LEASE_BATCH):
-            renewed = self._renew(due[start:start + LEASE_BATCH], report)
+            renewed = _each(lambda batch: self.backend.renew_lease(batch, lease), due[start:start + LEASE_BATCH],
+                            report, "lease")
             books.leases.update(dict.fromkeys(renewed, now))
 
-    def _renew(self, batch: list[str], report: CycleReport, retry: bool = True) -> list[str]:
-        """The jobs of ``batch`` whose lease Slurm renewed.
+    def leave(self, obs: Observation, books: Books, report: CycleReport, policy: str) -> None:
+        """Leave to Slurm the jobs the daemon cannot honour (``obs.left``) and those whose pin Slurm refused
+        (``books.leaving``): their lease is lifted (and the refused pin cleared), so that they start as they
+        would without the daemon; each is logged once, action ``left``. Jobs left that Slurm no longer has
+        pending are forgotten."""
+        for job_id in [j for j in books.left if (s := obs.slurm_jobs.get(j)) is None or not s.pending]:
+            del books.left[job_id]
+        leaving = books.leaving
+        for job_id in obs.left.keys() - books.left.keys() - leaving.keys():
+            leaving[job_id] = (obs.left[job_id], False)
+        for unpin in (False, True):
+            due = sorted((j for j, (_, u) in leaving.items() if u is unpin), key=id_order)
+            for start in range(0, len(due), LEASE_BATCH):
+                for job_id in _each(lambda batch: self.backend.leave(batch, unpin), due[start:start + LEASE_BATCH],
+                                    report, "leave"):
+                    why = leaving[job_id][0]
+                    books.left[job_id] = why
+                    books.leases.pop(job_id, None)
+                    report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
+                    log.info("job %s left to Slurm: %s", job_id, why)
+        leaving.clear()
 
-        scontrol updates every job of a list it can and names each one it cannot ("... for job
-        N"), failing as a whole; the named ones are left out and the rest sent once more, so a
-        batch is renewed whatever its bad jobs. A failure that names none of them (slurmctld
-        unreachable) renews nothing, and is not retried job by job.
-        """
-        try:
-            self.backend.renew_lease(batch, self.lease)
-        except SlurmError as err:
-            text = str(err)
-            refused = [j for j in batch if re.search(rf"\bjob {re.escape(j)}\b", text)]
-            if not refused or not retry:
-                report.error("lease", text)
-                return []
-            for job_id in refused:
-                report.error("lease", f"job {job_id}: Slurm refused its lease ({_cause(text, job_id)})")
-            rest = [j for j in batch if j not in refused]
-            return self._renew(rest, report, retry=False) if rest else []
-        return batch
+
+def _each(send, batch: list[str], report: CycleReport, kind: str, retry: bool = True) -> list[str]:
+    """The jobs of ``batch`` for which ``send`` (one scontrol update of a job list) succeeded.
+
+    scontrol updates every job of a list it can and names each one it cannot ("... for job
+    N"), failing as a whole; the named ones are left out and the rest sent once more, so a
+    batch is done whatever its bad jobs. A failure that names none of them (slurmctld
+    unreachable) does nothing, and is not retried job by job.
+    """
+    try:
+        send(batch)
+    except SlurmError as err:
+        text = str(err)
+        refused = [j for j in batch if re.search(rf"\bjob {re.escape(j)}\b", text)]
+        if not refused or not retry:
+            report.error(kind, text)
+            return []
+        for job_id in refused:
+            report.error(kind, f"job {job_id}: Slurm refused its {kind} ({_cause(text, job_id)})")
+        rest = [j for j in batch if j not in refused]
+        return _each(send, rest, report, kind, retry=False) if rest else []
+    return batch
+
+
+def _left_record(slurm: SlurmJob | None, job_id: str, policy: str, why: str) -> DecisionRecord:
+    """The record of a job left to Slurm: no nodes, the reason."""
+    return DecisionRecord(job_id=job_id, request=f"{slurm.gpus_requested if slurm else '?'} GPUs", nodes=(),
+                          gpus_per_node={}, policy=policy, rule="left", user=slurm.user if slurm else None,
+                          reason=why, action="left")
 
 
 def _cause(text: str, job_id: str) -> str:

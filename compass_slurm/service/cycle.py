@@ -83,6 +83,12 @@ class Books:
     unheard: dict[str, DecisionRecord] = field(default_factory=dict)
     #: placed jobs whose nodes the last read found short of their CPUs or memory (re-planned if the next does)
     short: set[str] = field(default_factory=set)
+    #: pending managed jobs left to Slurm for good, and why: a form the daemon cannot honour exactly, or a pin
+    #: Slurm refused; never placed again while they wait, their lease lifted
+    left: dict[str, str] = field(default_factory=dict)
+    #: jobs to leave to Slurm this cycle (the acting step tells Slurm): why, and whether the node list the
+    #: daemon set must be cleared
+    leaving: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def forget(self) -> None:
         """A rebuilt policy starts from Slurm alone."""

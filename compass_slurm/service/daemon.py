@@ -59,11 +59,14 @@ from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .store import DecisionRecord, StoreError
-from .sync import left_queue, mirror, pinned_to, ran_elsewhere, same_nodes, take_over, waiting_ids
+from .sync import left_queue, mirror, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over, waiting_ids
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
 #: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
 NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Invalid node name specified")
+#: Slurm's refusal of a decision that no other nodes would change (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE: what
+#: the job asks of a node is more than the daemon reads): the job is left to Slurm
+REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -190,6 +193,7 @@ class Daemon:
         now = self.clock()
         policy, moves = self._sync(obs, report, now)
         moves += self._decide(obs, translator, policy, report, now)
+        self.actuator.leave(obs, self.books, report, policy.name)
         self.actuator.release_left_held(obs, self.books)
         self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now, self.dry_run)
         self.actuator.renew_leases(obs, self.books, report, now)
@@ -216,7 +220,9 @@ class Daemon:
         report.budget = self.rate.budget(now)
         if self.books.unheard and (left := left_queue(obs, self.books)):
             report.decisions += ran_elsewhere(obs, policy, left, self._where(obs, [r.job_id for r in left]))
-        return policy, mirror(policy, obs, self.books, report)
+        moves = mirror(policy, obs, self.books, report)
+        refused_pins(obs, self.books)
+        return policy, moves
 
     def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
         """Take over what the log says of the jobs Slurm has pending or running (see take_over), and log where the
@@ -286,8 +292,11 @@ class Daemon:
                 pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
                 replanned.add(ids[at])
         by_id = dict(zip(ids, pending))
+        left = self.books.left
         queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
                               map(not_, map(held.__contains__, ids))))
+        if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
+            queue = [entry for entry in queue if entry[0].id not in left]
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
             self.scheduler = Scheduler(policy, self.config.queue, explain=True, slack=self.config.slack)
@@ -332,6 +341,8 @@ class Daemon:
             failure = self.actuator.express(p, decision)
             record = report.decisions[at]
             if failure is not None:
+                if REFUSED_FOR_GOOD.search(failure):
+                    self.books.leaving[p.job.id] = (f"Slurm refused the decision ({failure}); left to Slurm", False)
                 policy.remove(p.job.id)
                 after = fragmentation(policy)
                 decided_record = record
@@ -438,8 +449,9 @@ class Daemon:
         if placed is not None:
             return {"job": job_id, "state": "placed", "gpus_per_node": placed.decision.gpus_per_node(),
                     "rule": placed.decision.rule}
-        if job_id in obs.skipped:
-            return {"job": job_id, "state": "left to Slurm", "reason": obs.skipped[job_id]}
+        why = self.books.left.get(job_id) or obs.skipped.get(job_id)
+        if why is not None:
+            return {"job": job_id, "state": "left to Slurm", "reason": why}
         if job_id in obs.waiting:
             return {"job": job_id, "state": "waiting", "reason": f"{obs.waiting[job_id]}; its lease is renewed"}
         return {"job": job_id, "state": "waiting", "reason": "no place for it yet; its lease is renewed"}

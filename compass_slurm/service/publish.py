@@ -163,7 +163,8 @@ class MetricsFile:
 
     def export(self, report: CycleReport, now: float) -> None:
         failed = sum(1 for m in report.migrations if m.status == "failed")
-        placements = sum(1 for d in report.decisions if not d.from_nodes)  # migrations are counted apart
+        # migrations are counted apart; a job left to Slurm is no placement
+        placements = sum(1 for d in report.decisions if not d.from_nodes and d.action != "left")
         self.totals = self.totals.plus(placements, len(report.migrations), failed, len(report.errors))
         if not self.path:
             return

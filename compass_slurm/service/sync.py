@@ -23,6 +23,8 @@ from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import PINS, PLACES, DecisionRecord
 
 ALLOC = attrgetter("alloc")
+#: pending reasons of a pinned job that its pin caused: Slurm will never start it on those nodes
+PIN_REFUSED = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig"})
 
 
 def same_nodes(policy: Policy | None, obs: Observation) -> bool:
@@ -120,6 +122,18 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
             books.replan.add(p.job.id)
 
 
+def refused_pins(obs: Observation, books: Books) -> None:
+    """The jobs pinned by the daemon that Slurm holds back for a reason the pin itself caused (``PIN_REFUSED``: the
+    nodes lack a feature or a resource the job needs that the daemon does not read): left to Slurm, unpinned."""
+    for job_id, nodes in list(books.pins.items()):
+        slurm = obs.slurm_jobs.get(job_id)
+        reason = slurm.reason.split(",")[0].strip() if slurm is not None else ""
+        if slurm is not None and slurm.pending and reason in PIN_REFUSED and pinned_to(slurm, nodes):
+            del books.pins[job_id]
+            books.leaving[job_id] = (f"Slurm refused its pin on {','.join(dict.fromkeys(nodes))} ({slurm.reason}); "
+                                     f"unpinned and left to Slurm", True)
+
+
 def waiting_ids(obs: Observation) -> list[str]:
     """Every job Slurm has pending that the daemon may have decided: those it decides, and those Slurm holds back."""
     held_back = [j for j in obs.skipped if (s := obs.slurm_jobs.get(j)) is not None and s.pending]
@@ -176,5 +190,5 @@ def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
     return record.action in PINS and pinned_to(job, record.nodes)
 
 
-def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int]]:
-    return [(n.name, n.gpus) for n in nodes]
+def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int, str | None]]:
+    return [(n.name, n.gpus, n.gpu_type) for n in nodes]

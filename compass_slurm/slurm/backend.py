@@ -70,6 +70,15 @@ def lease_argv(job_ids: Sequence[str], seconds: int) -> list[str]:
     return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}", f"StartTime=now+{seconds}"]
 
 
+def leave_argv(job_ids: Sequence[str], unpin: bool) -> list[str]:
+    """``scontrol update JobId=A,B,.. [ReqNodeList=] StartTime=now``: jobs the daemon leaves to Slurm start as they
+    would without it, its lease lifted (and, with ``unpin``, the node list it set cleared: Slurm refused it)."""
+    if not job_ids:
+        raise SlurmError("leaving jobs to Slurm needs at least one job")
+    return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}",
+            *(["ReqNodeList="] if unpin else []), "StartTime=now"]
+
+
 class Backend(ABC):
     """Reads Slurm's state and changes jobs. Implementations: cli, pyslurm, snapshot."""
 
@@ -130,6 +139,9 @@ class Backend(ABC):
 
     def renew_lease(self, job_ids: Sequence[str], seconds: int) -> None:
         self.scontrol(lease_argv(job_ids, seconds))
+
+    def leave(self, job_ids: Sequence[str], unpin: bool = False) -> None:
+        self.scontrol(leave_argv(job_ids, unpin))
 
     def migrate(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
                 gpu_type: str | None = None, timeout: float = 30.0) -> None:

@@ -50,8 +50,10 @@ from operator import attrgetter
 
 from ..engine.model import Job, Node
 from ..engine.shape import instance_shape
+from .constraint import ANY, Constraint, parse_constraint
 from .errors import SlurmParseError
 from .hostlist import expand_ranges
+from .nodesets import NodeSets, Unhonoured, fits
 from .state import SlurmJob, SlurmNode, SlurmState
 
 #: pending reasons under which Slurm would start the job as soon as it is pointed at free nodes
@@ -204,6 +206,9 @@ class Observation:
     ends: dict[str, float | None] = field(default_factory=dict)
     #: nodes where Slurm counts more GPUs in use than the jobs read hold (see Translator.crowded)
     crowded: frozenset[str] = frozenset()
+    #: the skipped jobs left to Slurm for good, by what they ask (a form the daemon cannot honour exactly):
+    #: their lease is lifted at once, so that they start as they would with no daemon
+    left: dict[str, str] = field(default_factory=dict)
 
     @functools.cached_property
     def pending_ids(self) -> list[str]:
@@ -229,10 +234,17 @@ class _Task:
     #: when it asked to begin, less the lease, if that is past its submission (None: it waits for no begin time,
     #: or only until the read is as late as its submission, which the read never precedes by much)
     begin: float | None
-    not_startable: str | None  # Slurm would not start it, or no GPU node of its partitions
+    not_startable: str | None  # Slurm would not start it
+    #: why the daemon leaves it to Slurm for good: a form it cannot honour exactly, or no node that could ever
+    #: hold it (None: it is the daemon's to place)
+    left: str | None
     req: Request | None  # None: not w x g instances
     #: what it comes to may change while the job does not, with the other jobs: an array task under a throttle, a pin
     volatile: bool = False
+    #: its constraint; the node sets one of which must hold all its nodes (None: any nodes); its preference
+    constraint: Constraint = ANY
+    sets: tuple[frozenset[str], ...] | None = None
+    prefer: Constraint | None = None
     # made when first placed: the engine job and the CPUs and MB one instance needs
     job: Job | None = None
     needs: tuple[int, int] = (0, 0)
@@ -311,6 +323,7 @@ class Translations:
         self._begins: list[tuple[float, int]] = []
         self._after: float | None = None  # the last ``came``'s time
         self.skipped: dict[str, str] = {}
+        self.left: dict[str, str] = {}  # the skipped left to Slurm for good
         self.waiting: dict[str, str] = {}
         #: per eligible-nodes key in use: the nodes, how many placed tasks use them, and one of those
         self.eligible: dict[object, Eligible] = {}
@@ -400,8 +413,8 @@ class Translations:
         old = self._gone.get(task.id)
         if old is None or not old.slurm.same_but_priority(task):
             return None
-        return _Task(task, priority_key(task), old.held_back, old.begin, old.not_startable, old.req, old.volatile,
-                     job=old.job, needs=old.needs, key=old.key)
+        return _Task(task, priority_key(task), old.held_back, old.begin, old.not_startable, old.left, old.req,
+                     old.volatile, old.constraint, old.sets, old.prefer, job=old.job, needs=old.needs, key=old.key)
 
     def _drop(self, job: SlurmJob, what: tuple[object, object]) -> list[_Task]:
         """Counts ``job`` out (a job id is held by one job at most: see update); returns its tasks."""
@@ -456,6 +469,7 @@ class Translations:
         """Forget what ``facts`` came to."""
         job_id = facts.slurm.id
         self.skipped.pop(job_id, None)
+        self.left.pop(job_id, None)
         self.waiting.pop(job_id, None)
         key, facts.placed, facts.placed_key = facts.placed_key, None, None
         if key is not None:
@@ -498,11 +512,13 @@ class Translator:
         self.partitions = {p.name: p.nodes for p in state.partitions if not wanted or p.name in wanted}
         in_scope = {n for nodes in self.partitions.values() for n in nodes}
         reserved = frozenset(n for r in state.reservations if r.active for n in r.nodes)
-        self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope}
-        self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved)) for n in self.slurm_nodes.values())
+        self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope and engines(n)}
+        self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved), gpu_type=n.gpu_type)
+                           for n in self.slurm_nodes.values())
         self.available = frozenset(n.name for n in self.nodes if n.available)
+        self.nodesets = NodeSets.of(state, self.slurm_nodes)
         self._eligible: dict[object, Eligible] = {}
-        self._capacities: dict[str, int] = {}
+        self._capacities: dict[tuple[str, str | None, str], int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: per pinned pending job, its nodes and the (CPUs, MB) one instance takes; per node, the sum of them
         self._claims: dict[str, tuple[frozenset[str], int, int]] = {}
@@ -516,8 +532,9 @@ class Translator:
         self._decided: dict[str, tuple[int, int]] = {}
         self._short: dict[tuple[int, int], set[str]] = {}
         self.known = known if known is not None else Translations()
-        self.known.begin((tuple(self.partitions.items()), tuple((n.name, n.gpus) for n in self.slurm_nodes.values()),
-                          migratable, lease))
+        self.known.begin((tuple(self.partitions.items()),
+                          tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()), migratable, lease,
+                          self.nodesets))
 
     def observe(self) -> Observation:
         known = self.known
@@ -538,7 +555,8 @@ class Translator:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
-                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends), self.crowded)
+                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends), self.crowded,
+                           dict(known.left))
 
     def _crowded(self) -> frozenset[str]:
         """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned
@@ -568,6 +586,10 @@ class Translator:
         if job.id in throttled:
             known.waiting[job.id] = f"array throttle: at most {job.array_throttle} tasks of {job.array_job} at once"
             return
+        if facts.held_back is None and facts.left is not None and not (facts.begin is not None
+                                                                      and facts.begin > begin_after):
+            known.skipped[job.id] = known.left[job.id] = facts.left
+            return
         why = facts.held_back
         # its begin (--begin plus the lease) still more than the lease away, from the later of read and submission
         # (the submission's part is the task's own)
@@ -581,14 +603,19 @@ class Translator:
             else:
                 known.skipped[job.id] = why
             return
-        if facts.req is None:
-            known.skipped[job.id] = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
-            return
         if facts.job is None:
             facts.job, facts.needs = engine_job(job, facts.req, self.migratable), _instance_needs(job, facts.req)
             facts.key = self._eligible_key(job, facts.needs)
-        key = (facts.key, job.id) if job.id in self._claims else facts.key  # a pinned job: not against its own claim
+        # a pinned job: not against its own claim; a job whose nodes must be one set, or that prefers some: its own
+        own = job.id in self._claims or facts.sets is not None or facts.prefer is not None
+        key = (facts.key, job.id) if own else facts.key
         eligible = self._eligible_for(job, facts.needs, key)
+        if facts.sets is not None or facts.prefer is not None:
+            try:
+                eligible = self._within(facts, eligible)
+            except Unhonoured as err:
+                known.skipped[job.id] = known.left[job.id] = str(err)
+                return
         if facts.pending is None or facts.pending.eligible is not eligible:
             facts.pending = Pending(job, facts.job, eligible)
         known.place(facts, key, eligible)
@@ -614,15 +641,37 @@ class Translator:
 
     def _task(self, job: SlurmJob) -> _Task:
         """A managed pending job's translation, as far as it depends on the job alone (made once: see observe)."""
+        left = sets = prefer = None
+        try:
+            constraint = parse_constraint(job.constraint)
+        except SlurmParseError as err:
+            constraint, left = ANY, f"left to Slurm: {err}"
         capacity = self.capacity_of(job)
+        req = request(job, capacity) if capacity else None
+        if left is not None:
+            pass
+        elif job.reservation:
+            left = f"runs in reservation {job.reservation}: Slurm places it"
+        elif not capacity:
+            left = f"no GPU node of partition {job.partition}{_wanting(job)}"
+        elif req is None:
+            left = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
+        else:
+            try:
+                sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,
+                                            job.contiguous, job.switches, job.segment)
+            except Unhonoured as err:
+                left = str(err)
+            prefer = _preference(job.prefer)
         begin = job.eligible_time - self.lease if self.lease is not None and job.reason == "BeginTime" else None
         if begin is not None and not begin > job.submit_time + BEGIN_SLACK:
             begin = None
         # volatile: an array task a throttle may hold back, a job that may pin nodes (see _claim_pins)
+        # (and a job whose nodes depend on the room there is: see _within)
         volatile = (bool(job.array_job and (job.array_throttle or job.reason == THROTTLED))
-                    or bool(job.required_nodes) or not job.num_nodes)
-        return _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job),
-                     request(job, capacity) if capacity else None, volatile)
+                    or bool(job.required_nodes) or not job.num_nodes or sets is not None or prefer is not None)
+        return _Task(job, priority_key(job), self._held_back(job), begin, self._not_startable(job), left, req,
+                     volatile, constraint, sets, prefer)
 
     def partitions_of(self, job: SlurmJob) -> list[str]:
         """The job's partitions that the daemon manages (cached per partition list)."""
@@ -633,19 +682,21 @@ class Translator:
         return found
 
     def capacity_of(self, job: SlurmJob) -> int:
-        """G for the job: the largest GPU node of its partitions (cached per partition list)."""
-        if job.partition not in self._capacities:
-            caps = [self.slurm_nodes[n].gpus for p in self.partitions_of(job) for n in self.partitions[p]
-                    if n in self.slurm_nodes]
-            self._capacities[job.partition] = max(caps, default=0)
-        return self._capacities[job.partition]
+        """G for the job: the largest GPU node of its partitions of its GPU type and constraint (cached per
+        partition list, type and constraint)."""
+        key = (job.partition, job.gpu_type, job.constraint)
+        found = self._capacities.get(key)
+        if found is None:
+            constraint = _constraint(job)
+            found = self._capacities[key] = max(
+                (node.gpus for p in self.partitions_of(job) for n in self.partitions[p]
+                 if (node := self.slurm_nodes.get(n)) is not None
+                 and (not job.gpu_type or node.gpu_type == job.gpu_type) and constraint.satisfied_by(node.features)),
+                default=0)
+        return found
 
     def _held_back(self, job: SlurmJob) -> str | None:
-        if job.held:
-            return "held"
-        if job.reservation:
-            return f"runs in reservation {job.reservation}"
-        return None
+        return "held" if job.held else None
 
     def _not_startable(self, job: SlurmJob) -> str | None:
         reason = job.reason.split(",")[0].strip()
@@ -653,8 +704,6 @@ class Translator:
                 and not (reason == INVALID_ACCOUNT and job.required_nodes
                          and len(set(job.required_nodes)) == job.num_nodes)):
             return f"Slurm holds it back: {job.reason}"
-        if self.capacity_of(job) == 0:
-            return f"no GPU nodes in partition {job.partition}"
         return None
 
     def eligible(self, job: SlurmJob, req: Request) -> Eligible:
@@ -666,13 +715,13 @@ class Translator:
     def _eligible_key(self, job: SlurmJob, needs: tuple[int, int]) -> int:
         """What a job's eligible nodes depend on, but for its own pin's claim (a pinned job's key adds its id)."""
         return self.known.token((job.partition, *needs, job.gpu_type, job.excluded_nodes, job.required_nodes,
-                                 job.exclusive))
+                                 job.exclusive, job.constraint))
 
     def _eligible_for(self, job: SlurmJob, needs: tuple[int, int], key: object) -> Eligible:
         """The eligible nodes of ``key``: of ``job``, or of any job of that key (a pinned job's key is its own)."""
         found = self._eligible.get(key, _UNSEEN)
         if found is _UNSEEN:
-            own = self._claims[job.id] if isinstance(key, tuple) else _NO_CLAIM
+            own = self._claims.get(job.id, _NO_CLAIM) if isinstance(key, tuple) else _NO_CLAIM
             found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs, own))
         return found
 
@@ -702,6 +751,7 @@ class Translator:
                           own: tuple[frozenset[str], int, int]) -> Eligible:
         """``own``: the job's own pin's claim, which does not count against it."""
         excluded, required = set(job.excluded_nodes), set(job.required_nodes)
+        constraint = _constraint(job)
         own_nodes, own_cpus, own_memory = own
         names = set()
         for p in self.partitions_of(job):
@@ -713,6 +763,8 @@ class Translator:
                     continue
                 if job.gpu_type and node.gpu_type != job.gpu_type:
                     continue
+                if constraint.any_of and not constraint.satisfied_by(node.features):
+                    continue
                 claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
                 if name in own_nodes:
                     claimed_cpus, claimed_memory = claimed_cpus - own_cpus, claimed_memory - _taken(node, own_memory)
@@ -723,6 +775,41 @@ class Translator:
                 names.add(name)
         # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
         return None if names == self.available else frozenset(names)
+
+    def _within(self, facts: _Task, eligible: Eligible) -> frozenset[str]:
+        """``eligible`` narrowed to the one node set the job's nodes must form (see nodesets.py), and to the nodes it
+        prefers where they have room for it now. Raises Unhonoured when no node set could ever hold it."""
+        base = self.available if eligible is None else eligible
+        req, free = facts.req, self._free
+        pools = [base]
+        if facts.prefer is not None:
+            preferred = frozenset(n for n in base if facts.prefer.satisfied_by(self.slurm_nodes[n].features))
+            if preferred and preferred != base:
+                pools.insert(0, preferred)
+        for pool in pools:
+            if facts.sets is None:
+                nodes = pool
+            else:
+                try:
+                    nodes = self.nodesets.choose(facts.sets, pool.intersection, free, self._gpus, req.instances,
+                                                 req.gpus, req.distinct_nodes)
+                except Unhonoured:
+                    if pool is base:
+                        raise
+                    continue
+            if pool is base or fits(nodes, free, req.instances, req.gpus, req.distinct_nodes):
+                return nodes
+        raise AssertionError("unreachable: the last pool is returned")
+
+    @functools.cached_property
+    def _free(self) -> dict[str, int]:
+        """Per node, the GPUs free as read less those the pinned pending jobs will take."""
+        pinned = self._pinned_gpus
+        return {name: max(0, node.gpus_free - pinned[name]) for name, node in self.slurm_nodes.items()}
+
+    @functools.cached_property
+    def _gpus(self) -> dict[str, int]:
+        return {name: node.gpus for name, node in self.slurm_nodes.items()}
 
     def decide(self, job: SlurmJob, engine: Job, nodes: Iterable[str]) -> None:
         """``job`` was decided onto ``nodes`` (a name per instance) this cycle: it takes its CPUs and memory there
@@ -765,6 +852,37 @@ class Translator:
         claimed_cpus, claimed_memory = self._claimed.get(name, (0, 0))
         decided_cpus, decided_memory = self._decided.get(name, (0, 0))
         return _fits(self.slurm_nodes[name], *needs, claimed_cpus + decided_cpus, claimed_memory + decided_memory)
+
+
+def engines(node: SlurmNode) -> bool:
+    """Whether the engine places on ``node``: not where Slurm shares GPUs out (gres/shard: a GPU with a shard
+    allocated is no GPU job's, and the engine counts whole GPUs), nor where several GPU types are (MIG profiles of
+    more than one kind: no one capacity stands for them). Slurm places every job there."""
+    return not node.shards and len(node.gpu_types) <= 1
+
+
+def _constraint(job: SlurmJob) -> Constraint:
+    """The job's constraint, where the daemon can read it (a job whose constraint it cannot is left to Slurm)."""
+    try:
+        return parse_constraint(job.constraint)
+    except SlurmParseError:
+        return ANY
+
+
+def _preference(text: str) -> Constraint | None:
+    """``--prefer``, where it says something the daemon can read node by node (else it is only Slurm's)."""
+    try:
+        prefer = parse_constraint(text)
+    except SlurmParseError:
+        return None
+    return prefer if prefer.any_of else None
+
+
+def _wanting(job: SlurmJob) -> str:
+    wants = [f"GPU type {job.gpu_type}"] if job.gpu_type else []
+    if job.constraint:
+        wants.append(f"constraint {job.constraint}")
+    return f" has {' and '.join(wants)}" if wants else ""
 
 
 def _fits(node: SlurmNode, cpus: int, memory: int, taken_cpus: int, taken_memory: int) -> bool:

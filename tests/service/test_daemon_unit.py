@@ -1117,3 +1117,62 @@ def test_the_loop_sweeps_what_cycles_froze(tmp_path, monkeypatch):
         daemon.shutdown()
         loop.join(10)
     assert daemon.cycles == 1 and gc.get_freeze_count() == 0
+
+
+# -- left to Slurm ----------------------------------------------------------------------------
+
+
+def test_a_job_the_daemon_cannot_honour_is_left_to_slurm_once_its_lease_lifted(tmp_path):
+    state = cluster(nodes(2), [pending("70", gpus=1, constraint="[rack1|rack2]"), pending("71", gpus=1)])
+    daemon, backend, clock = daemon_for(state, tmp_path, lease=60)
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("71", "placed"), ("70", "left")]
+    assert "asks about the job's set of nodes" in report.decisions[1].reason
+    assert backend.commands == [update("71", "n1", 1, 1), ["scontrol", "update", "JobId=70", "StartTime=now"]]
+    backend.state = replace(state, jobs=(state.jobs[0], running("71", {"n1": 1}, comment="compass")))
+    clock.now += 40  # past half a lease: a leased job would be renewed; a left one is not touched again
+    backend.commands.clear()
+    assert daemon.cycle().decisions == [] and backend.commands == []
+    with Store.open(daemon.db, create=False) as store:
+        (left,) = [d for d in store.decisions() if d.job_id == "70"]
+    assert left.action == "left" and left.nodes == () and left.request == "1 GPUs"
+    explained = compass("explain", "70", "--db", daemon.db)
+    assert explained.returncode == 0 and "Slurm places it" in explained.stdout, explained.stderr
+
+
+def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slurm(tmp_path):
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("80", gpus=1)]), tmp_path, lease=60)
+    daemon.cycle()
+    assert backend.commands == [update("80", "n1", 1, 1)]
+    # The nodes lack something the job asks for that the daemon does not read: Slurm parks it for good.
+    refused = pending("80", gpus=1, required_nodes=("n1",), reason="BadConstraints")
+    backend.state = cluster(nodes(3), [refused])
+    clock.now += 5
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("80", "left")]
+    assert "Slurm refused its pin on n1 (BadConstraints)" in report.decisions[0].reason
+    assert backend.commands[1:] == [["scontrol", "update", "JobId=80", "ReqNodeList=", "StartTime=now"]]
+    # Unpinned, Slurm looks at it afresh: it is Slurm's now, neither placed nor leased again.
+    backend.state = cluster(nodes(3), [replace(refused, required_nodes=(), reason="Resources")])
+    for _ in range(2):
+        clock.now += 40
+        assert daemon.cycle().decisions == []
+    assert len(backend.commands) == 2 and daemon.books.left
+    backend.state = cluster(nodes(3), [])
+    daemon.cycle()
+    assert daemon.books.left == {}  # gone from the queue: forgotten
+
+
+def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tmp_path):
+    class Refusing(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if "ReqNodeList=n1" in argv:
+                raise SlurmCommandError(argv, "exit 1: Requested node configuration is not available")
+
+    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), out=None)
+    daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
+    report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("90", "failed"), ("90", "left")]
+    assert backend.commands[1:] == [["scontrol", "update", "JobId=90", "StartTime=now"]]
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 2
