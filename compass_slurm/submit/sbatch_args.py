@@ -3,14 +3,14 @@
 sbatch parses with getopt_long in "stop at the first operand" mode: options
 come first, then the script and the script's own arguments (which are never
 sbatch options); long options may be abbreviated to any unique prefix; short
-options cluster (``-HN2``). The option table below was taken from Slurm 22.05's
-sbatch (every name and whether it takes an argument, checked against the
-binary). What sbatch honours, lowest precedence first: ``#SBATCH`` lines of the
-script (read until the first line that is neither blank nor a comment), the
-SBATCH_* input environment variables, the command line.
+options cluster (``-HN2``). The option table is the installed sbatch's
+(compass_slurm.submit.options), else the built-in one, 22.05's. What sbatch
+honours, lowest precedence first: ``#SBATCH`` lines of the script (read until
+the first line that is neither blank nor a comment), the SBATCH_* input
+environment variables, the command line.
 
-Only the standard library and compass_slurm.slurm.gres (the one GRES reader), so the
-wrapper starts fast.
+Only the standard library, compass_slurm.slurm.gres (the one GRES reader) and
+the option table, so the wrapper starts fast.
 """
 
 from __future__ import annotations

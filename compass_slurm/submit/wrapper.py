@@ -20,7 +20,7 @@ Everything else runs plain sbatch with the user's arguments, minus ``--migratabl
   heterogeneous jobs (one node list cannot place them);
 - the daemon unreachable, slow or failing: then one line on stderr says why.
 
-The option table is the installed sbatch's (compass_slurm.submit.options: read
+The option table is the installed sbatch's (compass_slurm.submit.options; read
 once per sbatch binary and cached; those reads exit before submitting anything).
 ``--help`` prints what the wrapper adds, then sbatch's help. sbatch submits exactly
 once on every path, and never runs again after it may have submitted. Its stdout and

@@ -20,7 +20,7 @@ from compass_slurm.slurm.backend import update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.gres import gpu_count
 from compass_slurm.slurm.state import MARKER
-from compass_slurm.submit import options
+from compass_slurm.submit import option_reader, options
 
 pytestmark = pytest.mark.slurm
 
@@ -195,7 +195,7 @@ def test_the_option_table_read_is_this_releases(dev_cluster: Any) -> None:
     is Slurm's own (slurm_opt.c) for this release."""
     binary = options.resolve("sbatch", os.environ["PATH"])
     assert binary is not None
-    read = options.read_table(binary)
+    read = option_reader.read_table(binary)
     recorded = json.loads((DATA / dev_cluster.release / "options.json").read_text())
     assert read is not None and (read.long, read.short) == (recorded["long"], recorded["short"])
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compass_slurm.submit import options
+from compass_slurm.submit import option_reader, options
 from compass_slurm.submit.options import BUILTIN, NONE, OPTIONAL, REQUIRED, OptionTable
 from compass_slurm.submit.sbatch_args import GpuRequest, Option, OptionError, gpu_request, parse_command_line
 
@@ -50,21 +50,21 @@ def table(release: str) -> OptionTable:
     ("26.05", "container-type", REQUIRED),
 ])
 def test_forms_the_help_shows(release: str, name: str, form: str | None) -> None:
-    forms, _ = options.parse_help(text(release, "help.txt"), text(release, "usage.txt"))
+    forms, _ = option_reader.parse_help(text(release, "help.txt"), text(release, "usage.txt"))
     assert forms.get(name) == form
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_short_letters_the_help_shows(release: str) -> None:
-    _, short = options.parse_help(text(release, "help.txt"), text(release, "usage.txt"))
+    _, short = option_reader.parse_help(text(release, "help.txt"), text(release, "usage.txt"))
     assert short == BUILTIN.short  # the same 34 letters in every release ("-B  --extra-node-info" in 22.05 too)
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_getopt_lists_every_name(release: str) -> None:
-    names = options.parse_names(text(release, "names.txt"))
+    names = option_reader.parse_names(text(release, "names.txt"))
     assert names is not None and sorted(names) == sorted(table(release).long)
-    assert options.parse_names("sbatch: unrecognized option '--='\n") is None
+    assert option_reader.parse_names("sbatch: unrecognized option '--='\n") is None
 
 
 @pytest.mark.parametrize(("release", "name", "arity"), [
@@ -95,7 +95,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_table_read_from_each_release(recorded: Path, monkeypatch: pytest.MonkeyPatch, release: str) -> None:
     monkeypatch.setenv("FAKE_SBATCH_DATA", str(DATA / release))
-    read = options.read_table(str(recorded))
+    read = option_reader.read_table(str(recorded))
     assert read is not None
     assert (dict(read.long), dict(read.short), read.version) == (table(release).long, table(release).short,
                                                                  text(release, "version.txt").strip())
@@ -119,7 +119,7 @@ def test_a_getopt_that_lists_no_names(recorded: Path, monkeypatch: pytest.Monkey
         (data / name).write_text(text("24.11", name))
     (data / "names.txt").write_text("sbatch: unrecognized option '--='\n")
     monkeypatch.setenv("FAKE_SBATCH_DATA", str(data))
-    read = options.read_table(str(recorded))
+    read = option_reader.read_table(str(recorded))
     assert read is not None
     assert read.long["tres-per-task"] == REQUIRED and read.long["resv-ports"] == OPTIONAL
     assert "segment" not in read.long
@@ -128,8 +128,8 @@ def test_a_getopt_that_lists_no_names(recorded: Path, monkeypatch: pytest.Monkey
 
 def test_an_sbatch_that_answers_nothing(recorded: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FAKE_SBATCH_DATA", str(tmp_path / "missing"))
-    assert options.read_table(str(recorded)) is None
-    assert options.read_table(str(tmp_path / "no-such-sbatch")) is None
+    assert option_reader.read_table(str(recorded)) is None
+    assert option_reader.read_table(str(tmp_path / "no-such-sbatch")) is None
 
 
 @pytest.mark.parametrize(("release", "args", "parsed"), [
@@ -170,26 +170,26 @@ def test_gpus_per_task_in_23_11s_words(args: list[str], expected: GpuRequest) ->
 
 
 def test_the_cache_keeps_one_entry_per_binary_while_it_is_the_same(tmp_path: Path) -> None:
-    cache = tmp_path / "compass" / options.CACHE_NAME
+    cache = str(tmp_path / "compass" / options.CACHE_NAME)
     key = {"size": 10, "mtime_ns": 5}
     options.save(cache, "/a/sbatch", key, table("24.11"))
     options.save(cache, "/b/sbatch", key, table("26.05"))
     assert options.cached(cache, "/a/sbatch", key).long == table("24.11").long
     assert options.cached(cache, "/b/sbatch", key).version == "slurm-wlm 26.05.5"
     assert options.cached(cache, "/a/sbatch", {**key, "mtime_ns": 6}) is None
-    doc = json.loads(cache.read_text())
+    doc = json.loads(Path(cache).read_text())
     doc["binaries"]["/a/sbatch"]["read_at"] = time.time() - options.MAX_AGE - 1  # read a day ago: again
-    cache.write_text(json.dumps(doc))
+    Path(cache).write_text(json.dumps(doc))
     assert options.cached(cache, "/a/sbatch", key) is None
-    cache.write_text("{not json")
+    Path(cache).write_text("{not json")
     assert options.cached(cache, "/b/sbatch", key) is None
     options.save(cache, "/b/sbatch", key, table("26.05"))  # a broken cache is written anew
     assert options.cached(cache, "/b/sbatch", key) is not None
 
 
 def test_cache_place(tmp_path: Path) -> None:
-    assert options.cache_file({"XDG_CACHE_HOME": "/x"}) == Path("/x/compass/sbatch-options.json")
-    assert options.cache_file({"HOME": "/home/u"}) == Path("/home/u/.cache/compass/sbatch-options.json")
+    assert options.cache_file({"XDG_CACHE_HOME": "/x"}) == "/x/compass/sbatch-options.json"
+    assert options.cache_file({"HOME": "/home/u"}) == "/home/u/.cache/compass/sbatch-options.json"
 
 
 def test_resolve_finds_what_exec_runs(tmp_path: Path) -> None:

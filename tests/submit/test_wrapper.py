@@ -84,7 +84,7 @@ class Env:
         options.save(options.cache_file(self.env), path, options.stat_key(path), recorded_table(release))
 
     def forget_table(self) -> None:
-        options.cache_file(self.env).unlink()
+        os.unlink(options.cache_file(self.env))
 
     def run(self, *args: str, stdin: str | None = None, command: list[str] | None = None,
             **env: str) -> subprocess.CompletedProcess[str]:
@@ -295,7 +295,7 @@ def test_an_sbatch_that_cannot_be_read_leaves_the_built_in_table(env: Env, daemo
     done = env.run("-G", "1", "job.sh", FAKE_SBATCH_DATA=str(env.tmp / "nothing"))
     assert done.returncode == 0
     assert env.calls()[-1]["argv"] == ["-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
-    assert not options.cache_file(env.env).exists()
+    assert not os.path.exists(options.cache_file(env.env))
 
 
 def test_daemon_down_falls_back_to_plain_sbatch(env: Env) -> None:
