@@ -464,6 +464,8 @@ def markdown(collected: Collected) -> str:
     if any(row.get("seed") is not None for row in collected.rows):
         columns.insert(5, SEED_COLUMN)
     if any(len(row.get("groups") or ()) > 1 for row in collected.rows):
+        # the bound is two partial nodes beyond Phi* per node group (docs/concepts.md)
+        columns = [("time SIF <= 2K/N", *c[1:]) if c[1] == "sif_bound_frac" else c for c in columns]
         columns += GROUP_COLUMNS
     lines = ["| " + " | ".join(title for title, _, _ in columns) + " |",
              "|" + "|".join("---" if k in ("window", "policy", "queue") else "---:" for _, k, _ in columns) + "|"]

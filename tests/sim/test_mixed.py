@@ -221,7 +221,7 @@ name = "w"
     collected = sweep.collect(plan)
     assert not collected.failed and [r["seed"] for r in collected.rows] == [1, 2, 1, 2]
     table = sweep.markdown(collected)
-    assert "| seed |" in table and "partial per group" in table and "v100x4 " in table
+    assert "| seed |" in table and "partial per group" in table and "v100x4 " in table and "2K/N" in table
     (tmp_path / "bad.toml").write_text('policies = ["compass"]\n[[windows]]\ntrace = "t.csv"\ntyped = 0.5\n')
     with pytest.raises(sweep.SweepError, match="'typed' needs a 'layout'"):
         sweep.load(tmp_path / "bad.toml", policy_names())

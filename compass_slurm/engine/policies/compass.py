@@ -63,6 +63,8 @@ Unit = Slot | InstanceKey  # what Compact moves as one piece: a whole slot, or o
 # only occur after adopting a foreign placement, where the quadratic first-fit plan
 # would cost seconds per event and the drains converge more cheaply.
 REPAIR_MAX_HOSTS = 64
+#: eligible sets whose cover of each group is remembered (a frozenset keeps its hash: a lookup is cheap)
+COVERS_KEPT = 64
 
 
 @register
@@ -96,8 +98,9 @@ class Compass(Policy):
         #: running jobs placed under an eligible set that leaves out part of a group they run in (a constraint
         #: on node features, a partition over part of a group): the nodes they may move to
         self._confined: dict[str, frozenset[int]] = {}
-        #: the last eligible set asked about, and per group whether it holds all of the group's nodes
-        self._covers: tuple[frozenset[int] | None, dict[int, bool]] = (None, {})
+        #: per eligible set placed under (a few: the daemon's are one per partition and CPU/memory class),
+        #: per group whether it holds all of the group's nodes
+        self._covers: dict[frozenset[int], dict[int, bool]] = {}
 
     # -- views -------------------------------------------------------------------------------
 
@@ -150,10 +153,11 @@ class Compass(Policy):
 
     def _covered(self, allowed: frozenset[int], i: int) -> bool:
         """Whether ``allowed`` holds every node of node i's group (moves within the group then keep to it)."""
-        kept, groups = self._covers
-        if kept is not allowed:
-            groups = {}
-            self._covers = (allowed, groups)
+        groups = self._covers.get(allowed)
+        if groups is None:
+            if len(self._covers) >= COVERS_KEPT:
+                self._covers.clear()
+            groups = self._covers[allowed] = {}
         g = self.cluster.group_of[i]
         if g not in groups:
             groups[g] = all(m in allowed for m in self.cluster.groups[g].members)
