@@ -18,7 +18,8 @@ run time (``parse_text.job_lines``); a read with a line that cannot be trusted (
 that reads like fields, or holds a line break) takes ``squeue --json`` that once, and a
 trusted line that cannot be read, from then on after one warning (``lines_reason``).
 Between cycles, ``look()`` is one small squeue of the pending and running jobs'
-ids, states and comments.
+ids, states and comments. The topology (``scontrol show topology``: switches or blocks)
+changes only with slurm.conf: it is read at most once a minute, and when the node set changes.
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ class CliBackend(Backend):
         if kept is None or now - kept[0] >= TOPOLOGY_EVERY_S or kept[1] != names:
             code, out, err = self.runner(TOPOLOGY, self.timeout)
             if code != 0 and "No topology" in err:  # (no topology plugin: some releases exit 1)
-                out = ""
+                code, out = 0, ""
             self._topology = kept = now, names, parse_text.topology(_succeeded(TOPOLOGY, code, out, err))
         return dict(zip(("switches", "blocks", "block_sizes"), kept[2]))
 

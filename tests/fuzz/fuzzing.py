@@ -28,7 +28,8 @@ CASES: Counter[str] = Counter()
 SLURM_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 #: every release's recordings (tests/data/slurm/record.py)
 SCENARIOS = (*(f"{name}{suffix}" for name in ("mixed-16x8", "typed-4x4") for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")),
-             "narrow-8x8-24.11", "narrow-8x8-25.11", "narrow-8x8-26.05")
+             "narrow-8x8-24.11", "narrow-8x8-25.11", "narrow-8x8-26.05",
+             *(f"features-4x8{suffix}" for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")))
 
 
 def target(parser: str, *strategies: st.SearchStrategy, **named: st.SearchStrategy) -> Callable:
@@ -62,9 +63,10 @@ def clear(call: Callable[[], Any], *errors: type[BaseException], case: str = "")
 
 
 def recorded(filename: str) -> list[str]:
-    """The text a command printed on the dev cluster, one entry per scenario that recorded it."""
+    """The text a command printed on the dev cluster, one entry per scenario that recorded it (but nothing: no
+    topology plugin, no topology printed)."""
     paths = [SLURM_DATA / scenario / filename for scenario in SCENARIOS]
-    return [path.read_text() for path in paths if path.exists()]
+    return [text for path in paths if path.exists() and (text := path.read_text()).strip()]
 
 
 # -- text mutations ---------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def test_the_narrow_read_yields_the_json_read_s_jobs_and_the_daemon_places_on_it
         two = subprocess.run([*JOBS_JSON, f"--jobs={running[0]},{running[1]}"], check=True, capture_output=True,
                              text=True).stdout
         assert len(json.loads(two)["jobs"]) == len(CliBackend().read_jobs()) > 2
-        lines = subprocess.run(parse_narrow.argv(False), capture_output=True, text=True)
+        lines = subprocess.run(parse_narrow.argv((24, 11)), capture_output=True, text=True)
         assert "Invalid job format specification: ExcNodes" in lines.stderr
         return
     assert narrow.uses_narrow

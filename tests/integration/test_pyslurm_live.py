@@ -51,6 +51,14 @@ def scenario(idle_cluster):
     slurm.sbatch("--hold", "--gpus=8", "--comment=compass")
     slurm.sbatch("--hold", "--array=1-3", "--gpus-per-task=1", "--ntasks=2")
     slurm.sbatch("--hold", "--gpus=2", "--mem=0")  # all of each node's memory: pyslurm shows no memory at all
+    # what pyslurm says of constraints (a list split at commas), contiguity and switches, and squeue of --prefer
+    # and --segment; the nodes' active features
+    features = ["scontrol", "update", "NodeName=node0[5-6]", "AvailableFeatures=a100,80gb,fast",
+                "ActiveFeatures=a100,80gb"]
+    subprocess.run(features, check=True)
+    slurm.sbatch("--hold", "-C", "a100&80gb", "--prefer=fast|80gb", "--contiguous", "--switches=1", "-N2",
+                 "--gpus-per-node=1")
+    slurm.sbatch("--hold", "-C", "[a100*1&80gb*1]", "--segment=2", "-N2", "--gpus=2")
     scontrol = ["scontrol", "update", "NodeName=node08", "State=DRAIN", "Reason=pyslurm test"]
     subprocess.run(scontrol, check=True)
     subprocess.run(["scontrol", "create", "reservation", "ReservationName=pyslurm-test", "Nodes=node07",
@@ -60,6 +68,8 @@ def scenario(idle_cluster):
     finally:
         subprocess.run(["scontrol", "delete", "ReservationName=pyslurm-test"], check=False)
         subprocess.run(["scontrol", "update", "NodeName=node08", "State=RESUME"], check=False)
+        subprocess.run(["scontrol", "update", "NodeName=node0[5-6]", "AvailableFeatures=", "ActiveFeatures="],
+                       check=False)
 
 
 def test_pyslurm_reads_the_same_state_as_the_cli(pyslurm_python, scenario):
@@ -81,6 +91,13 @@ def test_pyslurm_reads_the_same_state_as_the_cli(pyslurm_python, scenario):
     assert [j["memory_per_node_mb"] for j in cli["jobs"] if j["id"] == scenario.submitted[5]] == [0]
     assert any(n["name"] == "node08" and "DRAIN" in n["flags"] for n in cli["nodes"])
     assert [r["name"] for r in cli["reservations"]] == ["pyslurm-test"]
+    constrained = {j["id"]: (j["constraint"], j["prefer"], j["contiguous"], j["switches"], j["segment"])
+                   for j in cli["jobs"] if j["id"] in scenario.submitted[6:8]}
+    assert constrained == {scenario.submitted[6]: ("a100&80gb", "fast|80gb", True, 1, 0),
+                           scenario.submitted[7]: ("[a100*1&80gb*1]", "", False, 0, 2 if "25.11" in pyslurm["version"]
+                                                   else 0)}
+    assert {n["name"]: n["features"] for n in cli["nodes"] if n["features"]} == {
+        "node05": ["80gb", "a100"], "node06": ["80gb", "a100"]}
 
 
 def test_daemon_with_the_pyslurm_backend_places_a_job(pyslurm_python, idle_cluster, tmp_path: Path):

@@ -84,3 +84,9 @@ def by_line(request: pytest.FixtureRequest) -> RecordedSlurm:
 def mixed_by_line(request: pytest.FixtureRequest) -> RecordedSlurm:
     """The mixed scenario on the releases that read jobs by line."""
     return RecordedSlurm("mixed-16x8", request.param)
+
+
+@pytest.fixture
+def recorded() -> type[RecordedSlurm]:
+    """The replay itself, for tests that replay a scenario more than once (a replay per read)."""
+    return RecordedSlurm

@@ -8,7 +8,9 @@ maps the exact argv (joined by spaces) to its file: ``mixed-16x8`` and
 ``typed-4x4`` for 22.05, ``mixed-16x8-24.11`` and so on for the other releases;
 ``narrow-8x8`` the narrow job read (``--only narrow`` records just that one), and from 26.05
 ``exclusive-4x8`` --exclusive arrays with tasks split off (``--only exclusive``); ``features-4x8`` node features
-and jobs with constraints, --prefer, --contiguous, --switches, --segment and typed GPU requests (``--only features``).
+and jobs with constraints, --prefer, --contiguous, --switches, --segment and typed GPU requests (``--only features``);
+``layout-mixed``, ``layout-shared`` and (from 23.11) ``layout-blocks`` the clusters of tests/data/layouts/*.toml:
+topology/tree, MIG types and shards, topology/block (``--only layouts``).
 The cluster is left running.
 """
 
@@ -206,6 +208,34 @@ def features_cluster(release: str) -> None:
     record("features-4x8", release, extra)
 
 
+LAYOUTS = REPO / "tests" / "data" / "layouts"
+
+
+def layout_clusters(release: str) -> None:
+    """Each layout of tests/data/layouts running jobs that hold what it has: GPUs of each type under --switches and
+    --contiguous (mixed.toml, topology/tree), MIG instances and shards (shared.toml), a --segment job and one
+    within a block (blocks.toml, topology/block, 23.11 on)."""
+    runs = {
+        "mixed": [["-C", "a100", "--contiguous", "--switches=1", "-N2", "--gpus-per-node=8"], ["--gpus=h100:2"],
+                  ["--gres=gpu:v100:1"]],
+        "shared": [["--gres=shard:5"], ["--gres=shard:2"], ["--gres=gpu:1g.10gb:2"], ["--gpus-per-node=a100:1",
+                                                                                        "-w", "node03"]],
+        "blocks": [["-N2", "--gpus-per-node=8", "-C", "h100"], ["--gpus=a100:2"]],
+    }
+    held = {"mixed": [["-C", "h100&80gb", "--switches=1@60", "-N2", "--gpus-per-node=8"]],
+            "shared": [["-C", "mig", "--gpus-per-node=1g.10gb:7"]],
+            "blocks": [["--segment=2", "-N4", "--gpus-per-node=4"]] if release >= "25.05" else []}
+    for name, jobs in runs.items():
+        if name == "blocks" and release < "23.11":
+            continue
+        restart(release, "--layout", str(LAYOUTS / f"{name}.toml"))
+        wait_running([sbatch(*args, "--wrap", "sleep 600") for args in jobs])
+        for args in held[name]:
+            sbatch("--hold", *args, "--wrap", "sleep 600")
+        time.sleep(3)  # one more scheduler pass, so the pending reasons are final
+        record(f"layout-{name}", release, narrow_commands(release))
+
+
 def exclusive_arrays(release: str) -> None:
     """4 x 8 GPUs, --exclusive GPU arrays with tasks split off (26.05's squeue --json says nothing of --exclusive):
     4 of 6 tasks started (the 2 left waiting for nodes), one held with a task changed, and a held shared one."""
@@ -229,7 +259,7 @@ def exclusive_arrays(release: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--slurm", default="22.05", help="the release to record (scripts/dev-cluster --slurm)")
-    parser.add_argument("--only", choices=("narrow", "exclusive", "mixed", "features"),
+    parser.add_argument("--only", choices=("narrow", "exclusive", "mixed", "features", "layouts"),
                         help="record only this scenario")
     args = parser.parse_args()
     if args.only is None:
@@ -242,3 +272,5 @@ if __name__ == "__main__":
         exclusive_arrays(args.slurm)
     if args.only in (None, "features"):
         features_cluster(args.slurm)
+    if args.only in (None, "layouts"):
+        layout_clusters(args.slurm)
