@@ -158,7 +158,9 @@ def _group_table(status: Status) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="node groups", title_justify="left")
+    # collapsed padding: nine columns within 80
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title="node groups",
+                  title_justify="left")
     table.add_column("GPU type")
     for name in ("GPUs", "nodes", "used/free", "partial", "Phi*", "SIF", "bound", "WCC"):
         table.add_column(name, justify="right")

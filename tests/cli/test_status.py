@@ -217,8 +217,9 @@ def test_a_uniform_cluster_shows_one_group(tmp_path: Path) -> None:
     assert [(g["gpu_type"], g["capacity"], g["nodes"]) for g in typed["groups"]] == [("a100", 4, 4)]
     assert {k: typed["groups"][0][k] for k in ("gpus_used", "partial", "phi_star", "wcc")} == {
         k: typed[k] for k in ("gpus_used", "partial", "phi_star", "wcc")}
-    out = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "100"}).stdout
+    out = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "80"}).stdout
     assert re.search(r"^ -\s+8\s+16\s+22/106\s+2\s+1\s+0\.062\s+ok\s+holds\s*$", out, re.M), out
+    assert re.search(r"GPU type +GPUs +nodes +used/free +partial +Phi\* +SIF +bound +WCC", out)  # whole at 80 columns
 
 
 def test_two_gpu_types_show_a_row_each_and_the_bound_counts_both(tmp_path: Path) -> None:
