@@ -764,6 +764,10 @@ class Compass(Policy):
             if not a.extras[i]:
                 assert a.residue_of(i) >= 0, f"slots on {c.nodes[i].name} exceed its capacity"
             assert (i in a.open) == any(s.vacancy > 0 for s in a.slots[i]), f"open slots of {c.nodes[i].name}"
+            # a node is indexed in its own group only: the passes of one group never see another's nodes
+            others = [h for h in range(len(a.cap)) if h != c.group_of[i]]
+            assert not any(i in a.empty[h] or i in a.vacant[h] or a.residue[h].key(i) is not None
+                           or a.pool_room[h].key(i) is not None for h in others), f"{c.nodes[i].name} in another group"
             seen.update(keys)
         assert seen == set(c.location) == set(a.role), "an instance is lost or duplicated"
 
