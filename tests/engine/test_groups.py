@@ -163,3 +163,50 @@ def test_every_policy_keeps_typed_jobs_on_their_type_on_mixed_clusters(data, nam
     nodes = data.draw(mixed_clusters())
     for _ in _run_typed(name, nodes, data.draw(typed_streams(nodes)), budget):
         pass
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_compass_easy_keeps_each_groups_bound_while_a_job_waits_and_all_is_in_abs(data):
+    """compass-easy's claim per group: while it compacts (a job waits) and nothing sits outside ABS."""
+    nodes = data.draw(mixed_clusters())
+    for policy in _run_typed("compass-easy", nodes, data.draw(typed_streams(nodes))):
+        a = policy.abs
+        if policy.wanted is None or a.foreign or a.orphaned:
+            continue
+        for group in measure(policy.cluster).groups:
+            if group.wcc:
+                assert group.partial - group.phi_star <= 2, f"{group} past its bound under its WCC"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from(["compass", "compass-wc", "compass-easy"]))
+def test_jobs_eligible_on_part_of_a_group_never_run_outside_their_nodes(data, name):
+    """Eligible sets that cut across groups (a feature constraint): placed or moved, a job stays on them."""
+    nodes = data.draw(mixed_clusters())
+    scheduler = Scheduler(make_policy(name, nodes))
+    policy = scheduler.policy
+    eligible: dict[str, frozenset[str] | None] = {}
+    arrived: list[str] = []
+    for n in range(data.draw(st.integers(1, 40))):
+        if arrived and data.draw(st.integers(0, 2)) == 0:
+            job_id = arrived.pop(data.draw(st.integers(0, len(arrived) - 1)))
+            if job_id in policy.cluster.jobs:
+                scheduler.depart(job_id)
+            else:
+                scheduler.withdraw(job_id)
+        else:
+            gpus = data.draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
+            fits = [node.name for node in nodes if node.gpus >= gpus]
+            some = data.draw(st.one_of(st.none(), st.sets(st.sampled_from(fits), min_size=1)))
+            job = Job(f"j{n}", data.draw(st.integers(1, 2)) if gpus == 1 else 1, gpus)
+            eligible[job.id] = None if some is None else frozenset(some)
+            arrived.append(job.id)
+            scheduler.arrive(job, eligible=eligible[job.id])
+        policy.check()
+        c = policy.cluster
+        for job_id, job in c.jobs.items():
+            allowed = eligible[job_id]
+            if allowed is not None:
+                where = {c.nodes[c.location[(job_id, k)]].name for k in range(job.instances)}
+                assert where <= allowed, f"{job_id} on {where - allowed}, outside its eligible nodes"
