@@ -112,7 +112,8 @@ class Simulation:
             raise ValueError("the workload is empty: no job to simulate")
         why = unplaceable(jobs, config.nodes)
         if why:
-            raise ValueError(f"{why}; give more nodes (--nodes) or bigger ones (--gpus-per-node)")
+            raise ValueError(f"{why}; give more nodes (--nodes, or --eta to scale a --layout) or bigger ones "
+                             "(--gpus-per-node)")
         self.jobs = jobs
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
