@@ -26,6 +26,7 @@ from ..slurm.translate import Observation, Pending, id_order
 from .cycle import Books, CycleReport, Placed, fmt, log, per_node
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
+from .sync import pinned_to
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
@@ -159,7 +160,9 @@ class Actuator:
             del books.left[job_id]
         leaving = books.leaving
         for job_id in obs.left.keys() - books.left.keys() - leaving.keys():
-            leaving[job_id] = (obs.left[job_id], False)
+            # a job the daemon had pinned before it came to be left (its nodes lost what it asks): unpinned too
+            pinned = books.pins.pop(job_id, None)
+            leaving[job_id] = (obs.left[job_id], pinned is not None and pinned_to(obs.slurm_jobs[job_id], pinned))
         for unpin in (False, True):
             due = sorted((j for j, (_, u) in leaving.items() if u is unpin), key=id_order)
             for start in range(0, len(due), LEASE_BATCH):

@@ -413,6 +413,8 @@ class Daemon:
                 if translator.slurm_nodes[name].state == "unknown":
                     continue  # a restarted slurmctld has not heard from the node yet; give it until stale_after
                 return f"node {name} takes no new work"
+            if not translator.satisfies(p.slurm, name):
+                return f"node {name} no longer has what it asks for (GPU type, features)"
             if p.eligible is not None and name not in p.eligible:
                 short.add(p.job.id)
                 if p.job.id in self.books.short:

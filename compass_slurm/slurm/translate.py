@@ -776,6 +776,12 @@ class Translator:
         # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
         return None if names == self.available else frozenset(names)
 
+    def satisfies(self, job: SlurmJob, name: str) -> bool:
+        """Whether node ``name`` has the GPU type and the features ``job`` asks for (what only an admin changes)."""
+        node = self.slurm_nodes.get(name)
+        return node is not None and (not job.gpu_type or node.gpu_type == job.gpu_type) and \
+            _constraint(job).satisfied_by(node.features)
+
     def _within(self, facts: _Task, eligible: Eligible) -> frozenset[str]:
         """``eligible`` narrowed to the one node set the job's nodes must form (see nodesets.py), and to the nodes it
         prefers where they have room for it now. Raises Unhonoured when no node set could ever hold it."""

@@ -1,7 +1,8 @@
 """Heterogeneous dev clusters (`scripts/dev-cluster start --layout FILE`) as Slurm itself reports them.
 
 tests/data/layouts/mixed.toml and shared.toml on every release, blocks.toml on 23.11 and later: one cluster start
-per layout and release, its tests run on it together.
+per layout and release, its tests run on it together. The hook is installed (it changes nothing until a daemon
+writes its config), so tests/integration/test_daemon_hetero.py runs on the same clusters.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _layout_cluster(name: str, releases: list[str]):
 
     @pytest.fixture(scope="session", params=releases, name=name)
     def cluster(request: pytest.FixtureRequest) -> Iterator[str]:
-        with session_layout_cluster(FILES[name], request.param):
+        with session_layout_cluster(FILES[name], request.param, job_submit_lua=True):
             yield request.param
 
     return cluster
@@ -43,7 +44,7 @@ _blocks = _layout_cluster("blocks", [r for r in releases_under_test() if r >= "2
 def _own_layout(request: pytest.FixtureRequest) -> None:
     """This test's layout running again when the other integration tests' cluster replaced it meanwhile."""
     for name in FILES.keys() & set(request.fixturenames):
-        use_cluster(Layout.of_file(FILES[name], request.getfixturevalue(name)))
+        use_cluster(Layout.of_file(FILES[name], request.getfixturevalue(name), job_submit_lua=True))
 
 
 class Jobs:

@@ -1,0 +1,165 @@
+"""The daemon at a heterogeneous site (tests/data/layouts/mixed.toml: a100 and h100 8-GPU nodes, v100 4-GPU
+nodes, features, three leaf switches under topology/tree), the job_submit hook installed.
+
+GPU jobs sent with plain sbatch, with node features, typed GPUs, --switches and --contiguous, are placed by the
+daemon and run where its log says, on nodes that satisfy them; a pin Slurm refuses is lifted within one cycle.
+On every release under test, on test_layouts.py's clusters (the same layout, the hook installed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from devcluster import LAYOUTS, Layout, releases_under_test, session_layout_cluster, use_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the daemon-process harness
+from harness import DaemonProcess, cancel, jobs_named, log_disagreements, until  # noqa: E402
+from test_submit_hook import Cluster, sbatch  # noqa: E402
+
+from compass_slurm.config import Config  # noqa: E402
+from compass_slurm.layout import load_layout  # noqa: E402
+from compass_slurm.service.daemon import Daemon  # noqa: E402
+from compass_slurm.service.store import Store  # noqa: E402
+from compass_slurm.slurm.cli_backend import CliBackend  # noqa: E402
+from compass_slurm.slurm.hostlist import expand  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+MIXED = LAYOUTS / "mixed.toml"
+LAYOUT = load_layout(MIXED)
+FEATURES = {name: set(g.features) for g in LAYOUT.groups for name in g.names}
+LEAF = {name: g.switch for g in LAYOUT.groups for name in g.names}
+ORDER = list(LAYOUT.nodes)
+
+
+@pytest.fixture(scope="session", params=releases_under_test())
+def hetero(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    with session_layout_cluster(MIXED, request.param, job_submit_lua=True) as env:
+        yield {**env, "release": request.param}
+
+
+@pytest.fixture(autouse=True)
+def _own_layout(hetero: dict[str, str]) -> None:
+    use_cluster(Layout.of_file(MIXED, hetero["release"], job_submit_lua=True))
+
+
+@pytest.fixture
+def cluster(hetero: dict[str, str]) -> Iterator[Cluster]:
+    found = Cluster(hetero)
+    yield found
+    found.hook_config.unlink(missing_ok=True)  # the next tests see plain Slurm again
+    found.reload()
+
+
+@pytest.fixture
+def name(cluster: Cluster) -> Iterator[str]:
+    prefix = f"hetero{time.monotonic_ns()}-"
+    yield prefix
+    cancel(j.id for j in jobs_named(prefix) if j.state in ("PENDING", "RUNNING", "CONFIGURING"))
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, cluster: Cluster) -> Iterator[DaemonProcess]:
+    until(lambda: not subprocess.run(["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING"],
+                                     capture_output=True, text=True).stdout.strip(), 60, "earlier jobs gone")
+    process = DaemonProcess(tmp_path / "daemon", interval=1.0,
+                            extra_env={"COMPASS_HOOK_CONFIG": str(cluster.hook_config), "COMPASS_HOOK_STALENESS": "10"})
+    try:
+        process.start()
+        until(lambda: cluster.hook_config.exists() and (process.workdir / "anchors").exists(), 30,
+              "the daemon writes the hook config and the anchors")
+        cluster.reload()
+        yield process
+    finally:
+        process.kill()
+
+
+#: (sbatch options, what each of the job's nodes must satisfy, what its set of nodes must)
+JOBS = [
+    (["--gres=gpu:1", "-C", "a100"], lambda f: "a100" in f, None),
+    (["--gres=gpu:1", "-C", "a100|v100"], lambda f: "a100" in f or "v100" in f, None),
+    (["--gres=gpu:1", "-C", "a100&80gb"], lambda f: {"a100", "80gb"} <= f, None),
+    (["--gres=gpu:h100:2"], lambda f: "h100" in f, None),
+    (["--gpus=v100:2"], lambda f: "v100" in f, None),
+    (["-N2", "--gpus-per-node=8", "-C", "h100"], lambda f: "h100" in f, None),
+    (["-N2", "--gpus-per-node=4", "--switches=1"], lambda f: True, lambda nodes: len({LEAF[n] for n in nodes}) == 1),
+    (["-N2", "--gpus-per-node=8", "--contiguous"], lambda f: True,
+     lambda nodes: sorted(ORDER.index(n) for n in nodes) == list(range(min(map(ORDER.index, nodes)),
+                                                                       min(map(ORDER.index, nodes)) + 2))),
+]
+
+
+def test_gpu_jobs_of_every_form_are_placed_by_the_daemon_where_slurm_runs_them(daemon, cluster, name):
+    ids = [sbatch(f"{name}{i}", *args) for i, (args, _, _) in enumerate(JOBS)]
+    jobs = until(lambda: (js := jobs_named(name)) and len(js) == len(JOBS) and all(j.state == "RUNNING" for j in js)
+                 and js, 90, f"{len(JOBS)} jobs running", poll=0.5)
+    assert log_disagreements(daemon.db, jobs) == []
+    with Store.open(f"sqlite:///{daemon.db}", create=False) as store:
+        decisions = {d.job_id: d for d in store.decisions() if d.job_id in ids}
+    for job_id, (args, node_ok, set_ok) in zip(ids, JOBS):
+        (job,) = [j for j in jobs if j.id == job_id]
+        nodes = tuple(expand(job.nodes))
+        assert decisions[job_id].action == "placed", (args, decisions.get(job_id))
+        assert set(decisions[job_id].nodes) == set(nodes), args
+        assert all(node_ok(FEATURES[n]) for n in nodes), (args, nodes)
+        assert set_ok is None or set_ok(nodes), (args, nodes)
+
+
+class FeatureGone(CliBackend):
+    """Between the daemon's read and its pin, the chosen node loses the feature the job asks for (an admin's
+    scontrol update, or what the daemon does not read): Slurm refuses the pin, or takes it and parks the job."""
+
+    def __init__(self) -> None:
+        super().__init__(narrow=None, lines=None)
+        self.stripped: list[str] = []
+
+    def set_nodes(self, job_id, nodes, **kw) -> None:
+        if not self.stripped:  # the first pin only
+            self.stripped.append(nodes[0])
+            subprocess.run(["scontrol", "update", f"NodeName={nodes[0]}", "AvailableFeatures=80gb",
+                            "ActiveFeatures=80gb"], check=True, capture_output=True)
+        super().set_nodes(job_id, nodes, **kw)
+
+
+def test_a_pin_slurm_refuses_is_lifted_within_a_cycle_and_the_job_starts_as_slurm_likes(hetero, tmp_path, name):
+    backend = FeatureGone()
+    daemon = Daemon(Config(anchors=str(tmp_path / "anchors"), lease=60, interval=1), backend,
+                    f"sqlite:///{tmp_path / 'log.db'}")
+    job = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--comment=compass",
+                          "--begin=now+60", "--gres=gpu:1", "-C", "a100", "--wrap", "sleep 300"],
+                         check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+    try:
+        until(lambda: daemon.cycle() and backend.stripped, 20, "the daemon pins the job (or Slurm refuses)")
+        (stripped,) = backend.stripped
+        refused = 0  # cycles that saw the job pinned and refused: the first of them lifts the pin
+
+        def runs() -> object:
+            nonlocal refused
+            time.sleep(1.0)  # the daemon's interval: Slurm looks at the pinned job meanwhile
+            daemon.cycle()
+            seen = daemon.observation.slurm_jobs.get(job)
+            refused += seen is not None and seen.reason == "BadConstraints" and bool(seen.required_nodes)
+            return (js := jobs_named(name)) and js[0].state == "RUNNING" and js
+
+        (run,) = until(runs, 40, "the job runs")
+        assert refused <= 1
+        (ran_on,) = expand(run.nodes)
+        assert ran_on != stripped and "a100" in FEATURES[ran_on]
+        with Store.open(daemon.db, create=False) as store:
+            actions = [d.action for d in store.decisions() if d.job_id == job]
+        # re-planned onto a node that has it (the daemon reads the node's features again), or left to Slurm (Slurm
+        # refused the pin for what the daemon does not see); either way within the cycle after the pin
+        assert actions in (["placed", "replanned"], ["placed", "left"], ["failed", "left"]), actions
+        if actions[-1] == "replanned":
+            assert log_disagreements(tmp_path / "log.db", [run]) == []
+    finally:
+        daemon.close()
+        cancel([job])
+        for node in backend.stripped:
+            features = ",".join(sorted(FEATURES[node]))
+            subprocess.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={features}",
+                            f"ActiveFeatures={features}"], check=True, capture_output=True)
