@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -118,10 +119,12 @@ class Chroot(Machine):
     def unmount(self) -> None:
         for target in reversed(self.mounts):
             for _ in range(50):  # a process of the test's may still be leaving the chroot: busy for a moment
-                if subprocess.run(["umount", str(target)], capture_output=True).returncode == 0:
+                done = subprocess.run(["umount", str(target)], capture_output=True, text=True)
+                if done.returncode == 0:
                     break
                 time.sleep(0.2)
             else:  # detached now, gone once its last user is: nothing of the host's is below it
+                warnings.warn(f"{target} busy for 10 s ({done.stderr.strip()}): detached lazily")
                 subprocess.run(["umount", "--lazy", str(target)], check=True, capture_output=True)
         self.mounts.clear()
 
