@@ -41,7 +41,8 @@ _POSSIBILITIES = re.compile(r"possibilities:((?: '--[^']+')+)")
 def parse_help(*texts: str) -> tuple[dict[str, str], dict[str, str]]:
     """The forms ``--help`` and ``--usage`` show: name -> REQUIRED (``=x``), OPTIONAL (``[=x]``) or NONE (only
     ever bare), and short letter -> name. The first value form shown wins (``--help``'s, given first, over
-    ``--usage``'s); a bare mention never hides one (``--propagate[=rlimits]`` in one, ``[--propagate]`` in the other)."""
+    ``--usage``'s); a bare mention never hides one (``--propagate[=rlimits]`` in one, ``[--propagate]`` in the
+    other)."""
     forms: dict[str, str] = {}
     short: dict[str, str] = {}
     for text in texts:
@@ -74,11 +75,12 @@ def read_table(binary: str) -> OptionTable | None:
     known = {name: BUILTIN.long[name] for name in names
              if name in BUILTIN.long and forms.get(name, BUILTIN.long[name]) == BUILTIN.long[name]}
     probed = probe(binary, [name for name in names if name not in known], version_run[1])
-    long = {name: known.get(name) or probed.get(name) for name in names}
+    # a probe that did not answer (timed out) leaves a built-in name as built in, and a new one out
+    long = {name: known.get(name) or probed.get(name) or BUILTIN.long.get(name) for name in names}
     long = {name: arity for name, arity in long.items() if arity is not None}
     short = {letter: name for letter, name in {**BUILTIN.short, **letters}.items() if name in long}
     version = version_run[1].strip()
-    return OptionTable(long, short, origin=f"read from {binary} ({version})", version=version)
+    return OptionTable(long, short, version=version)
 
 
 def probe(binary: str, names: Iterable[str], version: str) -> dict[str, str]:

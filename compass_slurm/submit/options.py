@@ -56,14 +56,14 @@ MAX_AGE = 86400.0
 CACHE_NAME = "sbatch-options.json"
 _FORMAT = 1
 
+
 @dataclass(frozen=True)
 class OptionTable:
     """sbatch's options: long name -> REQUIRED, NONE or OPTIONAL; short letter -> long name."""
 
     long: Mapping[str, str]
     short: Mapping[str, str]
-    #: where the table comes from, for messages
-    origin: str = "built in (Slurm 22.05)"
+    #: what ``sbatch --version`` printed (None: the built-in table)
     version: str | None = None
 
 
@@ -108,7 +108,10 @@ def table_for(binary: str, environ: Mapping[str, str]) -> OptionTable:
     except OSError:
         return read_table(path) or BUILTIN  # no cache: read every time
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # many submissions at once: one reads, the others wait for its table
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # many submissions at once: one reads, the others wait for its table
+        except OSError:
+            pass  # a file system without locks: each of them reads
         table = cached(cache, path, key)
         if table is None:
             table = read_table(path)
@@ -119,6 +122,7 @@ def table_for(binary: str, environ: Mapping[str, str]) -> OptionTable:
 
 
 def stat_key(path: str) -> dict[str, int] | None:
+    """What says the binary is still the one whose table was read (None: no such file)."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -140,8 +144,7 @@ def cached(cache: str, path: str, key: dict[str, int]) -> OptionTable | None:
             return None
         if not 0 <= time.time() - entry["read_at"] < MAX_AGE:
             return None
-        return OptionTable(entry["long"], entry["short"], origin=f"read from {path} ({entry['version']})",
-                           version=entry["version"])
+        return OptionTable(entry["long"], entry["short"], version=entry["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -152,6 +155,8 @@ def save(cache: str, path: str, key: dict[str, int], table: OptionTable) -> None
         doc = _load(cache)
         binaries = doc["binaries"] if doc.get("format") == _FORMAT else {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        binaries = {}
+    if not isinstance(binaries, dict):
         binaries = {}
     binaries[path] = {**key, "read_at": time.time(), "version": table.version, "long": dict(table.long),
                       "short": dict(table.short)}

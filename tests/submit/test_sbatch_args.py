@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from compass_slurm.submit.sbatch_args import (
-    GpuRequest, Option, OptionError, SbatchArgsError, begin_time, environment_options, gpu_request, last, parse_command_line,
+    GpuRequest, Option, OptionError, SbatchArgsError, begin_time, environment_options, gpu_request, last,
+    parse_command_line,
     parse_directives,
 )
 

@@ -1,7 +1,8 @@
 """The sbatch wrapper, run as users run it (scripts/compass-sbatch, compass submit), against a recording sbatch.
 
 The recording sbatch (recorded_sbatch.py) stands first on PATH, notes the exact
-argv and stdin it got and answers the option reader as a recorded release; the daemon is a real ControlServer in a thread (up), no socket (down), a
+argv and stdin it got and answers the option reader as a recorded release; the
+daemon is a real ControlServer in a thread (up), no socket (down), a
 socket that never answers (hung), or one that answers errors. The same paths
 run against the real sbatch in tests/integration/test_wrapper_live.py.
 """
@@ -241,7 +242,8 @@ def test_options_of_later_releases_are_read_from_their_sbatch(tmp_path: Path, re
     (["--frobnicate", "-G", "2", "job.sh"], None, "option --frobnicate is unknown to this wrapper"),
     (["-Z", "-G", "2", "job.sh"], None, "option -Z is unknown to this wrapper"),
     (["--hold=yes", "-G", "2", "job.sh"], None, "option --hold takes no value"),
-    (["gpu.sh"], "#SBATCH -G 1\n#SBATCH --frobnicate\n", "script line 3: option --frobnicate is unknown to this wrapper"),
+    (["gpu.sh"], "#SBATCH -G 1\n#SBATCH --frobnicate\n",
+     "script line 3: option --frobnicate is unknown to this wrapper"),
 ])
 def test_an_option_the_wrapper_cannot_read_is_said_then_plain_sbatch(env: Env, daemon: Daemon, args: list[str],
                                                                     script: str | None, said: str) -> None:
