@@ -18,8 +18,9 @@ import pytest
 from devcluster import LAYOUTS, Layout, releases_under_test, session_layout_cluster, use_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the daemon-process harness
-from harness import DaemonProcess, cancel, jobs_named, log_disagreements, until  # noqa: E402
-from test_submit_hook import Cluster, sbatch  # noqa: E402
+from harness import cancel, jobs_named, log_disagreements, until  # noqa: E402
+# the hook's fixtures (name, daemon) on this module's cluster
+from test_submit_hook import Cluster, daemon, name, sbatch  # noqa: E402, F401
 
 from compass_slurm.config import Config  # noqa: E402
 from compass_slurm.layout import load_layout  # noqa: E402
@@ -53,29 +54,6 @@ def cluster(hetero: dict[str, str]) -> Iterator[Cluster]:
     yield found
     found.hook_config.unlink(missing_ok=True)  # the next tests see plain Slurm again
     found.reload()
-
-
-@pytest.fixture
-def name(cluster: Cluster) -> Iterator[str]:
-    prefix = f"hetero{time.monotonic_ns()}-"
-    yield prefix
-    cancel(j.id for j in jobs_named(prefix) if j.state in ("PENDING", "RUNNING", "CONFIGURING"))
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, cluster: Cluster) -> Iterator[DaemonProcess]:
-    until(lambda: not subprocess.run(["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING"],
-                                     capture_output=True, text=True).stdout.strip(), 60, "earlier jobs gone")
-    process = DaemonProcess(tmp_path / "daemon", interval=1.0,
-                            extra_env={"COMPASS_HOOK_CONFIG": str(cluster.hook_config), "COMPASS_HOOK_STALENESS": "10"})
-    try:
-        process.start()
-        until(lambda: cluster.hook_config.exists() and (process.workdir / "anchors").exists(), 30,
-              "the daemon writes the hook config and the anchors")
-        cluster.reload()
-        yield process
-    finally:
-        process.kill()
 
 
 #: (sbatch options, what each of the job's nodes must satisfy, what its set of nodes must)

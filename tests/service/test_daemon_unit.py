@@ -484,15 +484,23 @@ def test_a_restarted_daemon_knows_its_pins_on_jobs_slurm_holds_back(tmp_path):
     clock.now += 10
     assert [(d.action, d.gpus_per_node) for d in second.cycle().decisions] == [("replanned", {"n2": 8})]
 
-def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
-    class Refusing(SnapshotBackend):
-        def scontrol(self, argv):
-            super().scontrol(argv)
-            if "JobId=60" in argv:
-                raise SlurmCommandError(argv, "exit 1: Invalid job id specified")
+class Refusing(SnapshotBackend):
+    """Slurm refusing every scontrol line that holds ``token``, saying ``error``."""
 
+    def __init__(self, state: SlurmState, token: str, error: str) -> None:
+        super().__init__(state, out=None)
+        self.token, self.error = token, error
+
+    def scontrol(self, argv):
+        super().scontrol(argv)
+        if self.token in argv:
+            raise SlurmCommandError(argv, f"exit 1: {self.error}")
+
+
+def test_a_decision_slurm_refuses_is_undone_and_logged(tmp_path):
     state = cluster(nodes(2), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
-    daemon = Daemon(Config(anchors=""), Refusing(state, out=None), f"sqlite:///{tmp_path / 'log.db'}")
+    daemon = Daemon(Config(anchors=""), Refusing(state, "JobId=60", "Invalid job id specified"),
+                    f"sqlite:///{tmp_path / 'log.db'}")
     report = daemon.cycle()
     assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [
         ("60", "failed", {"n1": 8}), ("61", "placed", {"n2": 8})]
@@ -1164,13 +1172,8 @@ def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slu
 
 
 def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tmp_path):
-    class Refusing(SnapshotBackend):
-        def scontrol(self, argv):
-            super().scontrol(argv)
-            if "ReqNodeList=n1" in argv:
-                raise SlurmCommandError(argv, "exit 1: Requested node configuration is not available")
-
-    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), out=None)
+    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), "ReqNodeList=n1",
+                       "Requested node configuration is not available")
     daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
     report = daemon.cycle()
     assert [(d.job_id, d.action) for d in report.decisions] == [("90", "failed"), ("90", "left")]
