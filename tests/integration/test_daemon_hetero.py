@@ -30,22 +30,33 @@ from compass_slurm.slurm.cli_backend import CliBackend  # noqa: E402
 from compass_slurm.slurm.hostlist import expand  # noqa: E402
 
 pytestmark = pytest.mark.slurm
-MIXED = LAYOUTS / "mixed.toml"
+MIXED, SHARED = LAYOUTS / "mixed.toml", LAYOUTS / "shared.toml"
 LAYOUT = load_layout(MIXED)
 FEATURES = {name: set(g.features) for g in LAYOUT.groups for name in g.names}
 LEAF = {name: g.switch for g in LAYOUT.groups for name in g.names}
 ORDER = list(LAYOUT.nodes)
 
 
-@pytest.fixture(scope="session", params=releases_under_test())
-def hetero(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    with session_layout_cluster(MIXED, request.param, job_submit_lua=True) as env:
-        yield {**env, "release": request.param}
+def _site(name: str, path: Path):
+    """A session fixture ``name``: the layout ``path`` running on each release, the hook installed."""
+
+    @pytest.fixture(scope="session", params=releases_under_test(), name=name)
+    def site(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+        with session_layout_cluster(path, request.param, job_submit_lua=True) as env:
+            yield {**env, "release": request.param}
+
+    return site
+
+
+SITES = {"hetero": MIXED, "shared": SHARED}
+_hetero, _shared = (_site(name, path) for name, path in SITES.items())
 
 
 @pytest.fixture(autouse=True)
-def _own_layout(hetero: dict[str, str]) -> None:
-    use_cluster(Layout.of_file(MIXED, hetero["release"], job_submit_lua=True))
+def _own_layout(request: pytest.FixtureRequest) -> None:
+    """This test's layout running again when another fixture's cluster replaced it meanwhile."""
+    for name in SITES.keys() & set(request.fixturenames):
+        use_cluster(Layout.of_file(SITES[name], request.getfixturevalue(name)["release"], job_submit_lua=True))
 
 
 @pytest.fixture
@@ -103,13 +114,23 @@ class FeatureGone(CliBackend):
         super().set_nodes(job_id, nodes, **kw)
 
 
+def in_process(tmp_path: Path, backend: CliBackend | None = None) -> Daemon:
+    """A daemon in this process, one cycle at a time (it reads as `compass daemon` does)."""
+    return Daemon(Config(anchors=str(tmp_path / "anchors"), lease=60, interval=1),
+                  backend or CliBackend(narrow=None, lines=None), f"sqlite:///{tmp_path / 'log.db'}")
+
+
+def managed(name: str, *args: str) -> str:
+    """sbatch as the hook or the wrapper leaves a GPU job: marked, its lease set."""
+    return subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--comment=compass",
+                           "--begin=now+60", *args, "--wrap", "sleep 300"],
+                          check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+
+
 def test_a_pin_slurm_refuses_is_lifted_within_a_cycle_and_the_job_starts_as_slurm_likes(hetero, tmp_path, name):
     backend = FeatureGone()
-    daemon = Daemon(Config(anchors=str(tmp_path / "anchors"), lease=60, interval=1), backend,
-                    f"sqlite:///{tmp_path / 'log.db'}")
-    job = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--comment=compass",
-                          "--begin=now+60", "--gres=gpu:1", "-C", "a100", "--wrap", "sleep 300"],
-                         check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+    daemon = in_process(tmp_path, backend)
+    job = managed(name, "--gres=gpu:1", "-C", "a100")
     try:
         until(lambda: daemon.cycle() and backend.stripped, 20, "the daemon pins the job (or Slurm refuses)")
         (stripped,) = backend.stripped
@@ -141,3 +162,33 @@ def test_a_pin_slurm_refuses_is_lifted_within_a_cycle_and_the_job_starts_as_slur
             features = ",".join(sorted(FEATURES[node]))
             subprocess.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={features}",
                             f"ActiveFeatures={features}"], check=True, capture_output=True)
+
+
+def test_mig_profiles_are_placed_and_shared_gpus_left_to_slurm(shared, tmp_path):
+    """A node of one MIG profile is a GPU type (a group) of its own; nodes with gres/shard are Slurm's alone: a
+    GPU job only they can hold is left to Slurm at once, and no GPU job is pinned there."""
+    layout = load_layout(SHARED)
+    mig, sharded, whole = (set(g.names) for g in layout.groups)
+    daemon = in_process(tmp_path)
+    name = f"shared{time.monotonic_ns()}-"
+    jobs = {"mig": managed(name, "--gres=gpu:1g.10gb:2"), "a100": managed(name, "--gres=gpu:a100:2"),
+            "shard-nodes": managed(name, "--gres=gpu:1", "-C", "shard")}
+    try:
+        def all_run() -> object:
+            daemon.cycle()
+            time.sleep(0.5)
+            found = {j.id: j for j in jobs_named(name)}
+            return len(found) == len(jobs) and all(j.state == "RUNNING" for j in found.values()) and found
+
+        found = until(all_run, 60, "the three jobs running")
+        with Store.open(daemon.db, create=False) as store:
+            actions = {d.job_id: d for d in store.decisions()}
+        where = {kind: set(expand(found[job].nodes)) for kind, job in jobs.items()}
+        assert actions[jobs["mig"]].action == "placed" and where["mig"] <= mig
+        assert actions[jobs["a100"]].action == "placed" and where["a100"] <= whole
+        assert actions[jobs["shard-nodes"]].action == "left" and where["shard-nodes"] <= sharded
+        assert "no GPU node of partition" in actions[jobs["shard-nodes"]].reason
+        assert log_disagreements(tmp_path / "log.db", [found[jobs["mig"]], found[jobs["a100"]]]) == []
+    finally:
+        daemon.close()
+        cancel(jobs.values())
