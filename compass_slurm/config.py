@@ -17,8 +17,9 @@ from typing import Any
 
 # The budget's words live with the rate limit that resolves them, a module of plain Python (no policy is loaded).
 from .engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
+from .paths import ETC, RUN
 
-DEFAULT_FILE = Path("/etc/compass/config.toml")
+DEFAULT_FILE = ETC / "config.toml"
 
 
 class ConfigError(ValueError):
@@ -30,9 +31,9 @@ class Config:
     #: SQLAlchemy URL of the decision log; empty means compass_slurm.service.store.default_db_url().
     db: str = ""
     #: Unix socket the daemon listens on and the wrapper connects to.
-    socket: str = "/run/compass/compass.sock"
+    socket: str = str(RUN / "compass.sock")
     #: where the daemon publishes the partial-node anchors for submit hooks.
-    anchors: str = "/run/compass/anchors"
+    anchors: str = str(RUN / "anchors")
     #: placement policy by name (compass_slurm.engine.policies); compass-easy: see README "The daemon".
     policy: str = "compass-easy"
     #: queue discipline of the daemon's Scheduler, as `compass simulate --queue`: "backfill" (EASY, as Slurm's
@@ -54,7 +55,7 @@ class Config:
     #: --migratable), "requeue" (that, or Slurm's own --requeue as the hook or wrapper saw it), "never".
     migratable: str = "marker"
     #: the job_submit/lua hook's config file, written by `compass daemon` at start; empty: the admin writes it.
-    hook_config: str = "/run/compass/hook.conf"
+    hook_config: str = str(RUN / "hook.conf")
     #: seconds after which the hook takes the anchors file as stale (the daemon gone); 0: 3 intervals.
     hook_staleness: float = 0.0
     #: interactive allocations (salloc, srun outside a job) through the hook: "managed" or "unmanaged".

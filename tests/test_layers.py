@@ -19,7 +19,7 @@ ALLOWED = {
     "engine": {"engine"},
     "slurm": {"slurm", "engine", "atomic", "collector", "timeparse"},
     "sim": {"sim", "engine", "slurm", "layout", "atomic", "timeparse", "native_stdout"},
-    "service": {"service", "engine", "slurm", "atomic", "collector", "config", "timeparse"},
+    "service": {"service", "engine", "slurm", "atomic", "collector", "config", "timeparse", "paths"},
     "submit": {"submit", "slurm", "service", "config", "atomic", "timeparse"},
 }
 #: standard or third-party modules that mean I/O, threads or a clock: never in the engine

@@ -59,6 +59,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from ..engine.model import Decision, Job, Migration
+from ..paths import STATE
 
 #: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
 SCHEMA_VERSION = 2
@@ -73,7 +74,7 @@ def _add_from_nodes(conn: Connection) -> None:
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes}
 
-SYSTEM_DB = Path("/var/lib/compass/compass.db")
+SYSTEM_DB = STATE / "compass.db"
 #: how long SQLite waits for another writer's lock before giving up.
 BUSY_TIMEOUT_MS = 5000
 
