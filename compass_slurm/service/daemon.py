@@ -67,6 +67,8 @@ NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Inv
 #: Slurm's refusal of a decision that no other nodes would change (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE: what
 #: the job asks of a node is more than the daemon reads): the job is left to Slurm
 REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
+#: the pending reason of a job whose required nodes Slurm will not give it now (WAIT_NODE_NOT_AVAIL)
+NODES_REFUSED = "ReqNodeNotAvail"
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -274,6 +276,14 @@ class Daemon:
             replan.intersection_update(ids)  # those no longer pending are not decided again
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
+            if p.slurm.reason.split(",")[0].strip() == NODES_REFUSED:
+                # Slurm will not start it on the nodes it is pinned to (down, drained, or reserved for jobs of a
+                # higher-priority partition as Slurm sees it, not the daemon): unpinned, Slurm's now
+                policy.remove(job_id)
+                del placed[job_id]
+                self.books.leaving[job_id] = (f"Slurm holds its pin back ({p.slurm.reason}); unpinned and left to "
+                                              f"Slurm", True)
+                continue
             stale = self._stale(p, policy, now, translator, short)
             if stale is not None:
                 # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
@@ -292,7 +302,7 @@ class Daemon:
                 pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
                 replanned.add(ids[at])
         by_id = dict(zip(ids, pending))
-        left = self.books.left
+        left = self.books.left.keys() | self.books.leaving.keys()
         queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
                               map(not_, map(held.__contains__, ids))))
         if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
