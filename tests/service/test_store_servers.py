@@ -3,7 +3,6 @@ CI=true, where they fail; it is tried once per run."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ def test_a_server_that_cannot_start_skips_its_tests_but_fails_them_on_ci(db_serv
     servers = type(db_servers)
     broken = tmp_path / "dev-db"
     broken.write_text("import sys\nprint('dev-db: error: mariadbd not found', file=sys.stderr)\nsys.exit(2)\n")
-    monkeypatch.setattr(sys.modules[servers.__module__], "DEV_DB", broken)
+    # the conftest's own globals: its module name, "conftest", may be another directory's in sys.modules
+    monkeypatch.setitem(servers.url.__globals__, "DEV_DB", broken)
     monkeypatch.delenv("CI", raising=False)
     run = servers()
     try:
