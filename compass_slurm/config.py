@@ -74,6 +74,9 @@ class Config:
     metrics_textfile: str = ""
     #: how long the wrapper waits for the daemon before falling back to plain sbatch.
     wrapper_timeout: float = 1.0
+    #: days of decision log the daemon keeps: between cycles it deletes older records in small batches
+    #: (Store.prune; `compass log prune` by hand); 0 keeps everything.
+    log_retention_days: int = 180
     #: where each value came from: default, the file's path, COMPASS_<NAME>, or flag.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "decisions": "decisions",
     "doctor": "doctor",
     "explain": "explain",
+    "log": "log",
     "policies": "policies",
     "replay": "replay",
     "report": "report",

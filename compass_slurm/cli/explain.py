@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,9 +12,6 @@ from .options import db_option, read_log
 if TYPE_CHECKING:
     from ..service.store import DecisionRecord, MigrationRecord, Store
 
-#: a cycle's records are written in two transactions moments apart (its decisions, then the rest); this margin
-#: finds them all by time
-CYCLE_SPAN = timedelta(minutes=10)
 
 
 @click.command("explain", context_settings=CONTEXT_SETTINGS)
@@ -56,10 +52,8 @@ def explain(store: Store, job_id: str) -> dict[str, Any] | None:
 
 
 def _same_cycle(store: Store, d: DecisionRecord) -> tuple[list[DecisionRecord], list[MigrationRecord]]:
-    assert d.time is not None  # read back from the log
-    since = d.time - CYCLE_SPAN
-    return ([x for x in store.decisions(since=since) if x.cycle == d.cycle],
-            [m for m in store.migrations(since=since) if m.cycle == d.cycle])
+    # by the cycle index: a time window would read every record since the decision (a day: millions)
+    return store.decisions(cycle=d.cycle), store.migrations(cycle=d.cycle)
 
 
 def _render(doc: dict[str, Any]) -> None:

@@ -58,7 +58,7 @@ from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
-from .store import DecisionRecord, StoreError
+from .store import DecisionRecord, Pruner, StoreError
 from .sync import left_queue, mirror, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over, waiting_ids
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
@@ -124,13 +124,17 @@ class Daemon:
         ``watch`` seconds finds a managed pending job the last cycle did not see (a hook-marked job tells
         no one it was submitted) or a GPU job gone that the last cycle saw running."""
         swept = time.monotonic()
+        pruner = Pruner(None if self.dry_run else self.db, self.config.log_retention_days)
         while not self.stop.is_set():
             self.cycle()
             if time.monotonic() - swept >= SWEEP_EVERY_S:
                 collector.sweep()  # between cycles: the reference cycles frozen since the last sweep
                 swept = time.monotonic()
+            if (obs := self.observation) is not None:  # retention, between cycles; the jobs Slurm has keep places
+                pruner.between_cycles(lambda: obs.slurm_jobs.keys() | obs.running.keys())
             self._wait(interval)
             self.wake.clear()
+        pruner.close()
         self.close()
 
     def _wait(self, interval: float) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -130,15 +129,18 @@ class Report:
 
 
 def build_report(store: Store, since: datetime, until: datetime | None = None) -> Report:
+    from .store import DecisionRecord, ErrorRecord, MigrationRecord
+
     until = until or datetime.now(UTC)
     return Report(
         since=since,
         until=until,
         database=store.name,
         samples=[s for s in store.samples(since=since) if s.time <= until],  # type: ignore[operator]
-        decisions=dict(Counter(d.action for d in store.decisions(since=since) if d.time <= until)),  # type: ignore[operator]
-        migrations=dict(Counter(m.status for m in store.migrations(since=since) if m.time <= until)),  # type: ignore[operator]
-        errors=dict(Counter(e.kind for e in store.errors(since=since) if e.time <= until)),  # type: ignore[operator]
+        # counted by the database: a day at 16,384 nodes is millions of decisions
+        decisions=store.count(DecisionRecord, "action", since, until),
+        migrations=store.count(MigrationRecord, "status", since, until),
+        errors=store.count(ErrorRecord, "kind", since, until),
     )
 
 

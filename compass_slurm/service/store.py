@@ -19,8 +19,10 @@ leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's lo
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -37,12 +39,14 @@ from sqlalchemy import (
     Double,
     Engine,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
     create_engine,
+    delete,
     event,
     func,
     insert,
@@ -83,6 +87,8 @@ MIGRATION_STATUSES = ("done", "failed")
 PINS = ("placed", "replanned", "migrated")
 #: the decision actions whose record names where the job runs: a job's latest such record must name its nodes
 PLACES = (*PINS, "adopted")
+#: rows per table one prune transaction deletes at most (a cycle goes whole): a few milliseconds of lock each
+PRUNE_BATCH = 2000
 #: ids per query of :meth:`Store.latest_places` and :meth:`Store.decisions_with_ids` (SQLite binds at most
 #: 32,766 values per statement, PostgreSQL and MySQL 65,535)
 _IN_BATCH = 500
@@ -91,6 +97,18 @@ CONNECT_TIMEOUT_S = 10
 #: connect arguments that bound that wait, by driver (SQLite needs none: it opens a file)
 _CONNECT_ARGS = {"psycopg": {"connect_timeout": CONNECT_TIMEOUT_S}, "psycopg2": {"connect_timeout": CONNECT_TIMEOUT_S},
                  "pymysql": {"connect_timeout": CONNECT_TIMEOUT_S}, "mysqldb": {"connect_timeout": CONNECT_TIMEOUT_S}}
+
+
+def _add_missing_indexes(conn: Connection) -> None:
+    """Create the indexes the tables declare that the database lacks (a log an older compass made: the cycle and
+    cycles.time indexes came with retention). An index changes no row and older readers ignore it, so it needs no
+    schema version; building one on a large log takes a while, once, when the daemon opens it."""
+    inspector = inspect(conn)
+    for table in metadata.sorted_tables:
+        present = {index["name"] for index in inspector.get_indexes(table.name)}
+        for index in sorted(table.indexes, key=lambda i: i.name):
+            if index.name not in present:
+                index.create(conn)
 
 
 def _batches(values: list[Any]) -> Iterator[list[Any]]:
@@ -194,7 +212,7 @@ cycles_table = Table(
     "cycles",
     metadata,
     Column("id", RowId, primary_key=True, autoincrement=True),
-    Column("time", UtcTime, nullable=False),
+    Column("time", UtcTime, nullable=False, index=True),  # pruning finds the last cycle older than the cut
 )
 
 
@@ -205,7 +223,7 @@ def _log_table(name: str, *columns: Column) -> Table:
         metadata,
         Column("id", RowId, primary_key=True, autoincrement=True),
         Column("time", UtcTime, nullable=False, index=True),
-        Column("cycle", RowId, ForeignKey("cycles.id")),
+        Column("cycle", RowId, ForeignKey("cycles.id"), index=True),  # explain reads a cycle; pruning deletes by cycles
         *columns,
     )
 
@@ -600,6 +618,8 @@ class Store:
                     raise StoreError(f"{self.name} has the old schema version {version} (this compass: {SCHEMA_VERSION})",
                                      hint="restart the daemon: it upgrades the schema when it opens the log")
                 self._migrate(conn, version)
+            if create:
+                _add_missing_indexes(conn)
 
     @staticmethod
     def _stored_version(conn: Connection) -> int | None:
@@ -704,7 +724,7 @@ class Store:
     # -- reading --------------------------------------------------------------------------
 
     def _query(self, kind: type[_R], since: datetime | None, job: str | None = None,
-               limit: int | None = None) -> list[_R]:
+               limit: int | None = None, cycle: int | None = None) -> list[_R]:
         """Rows of ``kind`` oldest first; with ``limit``, only the latest ``limit`` of them."""
         table = kind.table
         query = select(table)
@@ -712,6 +732,8 @@ class Store:
             query = query.where(table.c.time >= since)
         if job is not None:
             query = query.where(table.c.job_id == job)
+        if cycle is not None:
+            query = query.where(table.c.cycle == cycle)
         newest_first = limit is not None
         order = (table.c.time.desc(), table.c.id.desc()) if newest_first else (table.c.time, table.c.id)
         query = query.order_by(*order).limit(limit)
@@ -721,9 +743,10 @@ class Store:
         return records[::-1] if newest_first else records
 
     def decisions(self, since: datetime | None = None, job: str | None = None,
-                  limit: int | None = None) -> list[DecisionRecord]:
-        """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five)."""
-        return self._query(DecisionRecord, since, job, limit)
+                  limit: int | None = None, cycle: int | None = None) -> list[DecisionRecord]:
+        """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five); ``cycle``: those
+        of one daemon cycle."""
+        return self._query(DecisionRecord, since, job, limit, cycle)
 
     def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
         """Each job's latest record naming where it runs (action in PLACES); jobs without one are left out."""
@@ -762,8 +785,9 @@ class Store:
         with self._guard("read"), self.engine.connect() as conn:
             return list(dict.fromkeys(conn.execute(query).scalars()))
 
-    def migrations(self, since: datetime | None = None, job: str | None = None) -> list[MigrationRecord]:
-        return self._query(MigrationRecord, since, job)
+    def migrations(self, since: datetime | None = None, job: str | None = None,
+                   cycle: int | None = None) -> list[MigrationRecord]:
+        return self._query(MigrationRecord, since, job, cycle=cycle)
 
     def samples(self, since: datetime | None = None) -> list[SampleRecord]:
         return self._query(SampleRecord, since)
@@ -771,3 +795,164 @@ class Store:
     def errors(self, since: datetime | None = None) -> list[ErrorRecord]:
         return self._query(ErrorRecord, since)
 
+
+    def count(self, kind: type[_Record], by: str, since: datetime, until: datetime | None = None) -> dict[str, int]:
+        """How many records of ``kind`` in [since, until] have each value of column ``by`` (a report's tallies:
+        counted by the database, which reads the time index only where the column is in it)."""
+        table = kind.table
+        column = table.c[by]
+        query = select(column, func.count()).where(table.c.time >= since)
+        if until is not None:
+            query = query.where(table.c.time <= until)
+        with self._guard("read"), self.engine.connect() as conn:
+            return {value: n for value, n in conn.execute(query.group_by(column))}
+
+    # -- retention ------------------------------------------------------------------------
+
+    def prune(self, before: datetime, keep: Iterable[str] = (), *, batch: int = PRUNE_BATCH,
+              budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> Pruned:
+        """Delete the records of the cycles begun before ``before``, oldest first, in transactions of at most
+        ``batch`` rows per table (more only when one cycle alone logged more: a cycle goes whole, so ``compass
+        explain`` never sees half of one), until none is left or ``budget_s`` seconds have passed.
+
+        Kept whatever their age: the latest record naming where each job in ``keep`` runs (the jobs Slurm has:
+        a restart reads it, :meth:`latest_places`), the latest sample (:meth:`cut_short` starts from it), and
+        the cycles those name. Records written outside a cycle go by their own time.
+        """
+        started = clock()
+        with self._guard("prune"), self.engine.connect() as conn:
+            kept = self._kept(conn, keep)
+        counts = {table.name: 0 for table in _PRUNED}
+        longest, low, done = 0.0, 0, False
+        while not done:
+            began = clock()
+            with self._guard("prune"), self.engine.begin() as conn:
+                low, deleted, done = self._prune_batch(conn, before, batch, low, kept)
+            longest = max(longest, clock() - began)
+            for name, n in deleted.items():
+                counts[name] += n
+            if budget_s is not None and clock() - started >= budget_s:
+                break
+        return Pruned(counts, done, longest, len(kept.get(decisions_table.name, {})))
+
+    def _kept(self, conn: Connection, keep: Iterable[str]) -> dict[str, dict[int, int | None]]:
+        """table name -> {id: cycle} of the rows pruning keeps; "cycles" -> the cycles they name."""
+        places = [place.id for place in self.latest_places(keep).values()]
+        kept: dict[str, dict[int, int | None]] = {decisions_table.name: {}, samples_table.name: {}}
+        for batch in _batches(places):
+            query = select(decisions_table.c.id, decisions_table.c.cycle).where(decisions_table.c.id.in_(batch))
+            kept[decisions_table.name].update((i, c) for i, c in conn.execute(query))
+        latest = conn.execute(select(samples_table.c.id, samples_table.c.cycle)
+                              .order_by(samples_table.c.id.desc()).limit(1)).first()
+        if latest is not None:
+            kept[samples_table.name][latest[0]] = latest[1]
+        cycles = {c for rows in kept.values() for c in rows.values() if c is not None}
+        kept[cycles_table.name] = dict.fromkeys(cycles)
+        return kept
+
+    @staticmethod
+    def _prune_batch(conn: Connection, before: datetime, batch: int, low: int,
+                     kept: dict[str, dict[int, int | None]]) -> tuple[int, dict[str, int], bool]:
+        """One transaction of :meth:`prune`: the cycles from ``low`` up to the one holding some table's
+        ``batch``-th row, whole; returns where the next batch starts, the rows deleted per table and whether
+        nothing older than ``before`` is left."""
+        deleted = dict.fromkeys((table.name for table in _PRUNED), 0)
+        done = True
+        cycles = cycles_table.c
+        cut = conn.scalar(select(func.max(cycles.id)).where(cycles.time < before))
+        first = conn.scalar(select(func.min(cycles.id)).where(cycles.id >= low))
+        if cut is not None and first is not None and first <= cut:
+            end = cut + 1  # the first cycle this batch leaves
+            for table in _PRUNED:
+                column = table.c.id if table is cycles_table else table.c.cycle
+                nth = conn.scalar(select(column).where(column >= first, column <= cut).order_by(column)
+                                  .offset(batch).limit(1))
+                if nth is not None:
+                    end = min(end, nth)
+            end = max(end, first + 1)  # a cycle of more than ``batch`` rows goes whole
+            for table in _PRUNED:
+                column = table.c.id if table is cycles_table else table.c.cycle
+                spared = [i for i, c in kept.get(table.name, {}).items()
+                          if (i if table is cycles_table else c) is not None
+                          and first <= (i if table is cycles_table else c) < end]
+                query = delete(table).where(column >= first, column < end)
+                if spared:
+                    query = query.where(table.c.id.not_in(spared))
+                deleted[table.name] += conn.execute(query).rowcount
+            low, done = end, end > cut
+        for table in _PRUNED[:-1]:  # records written outside a cycle, by their own time
+            query = select(table.c.id).where(table.c.cycle.is_(None), table.c.time < before)
+            spared = [i for i, c in kept.get(table.name, {}).items() if c is None]
+            if spared:
+                query = query.where(table.c.id.not_in(spared))
+            ids = list(conn.scalars(query.order_by(table.c.id).limit(batch)))
+            if ids:
+                deleted[table.name] += conn.execute(delete(table).where(table.c.id.in_(ids))).rowcount
+            done = done and len(ids) < batch
+        return low, deleted, done
+
+
+#: the tables pruning deletes from, each cycle's records before the cycle itself (they name it)
+_PRUNED = (decisions_table, migrations_table, errors_table, samples_table, cycles_table)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What one :meth:`Store.prune` did: rows deleted per table, whether nothing older is left (``done``; false
+    when the time budget ran out first), its longest transaction in seconds and the job places it kept."""
+
+    deleted: dict[str, int]
+    done: bool
+    longest_s: float
+    kept_places: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+#: the daemon prunes at most this often (seconds between passes), sooner again while a pass leaves old rows
+PRUNE_EVERY_S = 300.0
+PRUNE_CATCH_UP_S = 30.0
+#: seconds one pass may take (checked after each batch: a pass ends at most one batch later)
+PRUNE_BUDGET_S = 0.5
+
+
+class Pruner:
+    """The daemon's retention: between cycles, at most every PRUNE_EVERY_S, one pass of :meth:`Store.prune`
+    within PRUNE_BUDGET_S over the records older than ``days`` (0 or no log: never). Its own connection, so
+    the cycle's Recorder is left as it is; a failure is logged, and the next pass tries again."""
+
+    def __init__(self, db: str | None, days: int, *, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.db = db if days > 0 else None
+        self.days = days
+        self.clock, self.wall = clock, wall
+        self.due = clock() + PRUNE_CATCH_UP_S  # not in the daemon's first cycles
+        self.store: Store | None = None
+        self.last: Pruned | None = None
+
+    def between_cycles(self, keep: Callable[[], Iterable[str]]) -> Pruned | None:
+        """A pass if one is due; ``keep()``: the jobs Slurm has (their latest places stay)."""
+        if self.db is None or self.clock() < self.due:
+            return None
+        log = logging.getLogger("compass.daemon")
+        before = datetime.fromtimestamp(self.wall() - self.days * 86400, UTC)
+        try:
+            self.store = self.store or Store.open(self.db)
+            pruned = self.last = self.store.prune(before, keep(), budget_s=PRUNE_BUDGET_S, clock=self.clock)
+        except StoreError as err:
+            log.warning("decision log not pruned: %s", err.message)
+            self.due = self.clock() + PRUNE_EVERY_S
+            return None
+        self.due = self.clock() + (PRUNE_EVERY_S if pruned.done else PRUNE_CATCH_UP_S)
+        if pruned.total:
+            log.info("decision log: %d records older than %d days deleted (%s)%s", pruned.total, self.days,
+                     ", ".join(f"{n} {name}" for name, n in pruned.deleted.items() if n),
+                     "" if pruned.done else "; more next pass")
+        return pruned
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
