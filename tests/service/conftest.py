@@ -1,7 +1,8 @@
 """The decision log's backends for tests: SQLite files, and real MariaDB and PostgreSQL servers (scripts/dev-db).
 
 Each server starts once per test run, on first use, in a directory of this run, and stops at the end; each
-test gets a database of its own on it (``log_url``), dropped afterwards. A server that cannot start skips
+test gets a log of its own on it (``log_url``: a database on MariaDB, a schema on PostgreSQL), dropped
+afterwards. A server that cannot start skips
 its backend's tests with the reason, except under CI=true, where they fail: CI must never skip them quietly.
 """
 
@@ -84,15 +85,21 @@ def log_url(request, tmp_path: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'log' / 'compass.db'}"
         return
-    server = request.getfixturevalue("db_servers").url(kind)
+    server = make_url(request.getfixturevalue("db_servers").url(kind))
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = _admin(server)
-    drop = f"DROP DATABASE IF EXISTS {name}" + (" WITH (FORCE)" if kind == "postgresql" else "")
+    if kind == "postgresql":
+        # a schema of its own, first on the search path: a database each would cost PostgreSQL a checkpoint
+        made, gone = f"CREATE SCHEMA {name}", f"DROP SCHEMA {name} CASCADE"
+        url = server.update_query_dict({"options": f"-csearch_path={name}"})
+    else:
+        made, gone = f"CREATE DATABASE {name}", f"DROP DATABASE {name}"
+        url = server.set(database=name)
     with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
+        conn.execute(text(made))
     try:
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+        yield url.render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
-            conn.execute(text(drop))
+            conn.execute(text(gone))
         admin.dispose()
