@@ -181,3 +181,29 @@ def test_an_existing_log_gets_the_retention_indexes_when_the_daemon_opens_it(sto
         names = {i["name"] for t in TABLES for i in inspect(writer.engine).get_indexes(t)}
         assert set(dropped) <= names
         assert len(writer.decisions()) == 1
+
+
+def test_the_daemon_prunes_between_cycles_and_keeps_the_place_of_a_running_job(tmp_path, monkeypatch) -> None:
+    import threading
+    import time
+
+    from test_daemon_unit import cluster, daemon_for, nodes, running
+
+    monkeypatch.setattr(store_module, "PRUNE_CATCH_UP_S", 0.0)  # the first pass after the first cycle
+    daemon, _, _ = daemon_for(cluster(nodes(2), [running("5", {"n1": 2})]), tmp_path, log_retention_days=180)
+    with Store.open(daemon.db) as store:
+        logged_cycle(store, OLD, [decision("5", ("n1",)), decision("6", ("n2",))])
+    loop = threading.Thread(target=daemon.run, args=(60.0,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20
+        with Store.open(daemon.db, create=False) as store:
+            while "6" in {d.job_id for d in store.decisions()} and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        daemon.shutdown()
+        loop.join(10)
+    with Store.open(daemon.db, create=False) as store:
+        jobs = [d.job_id for d in store.decisions()]
+        assert "6" not in jobs and "5" in jobs  # job 5 still runs: its place stays
+        assert store.samples()  # the daemon's own cycle
