@@ -238,6 +238,9 @@ def test_install_as_the_admin_guide_says_then_upgrade_in_place(machine: Machine)
     assert re.search(r"^home = /usr/bin$", pyvenv, re.M), pyvenv
     version = machine.run([f"{bin_dir}/compass", "--version"])
     assert (version.returncode, version.stdout.strip()) == (0, f"compass {package_version()}"), version.stderr
+    if "mysql,postgresql" in install:  # the extras' drivers, for a server log
+        drivers = machine.run([f"{prefix}/venv/bin/python", "-c", "import pymysql, psycopg"])
+        assert drivers.returncode == 0, drivers.stderr
     sbatch = machine.run([f"{bin_dir}/compass-sbatch", "--help"], env={"COMPASS_SBATCH": "/bin/true"})
     assert sbatch.returncode == 0 and sbatch.stdout.startswith("compass-sbatch [--migratable]"), sbatch.stderr
     config = f"{config_dir}/config.toml"
