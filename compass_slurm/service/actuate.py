@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from collections.abc import Sequence
 from itertools import compress
 
 from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
-from ..slurm.backend import Backend
+from ..slurm.backend import Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, update_argv
 from ..slurm.errors import SlurmError
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending, id_order
@@ -30,6 +31,8 @@ from .sync import pinned_to
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
+#: seconds a requeued job may take to be pending again (its steps ending) before its migration fails
+REQUEUE_WAIT_S = 30.0
 
 
 class Actuator:
@@ -41,16 +44,30 @@ class Actuator:
 
     def express(self, p: Pending, decision: Decision) -> str | None:
         """Pin the job to the decided nodes and start it now; returns why Slurm refused, or None."""
-        gpus_per_node = decision.gpus_per_node()
-        sizes = set(gpus_per_node.values())
-        if len(sizes) != 1:
-            return f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that"
-        try:
-            self.backend.set_nodes(p.job.id, list(gpus_per_node), gpus_per_node=sizes.pop(),
-                                   gpu_type=p.slurm.gpu_type, start_now=True)
-        except SlurmError as err:
-            return f"Slurm refused: {err}"
-        return None
+        return self.express_all([(p, decision)])[0]
+
+    def express_all(self, decided: Sequence[tuple[Pending, Decision]]) -> list[str | None]:
+        """``express`` for each of ``decided``, all told Slurm in one go (``Backend.scontrol_lines``); per
+        decision, why Slurm refused it (that decision's own words, no other's), or None."""
+        failures: list[str | None] = [None] * len(decided)
+        lines, at = [], []
+        for k, (p, decision) in enumerate(decided):
+            gpus_per_node = decision.gpus_per_node()
+            sizes = set(gpus_per_node.values())
+            if len(sizes) != 1:
+                failures[k] = f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that"
+                continue
+            try:
+                lines.append(update_argv(p.job.id, list(gpus_per_node), sizes.pop(), p.slurm.gpu_type,
+                                         start_now=True))
+            except SlurmError as err:
+                failures[k] = f"Slurm refused: {err}"
+                continue
+            at.append(k)
+        for k, result in zip(at, self.backend.scontrol_lines(lines) if lines else ()):
+            if result is not None:
+                failures[k] = f"Slurm refused: {result}"
+        return failures
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
                 report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False) -> None:
@@ -77,54 +94,97 @@ class Actuator:
                 reason="compact: re-pointed before it started" if repoint else "compact: requeued",
             ))
         recorder.ahead(report)
-        for job_moves, target, repoint, decision, at in planned:
-            job_id = decision.job
-            status, reason = "done", "compact"
+        failed: dict[int, str] = {}  # by place in ``planned``: why
+        updates: dict[int, list[str]] = {}
+        for k, (_, target, _, decision, _) in enumerate(planned):
             try:
                 gpus = set(target.values())
                 if len(gpus) != 1:
                     raise SlurmError(f"per-node GPU counts {fmt(target)} differ; Slurm cannot express that")
-                gpu_type = obs.slurm_jobs[job_id].gpu_type
-                if repoint:
-                    self.backend.set_nodes(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type,
-                                           start_now=True)
-                else:
-                    self.backend.migrate(job_id, list(target), gpus_per_node=gpus.pop(), gpu_type=gpu_type)
-                # Pending again until Slurm restarts it: keep its new place as a decision to verify.
-                books.placed[job_id] = Placed(decision, policy.cluster.jobs[job_id], now)
+                updates[k] = update_argv(decision.job, list(target), gpus.pop(), obs.slurm_jobs[decision.job].gpu_type,
+                                         start_now=True)  # checked before acting
             except SlurmError as err:
+                failed[k] = str(err)
+        # Every running job moved is requeued by one command, and waited for at once: the waits overlap.
+        requeue = [k for k in updates if not planned[k][2]]
+        if requeue:
+            ids = [planned[k][3].job for k in requeue]
+            refused = _refused(self.backend.scontrol_lines([requeue_hold_argv(ids)])[0], ids)
+            for k in requeue:
+                job_id = planned[k][3].job
+                why = refused.get(job_id)
+                if why is None:
+                    try:
+                        self.backend.wait_requeued(job_id, REQUEUE_WAIT_S)
+                        continue
+                    except SlurmError as err:
+                        why = str(err)
+                failed[k] = why
+                del updates[k]
+        # The updates, each requeued job's followed by its release (sent whatever the update's fate: held is worse).
+        sent = list(updates)
+        lines = [line for k in sent for line in
+                 ([updates[k]] if planned[k][2] else [updates[k], release_argv(planned[k][3].job)])]
+        results = iter(self.backend.scontrol_lines(lines) if lines else ())
+        released = set()
+        for k in sent:
+            why = next(results)
+            if not planned[k][2]:
+                release = next(results)
+                if release is None:
+                    released.add(k)
+                why = why or release
+            if why is not None:
+                failed[k] = why
+        unrelease: list[str] = []
+        for k, (job_moves, target, repoint, decision, at) in enumerate(planned):
+            job_id = decision.job
+            status, reason = "done", "compact"
+            if k in failed:
+                err = failed[k]
                 status, reason = "failed", f"compact; Slurm refused: {err}"
                 report.error("migration", f"job {job_id}: {err}")
                 report.decisions[at] = replace(report.decisions[at], action="failed", reason=reason)
                 recorder.refused(report.decisions[at])
                 books.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
-                if job_id not in books.placed and not self._release(job_id):
-                    books.unreleased.add(job_id)
+                if job_id not in books.placed and k not in released:
+                    unrelease.append(job_id)
+            else:
+                # Pending again until Slurm restarts it: keep its new place as a decision to verify.
+                books.placed[job_id] = Placed(decision, policy.cluster.jobs[job_id], now)
             rate.spend(now, len(job_moves))
             for m in job_moves:
                 report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
             log.info("migrated job %s to %s: %s", job_id, fmt(target), status)
+        books.unreleased.update(self._release(unrelease))
 
-    def _release(self, job_id: str) -> bool:
+    def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
-        False when Slurm refused, e.g. because the job was still completing and its hold is yet to come."""
-        try:
-            self.backend.release(job_id)
-        except SlurmError as err:
-            log.debug("release of job %s after a failed migration: %s", job_id, err)
-            return False
-        return True
+        returns the jobs Slurm refused to release, e.g. because a job was still completing and its hold is yet
+        to come."""
+        if not job_ids:
+            return []
+        refused = _refused(self.backend.scontrol_lines([release_argv(job_ids)])[0], job_ids)
+        for job_id, why in refused.items():
+            log.debug("release of job %s after a failed migration: %s", job_id, why)
+        return list(refused)
 
     def release_left_held(self, obs: Observation, books: Books) -> None:
         """Release the jobs a failed migration left held, once Slurm shows them pending; forget those gone."""
+        due = []
         for job_id in sorted(books.unreleased, key=id_order):
             job = obs.slurm_jobs.get(job_id)
             if job is not None and not job.pending:
                 continue  # still completing: its hold comes when it is pending again
-            if job is None or not job.held or self._release(job_id):
+            if job is None or not job.held:
                 books.unreleased.discard(job_id)
-                if job is not None and job.held:
-                    log.info("released job %s, left held by a failed migration", job_id)
+            else:
+                due.append(job_id)
+        refused = set(self._release(due))
+        for job_id in due:
+            if job_id not in refused:
+                books.unreleased.discard(job_id)
+                log.info("released job %s, left held by a failed migration", job_id)
 
     def renew_leases(self, obs: Observation, books: Books, report: CycleReport, now: float) -> None:
         """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.
@@ -146,10 +206,8 @@ class Actuator:
         old = {t for t in set(leases.values()) if now - t >= lease / 2}
         due = sorted(waiting - leases.keys() | set(compress(leases, map(old.__contains__, leases.values()))),
                      key=id_order)
-        for start in range(0, len(due), LEASE_BATCH):
-            renewed = _each(lambda batch: self.backend.renew_lease(batch, lease), due[start:start + LEASE_BATCH],
-                            report, "lease")
-            books.leases.update(dict.fromkeys(renewed, now))
+        renewed = self._each([(lease_argv(batch, lease), batch) for batch in _chunks(due)], report, "lease")
+        books.leases.update(dict.fromkeys(renewed, now))
 
     def leave(self, obs: Observation, books: Books, report: CycleReport, policy: str) -> None:
         """Leave to Slurm the jobs the daemon cannot honour (``obs.left``) and those whose pin Slurm refused
@@ -163,40 +221,48 @@ class Actuator:
             # a job the daemon had pinned before it came to be left (its nodes lost what it asks): unpinned too
             pinned = books.pins.pop(job_id, None)
             leaving[job_id] = (obs.left[job_id], pinned is not None and pinned_to(obs.slurm_jobs[job_id], pinned))
-        for unpin in (False, True):
-            due = sorted((j for j, (_, u) in leaving.items() if u is unpin), key=id_order)
-            for start in range(0, len(due), LEASE_BATCH):
-                for job_id in _each(lambda batch: self.backend.leave(batch, unpin), due[start:start + LEASE_BATCH],
-                                    report, "leave"):
-                    why = leaving[job_id][0]
-                    books.left[job_id] = why
-                    books.leases.pop(job_id, None)
-                    report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
-                    log.info("job %s left to Slurm: %s", job_id, why)
+        lists = [(leave_argv(batch, unpin), batch) for unpin in (False, True)
+                 for batch in _chunks(sorted((j for j, (_, u) in leaving.items() if u is unpin), key=id_order))]
+        for job_id in self._each(lists, report, "leave"):
+            why = leaving[job_id][0]
+            books.left[job_id] = why
+            books.leases.pop(job_id, None)
+            report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
+            log.info("job %s left to Slurm: %s", job_id, why)
         leaving.clear()
 
+    def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str) -> list[str]:
+        """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go."""
+        done: list[str] = []
+        for (_, job_ids), result in zip(lists, self.backend.scontrol_lines([argv for argv, _ in lists]) if lists
+                                        else ()):
+            if result is not None and not _named(result, job_ids):
+                report.error(kind, result)
+                continue
+            refused = _refused(result, job_ids)
+            for job_id, why in refused.items():
+                report.error(kind, f"job {job_id}: Slurm refused its {kind} ({why})")
+            done += [j for j in job_ids if j not in refused]
+        return done
 
-def _each(send, batch: list[str], report: CycleReport, kind: str, retry: bool = True) -> list[str]:
-    """The jobs of ``batch`` for which ``send`` (one scontrol update of a job list) succeeded.
 
-    scontrol updates every job of a list it can and names each one it cannot ("... for job
-    N"), failing as a whole; the named ones are left out and the rest sent once more, so a
-    batch is done whatever its bad jobs. A failure that names none of them (slurmctld
-    unreachable) does nothing, and is not retried job by job.
+def _chunks(job_ids: list[str]) -> list[list[str]]:
+    return [job_ids[start:start + LEASE_BATCH] for start in range(0, len(job_ids), LEASE_BATCH)]
+
+
+def _refused(result: str | None, job_ids: Sequence[str]) -> dict[str, str]:
+    """The jobs of a list command that failed, by what Slurm said of each, from that line's ``result``.
+
+    scontrol carries out the command for every job of a list it can and names each one it cannot ("... for
+    job N"), failing as a whole; a failure that names none of them (slurmctld unreachable) is every job's.
     """
-    try:
-        send(batch)
-    except SlurmError as err:
-        text = str(err)
-        refused = [j for j in batch if re.search(rf"\bjob {re.escape(j)}\b", text)]
-        if not refused or not retry:
-            report.error(kind, text)
-            return []
-        for job_id in refused:
-            report.error(kind, f"job {job_id}: Slurm refused its {kind} ({_cause(text, job_id)})")
-        rest = [j for j in batch if j not in refused]
-        return _each(send, rest, report, kind, retry=False) if rest else []
-    return batch
+    if result is None:
+        return {}
+    return _named(result, job_ids) or dict.fromkeys(job_ids, result)
+
+
+def _named(result: str, job_ids: Sequence[str]) -> dict[str, str]:
+    return {j: _cause(result, j) for j in job_ids if re.search(rf"\bjob {re.escape(j)}\b", result)}
 
 
 def _left_record(slurm: SlurmJob | None, job_id: str, policy: str, why: str) -> DecisionRecord:

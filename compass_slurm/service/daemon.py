@@ -351,8 +351,8 @@ class Daemon:
             ))
         replan.difference_update(d.job for d in step.decisions)
         self.recorder.ahead(report)  # logged before Slurm hears of them: see publish.py
-        for at, (p, decision) in enumerate(decided, first):
-            failure = self.actuator.express(p, decision)
+        failures = self.actuator.express_all(decided)  # one batch: see Actuator.express_all
+        for at, (p, decision), failure in zip(range(first, first + len(decided)), decided, failures):
             record = report.decisions[at]
             if failure is not None:
                 if REFUSED_FOR_GOOD.search(failure):

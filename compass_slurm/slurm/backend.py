@@ -27,12 +27,20 @@ from .state import Look, SlurmState
 _LEAVING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
-def release_argv(job_id: str) -> list[str]:
-    return ["scontrol", "release", names.job_id(job_id)]
+def _job_list(job_ids: str | Sequence[str]) -> str:
+    """One job id, or a comma list of them (``release`` and ``requeuehold`` take either)."""
+    ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
+    if not ids:
+        raise SlurmError("a command on jobs needs at least one job")
+    return ",".join(map(names.job_id, ids))
 
 
-def requeue_hold_argv(job_id: str) -> list[str]:
-    return ["scontrol", "requeuehold", names.job_id(job_id)]
+def release_argv(job_ids: str | Sequence[str]) -> list[str]:
+    return ["scontrol", "release", _job_list(job_ids)]
+
+
+def requeue_hold_argv(job_ids: str | Sequence[str]) -> list[str]:
+    return ["scontrol", "requeuehold", _job_list(job_ids)]
 
 
 def update_argv(
@@ -106,6 +114,12 @@ class Backend(ABC):
     def scontrol(self, argv: list[str]) -> None:
         """Carry out one scontrol command line built by the ``*_argv`` functions."""
 
+    def scontrol_lines(self, lines: Sequence[list[str]]) -> list[str | None]:
+        """Carry out several command lines built by the ``*_argv`` functions, in order; per line, None when it
+        succeeded, else what Slurm said (as the SlurmError of that line run alone). Here: one run per line; the
+        CLI backend runs them all through one scontrol."""
+        return [_refusal(self.scontrol, argv) for argv in lines]
+
     @abstractmethod
     def job_state(self, job_id: str) -> str | None:
         """The job's state now (e.g. PENDING), None when Slurm no longer knows it."""
@@ -121,11 +135,11 @@ class Backend(ABC):
         None when this backend has none (the daemon then cycles on its interval and notices only)."""
         return None
 
-    def release(self, job_id: str) -> None:
-        self.scontrol(release_argv(job_id))
+    def release(self, job_ids: str | Sequence[str]) -> None:
+        self.scontrol(release_argv(job_ids))
 
-    def requeue_hold(self, job_id: str) -> None:
-        self.scontrol(requeue_hold_argv(job_id))
+    def requeue_hold(self, job_ids: str | Sequence[str]) -> None:
+        self.scontrol(requeue_hold_argv(job_ids))
 
     def set_nodes(
         self,
@@ -164,6 +178,14 @@ class Backend(ABC):
             if time.monotonic() >= deadline:
                 raise SlurmError(f"job {job_id} still {state} {timeout:.0f} s after requeuehold")
             time.sleep(poll)
+
+
+def _refusal(run: Callable[[list[str]], None], argv: list[str]) -> str | None:
+    try:
+        run(argv)
+    except SlurmError as err:
+        return str(err)
+    return None
 
 
 #: print to whatever ``sys.stdout`` is when printing (a driver may re-point it), not at construction

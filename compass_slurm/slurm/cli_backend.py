@@ -71,6 +71,15 @@ LOOK = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format
 
 #: runs an argv and returns (exit code, stdout, stderr); tests swap in recorded output
 Runner = Callable[[list[str], float], tuple[int, str, str]]
+#: runs an argv with ``text`` on its standard input and returns (exit code, or None when it was killed at the
+#: timeout; what it printed, standard output and error in one stream, in the order written)
+BatchRunner = Callable[[list[str], str, float], tuple[int | None, str]]
+
+#: scontrol reading its commands from standard input; what it prints before each line's own output
+SCONTROL_STDIN = ["scontrol"]
+PROMPT = "scontrol: "
+#: seconds a batch may take beyond ``timeout``, per line (an update is one RPC of a few milliseconds)
+BATCH_S_PER_LINE = 0.05
 
 
 def ran_on_argv(job_ids: Sequence[str]) -> list[str]:
@@ -101,6 +110,65 @@ def run_process(argv: list[str], timeout: float) -> tuple[int, str, str]:
         except OSError as err:
             raise SlurmCommandError(argv, f"cannot run: {err.strerror}") from None
         return done.returncode, _decoded(out.fileno()), done.stderr.decode(errors="replace")
+
+
+def run_batch(argv: list[str], text: str, timeout: float) -> tuple[int | None, str]:
+    """Runs ``argv`` (no shell) with ``text`` on its standard input; stdout and stderr share one file, so that a
+    line's complaint follows the line's echo (scontrol flushes both). Killed at ``timeout``: code None, and what it
+    printed until then."""
+    try:
+        out = tempfile.TemporaryFile()
+    except OSError as err:
+        raise SlurmCommandError(argv, f"no temporary file for its output: {err}") from None
+    with out:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT)
+        except OSError as err:
+            raise SlurmCommandError(argv, f"cannot run: {err.strerror}") from None
+        try:
+            proc.communicate(text.encode(), timeout=timeout)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        return code, _decoded(out.fileno())
+
+
+def attribute(lines: Sequence[list[str]], code: int, output: str) -> list[str | None]:
+    """Each line's result from the output of one ``scontrol`` that read ``lines`` from standard input.
+
+    Reading a line that is not from a terminal, scontrol echoes it after its prompt (``scontrol: update
+    JobId=..``) before running it, and what the line prints (on failure, e.g. ``Job has already finished for
+    job 2``; nothing on success) comes before the next echo; after the last line it prints the prompt once more
+    and ends. A line is done once the next echo (or that last prompt) is seen: None when it printed nothing (or
+    scontrol exited 0), else the SlurmCommandError text it would have raised alone. The entries of lines not
+    known to be done (scontrol died on or before them) are ``...`` (Ellipsis): run them again one by one.
+    """
+    echoes = [PROMPT + " ".join(argv[1:]) for argv in lines]
+    said: list[list[str]] = []
+    finished = False
+    for row in output.split("\n"):
+        if len(said) < len(echoes) and row == echoes[len(said)]:
+            said.append([])
+        elif said and len(said) == len(echoes) and row.rstrip() == PROMPT.rstrip():
+            finished = True
+        elif said:
+            said[-1].append(row)
+    done = len(said) if finished else max(len(said) - 1, 0)
+    if code == 0 and finished:
+        return [None] * len(lines)
+    results: list = [...] * len(lines)
+    for at in range(done):
+        text = "\n".join(said[at]).strip()
+        results[at] = SlurmCommandError(lines[at], f"exit {code}: {text[:500]}").args[0] if text else None
+    return results
+
+
+def _plain(argv: list[str]) -> bool:
+    """Whether scontrol reads ``argv`` back from one line as these very words (no blank or quote in them)."""
+    return argv[:1] == SCONTROL_STDIN and all(arg and not any(c.isspace() or c in "'\"" for c in arg)
+                                              for arg in argv[1:])
 
 
 def _decoded(fd: int) -> str:
@@ -140,11 +208,12 @@ class CliBackend(Backend):
     name = "cli"
 
     def __init__(self, timeout: float = 30.0, json: bool | None = None, runner: Runner = run_process,
-                 narrow: bool | None = False, lines: bool | None = False) -> None:
+                 narrow: bool | None = False, lines: bool | None = False, batch_runner: BatchRunner = run_batch) -> None:
         """``json``, ``narrow`` (the narrow job read), ``lines`` (jobs read by line): None picks by Slurm's
         version. The commands find the cluster as usual (SLURM_CONF)."""
         self.timeout = timeout
         self.runner = runner
+        self.batch_runner = batch_runner
         self._json = json
         self._narrow = narrow
         self._lines = lines
@@ -409,3 +478,32 @@ class CliBackend(Backend):
 
     def scontrol(self, argv: list[str]) -> None:
         self._run(argv)
+
+    def scontrol_lines(self, lines: Sequence[list[str]]) -> list[str | None]:
+        """The lines through one ``scontrol`` reading them from standard input (see ``attribute``); a line it
+        cannot be given that way runs alone, after them. Lines a batch that died left unattributed run again one
+        by one (an update sets the same values twice at worst, never other ones), until one of them gets no
+        answer either: the rest are not sent, and say so."""
+        at = [i for i, argv in enumerate(lines) if _plain(argv)]
+        if len(at) < 2:
+            return super().scontrol_lines(lines)
+        batch = [lines[i] for i in at]
+        timeout = self.timeout + BATCH_S_PER_LINE * len(batch)
+        code, output = self.batch_runner(SCONTROL_STDIN, "".join(" ".join(argv[1:]) + "\n" for argv in batch), timeout)
+        results: list = [...] * len(lines)
+        for i, result in zip(at, attribute(batch, 1 if code is None else code, output)):
+            results[i] = result
+        if left := results.count(...) - (len(lines) - len(at)):
+            why = f"no answer within {timeout:g} s" if code is None else f"exit {code}"
+            log.warning("scontrol reading %d lines stopped (%s) with %d not known done: running those one by one",
+                        len(batch), why, left)
+        unanswered = False
+        for i, result in enumerate(results):
+            if result is not ...:
+                continue
+            if unanswered:
+                results[i] = f"{' '.join(lines[i])}: not sent: scontrol gave no answer to an earlier line"
+            else:
+                results[i] = super().scontrol_lines([lines[i]])[0]
+                unanswered = results[i] is not None and "no answer within" in results[i]
+        return results
