@@ -111,6 +111,18 @@ def _add_missing_indexes(conn: Connection) -> None:
                 index.create(conn)
 
 
+def _latest_places(conn: Connection, jobs: Iterable[str]) -> dict[str, Place]:
+    """:meth:`Store.latest_places` on ``conn``."""
+    table, ids = decisions_table, list(dict.fromkeys(jobs))
+    out: dict[str, Place] = {}
+    for batch in _batches(ids):
+        latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(batch), table.c.action.in_(PLACES))
+                  .group_by(table.c.job_id))
+        query = select(table.c.job_id, table.c.id, table.c.nodes).where(table.c.id.in_(latest))
+        out.update((job, Place(i, nodes)) for job, i, nodes in conn.execute(query))
+    return out
+
+
 def _batches(values: list[Any]) -> Iterator[list[Any]]:
     """``values`` in slices of at most _IN_BATCH, one query's bound parameters each."""
     return (values[start:start + _IN_BATCH] for start in range(0, len(values), _IN_BATCH))
@@ -750,15 +762,8 @@ class Store:
 
     def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
         """Each job's latest record naming where it runs (action in PLACES); jobs without one are left out."""
-        table, ids = decisions_table, list(dict.fromkeys(jobs))
-        out: dict[str, Place] = {}
         with self._guard("read"), self.engine.connect() as conn:
-            for batch in _batches(ids):
-                latest = (select(func.max(table.c.id)).where(table.c.job_id.in_(batch), table.c.action.in_(PLACES))
-                          .group_by(table.c.job_id))
-                query = select(table.c.job_id, table.c.id, table.c.nodes).where(table.c.id.in_(latest))
-                out.update((job, Place(i, nodes)) for job, i, nodes in conn.execute(query))
-        return out
+            return _latest_places(conn, jobs)
 
     def decisions_with_ids(self, ids: Iterable[int]) -> list[DecisionRecord]:
         """The decisions of these ids, oldest first."""
@@ -819,77 +824,81 @@ class Store:
         a restart reads it, :meth:`latest_places`), the latest sample (:meth:`cut_short` starts from it), and
         the cycles those name. Records written outside a cycle go by their own time.
         """
-        started = clock()
+        started, keep = clock(), set(keep)
         with self._guard("prune"), self.engine.connect() as conn:
-            kept = self._kept(conn, keep)
+            latest = conn.execute(select(samples_table.c.id, samples_table.c.cycle)
+                                  .order_by(samples_table.c.id.desc()).limit(1)).first()
         counts = {table.name: 0 for table in _PRUNED}
-        longest, low, done = 0.0, 0, False
+        longest, low, done, kept = 0.0, 0, False, 0
         while not done:
             began = clock()
             with self._guard("prune"), self.engine.begin() as conn:
-                low, deleted, done = self._prune_batch(conn, before, batch, low, kept)
+                low, deleted, spared, done = _prune_batch(conn, before, batch, low, keep, latest)
             longest = max(longest, clock() - began)
+            kept += spared
             for name, n in deleted.items():
                 counts[name] += n
             if budget_s is not None and clock() - started >= budget_s:
                 break
-        return Pruned(counts, done, longest, len(kept.get(decisions_table.name, {})))
+        return Pruned(counts, done, longest, kept)
 
-    def _kept(self, conn: Connection, keep: Iterable[str]) -> dict[str, dict[int, int | None]]:
-        """table name -> {id: cycle} of the rows pruning keeps; "cycles" -> the cycles they name."""
-        places = [place.id for place in self.latest_places(keep).values()]
-        kept: dict[str, dict[int, int | None]] = {decisions_table.name: {}, samples_table.name: {}}
-        for batch in _batches(places):
-            query = select(decisions_table.c.id, decisions_table.c.cycle).where(decisions_table.c.id.in_(batch))
-            kept[decisions_table.name].update((i, c) for i, c in conn.execute(query))
-        latest = conn.execute(select(samples_table.c.id, samples_table.c.cycle)
-                              .order_by(samples_table.c.id.desc()).limit(1)).first()
-        if latest is not None:
-            kept[samples_table.name][latest[0]] = latest[1]
-        cycles = {c for rows in kept.values() for c in rows.values() if c is not None}
-        kept[cycles_table.name] = dict.fromkeys(cycles)
-        return kept
 
-    @staticmethod
-    def _prune_batch(conn: Connection, before: datetime, batch: int, low: int,
-                     kept: dict[str, dict[int, int | None]]) -> tuple[int, dict[str, int], bool]:
-        """One transaction of :meth:`prune`: the cycles from ``low`` up to the one holding some table's
-        ``batch``-th row, whole; returns where the next batch starts, the rows deleted per table and whether
-        nothing older than ``before`` is left."""
-        deleted = dict.fromkeys((table.name for table in _PRUNED), 0)
-        done = True
-        cycles = cycles_table.c
-        cut = conn.scalar(select(func.max(cycles.id)).where(cycles.time < before))
-        first = conn.scalar(select(func.min(cycles.id)).where(cycles.id >= low))
-        if cut is not None and first is not None and first <= cut:
-            end = cut + 1  # the first cycle this batch leaves
-            for table in _PRUNED:
-                column = table.c.id if table is cycles_table else table.c.cycle
-                nth = conn.scalar(select(column).where(column >= first, column <= cut).order_by(column)
-                                  .offset(batch).limit(1))
-                if nth is not None:
-                    end = min(end, nth)
-            end = max(end, first + 1)  # a cycle of more than ``batch`` rows goes whole
-            for table in _PRUNED:
-                column = table.c.id if table is cycles_table else table.c.cycle
-                spared = [i for i, c in kept.get(table.name, {}).items()
-                          if (i if table is cycles_table else c) is not None
-                          and first <= (i if table is cycles_table else c) < end]
-                query = delete(table).where(column >= first, column < end)
-                if spared:
-                    query = query.where(table.c.id.not_in(spared))
-                deleted[table.name] += conn.execute(query).rowcount
-            low, done = end, end > cut
-        for table in _PRUNED[:-1]:  # records written outside a cycle, by their own time
-            query = select(table.c.id).where(table.c.cycle.is_(None), table.c.time < before)
-            spared = [i for i, c in kept.get(table.name, {}).items() if c is None]
-            if spared:
-                query = query.where(table.c.id.not_in(spared))
-            ids = list(conn.scalars(query.order_by(table.c.id).limit(batch)))
-            if ids:
-                deleted[table.name] += conn.execute(delete(table).where(table.c.id.in_(ids))).rowcount
-            done = done and len(ids) < batch
-        return low, deleted, done
+def _spared(conn: Connection, rows: list[tuple[int, str]], keep: set[str]) -> set[int]:
+    """Of the decisions ``rows`` (id, job) about to go, those that are the latest place of a job in ``keep``."""
+    wanted = {job for _, job in rows if job in keep}
+    if not wanted:
+        return set()
+    ids = {i for i, _ in rows}
+    return {place.id for place in _latest_places(conn, wanted).values() if place.id in ids}
+
+
+def _prune_batch(conn: Connection, before: datetime, batch: int, low: int, keep: set[str],
+                 latest: tuple[int, int | None] | None) -> tuple[int, dict[str, int], int, bool]:
+    """One transaction of :meth:`Store.prune`: the cycles from ``low`` up to the one holding some table's
+    ``batch``-th row, whole, and up to ``batch`` rows per table written outside a cycle. Returns where the next
+    batch starts, the rows deleted per table, the job places spared and whether nothing older is left."""
+    deleted = dict.fromkeys((table.name for table in _PRUNED), 0)
+    decisions, cycles = decisions_table.c, cycles_table.c
+    spared_ids: set[int] = set()
+    done = True
+    cut = conn.scalar(select(func.max(cycles.id)).where(cycles.time < before))
+    first = conn.scalar(select(func.min(cycles.id)).where(cycles.id >= low))
+    if cut is not None and first is not None and first <= cut:
+        end = cut + 1  # the first cycle this batch leaves
+        for table in _PRUNED:
+            column = table.c.id if table is cycles_table else table.c.cycle
+            nth = conn.scalar(select(column).where(column >= first, column <= cut).order_by(column)
+                              .offset(batch).limit(1))
+            if nth is not None:
+                end = min(end, nth)
+        end = max(end, first + 1)  # a cycle of more than ``batch`` rows goes whole
+        places = conn.execute(select(decisions.id, decisions.job_id, decisions.cycle).where(
+            decisions.cycle >= first, decisions.cycle < end, decisions.action.in_(PLACES))).all()
+        spared = _spared(conn, [(i, job) for i, job, _ in places], keep)
+        spare = {decisions_table.name: spared, cycles_table.name: {c for i, _, c in places if i in spared}}
+        if latest is not None and latest[1] is not None and first <= latest[1] < end:
+            spare[samples_table.name], spare[cycles_table.name] = {latest[0]}, spare[cycles_table.name] | {latest[1]}
+        for table in _PRUNED:
+            column = table.c.id if table is cycles_table else table.c.cycle
+            query = delete(table).where(column >= first, column < end)
+            if spare.get(table.name):
+                query = query.where(table.c.id.not_in(sorted(spare[table.name])))
+            deleted[table.name] += conn.execute(query).rowcount
+        spared_ids |= spared
+        low, done = end, end > cut
+    for table in _PRUNED[:-1]:  # records written outside a cycle, by their own time
+        query = select(table.c.id, table.c.job_id if table is decisions_table else literal_column("NULL")).where(
+            table.c.cycle.is_(None), table.c.time < before)
+        if table is samples_table and latest is not None and latest[1] is None:
+            query = query.where(table.c.id != latest[0])
+        rows = conn.execute(query.order_by(table.c.id).limit(batch)).all()
+        spared = _spared(conn, [tuple(r) for r in rows], keep) if table is decisions_table else set()
+        ids = [i for i, _ in rows if i not in spared]
+        if ids:
+            deleted[table.name] += conn.execute(delete(table).where(table.c.id.in_(ids))).rowcount
+        spared_ids |= spared
+        done = done and (len(rows) < batch or not ids)  # a batch of spared rows only: they stay, as they are
+    return low, deleted, len(spared_ids), done
 
 
 #: the tables pruning deletes from, each cycle's records before the cycle itself (they name it)
@@ -899,7 +908,8 @@ _PRUNED = (decisions_table, migrations_table, errors_table, samples_table, cycle
 @dataclass(frozen=True)
 class Pruned:
     """What one :meth:`Store.prune` did: rows deleted per table, whether nothing older is left (``done``; false
-    when the time budget ran out first), its longest transaction in seconds and the job places it kept."""
+    when the time budget ran out first), its longest transaction in seconds and how many old records it kept
+    as the latest place of a job Slurm has."""
 
     deleted: dict[str, int]
     done: bool
