@@ -126,23 +126,27 @@ class Daemon:
         swept = time.monotonic()
         pruner = Pruner(None if self.dry_run else self.db, self.config.log_retention_days)
         while not self.stop.is_set():
+            started = time.monotonic()
             self.cycle()
             if time.monotonic() - swept >= SWEEP_EVERY_S:
                 collector.sweep()  # between cycles: the reference cycles frozen since the last sweep
                 swept = time.monotonic()
             if (obs := self.observation) is not None:  # retention, between cycles; the jobs Slurm has keep places
                 pruner.between_cycles(lambda: obs.slurm_jobs.keys() | obs.running.keys())
-            self._wait(interval)
-            self.wake.clear()
+            self._wait(interval, started + self.config.min_cycle_spacing)
+            self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
         pruner.close()
         self.close()
 
-    def _wait(self, interval: float) -> None:
+    def _wait(self, interval: float, earliest: float = 0.0) -> None:
+        """Until ``interval`` seconds from now, or sooner when woken; never before ``earliest`` (monotonic, the
+        minimum spacing of cycles) whatever woke it: only ``stop`` ends the wait then."""
         deadline = time.monotonic() + interval
         while (left := deadline - time.monotonic()) > 0:
             watch = self.config.watch if self.watching else 0.0
             if self.wake.wait(min(left, watch) if watch > 0 else left) or (watch > 0 and self._news()):
-                return
+                break
+        self.stop.wait(max(0.0, earliest - time.monotonic()))
 
     def _news(self) -> bool:
         """Whether the cheap look finds work for a cycle: a new managed pending job, or freed GPUs."""
