@@ -145,29 +145,33 @@ def node_gpu_type(types: tuple[str, ...]) -> str | None:
 
 
 def shard_count(text: str | None) -> int:
-    """Shards (gres/shard) in a GRES string: ``gpu:4,shard:16`` -> 16, ``shard:a100:6(2/4,0/4,4/4,0/4)`` -> 6."""
+    """Shards (gres/shard) in a GRES string: ``gpu:4,shard:16`` -> 16, ``shard:a100:6(2/4,0/4,4/4,0/4)`` -> 6
+    (22.05's GresUsed: the GPUs holding shards, a lower bound: see shared_gpus)."""
     return sum(item.count for item in parse(text) if item.name == "shard")
 
 
 def shared_gpus(used: str | None, gpus: int) -> int:
-    """GPUs with a shard allocated, from a node's GresUsed: Slurm prints each shared GRES's count per GPU,
-    ``shard:a100:6(2/4,0/4,4/4,0/4)``, allocated/configured (2 here). Where it prints no such detail (shards
-    configured without File=), every allocated shard may sit on a GPU of its own: min(shards used, gpus)."""
-    shared, seen, without = 0, False, 0
+    """GPUs with a shard allocated, from a node's GresUsed. From 23.11 Slurm prints a shared GRES's count per GPU,
+    allocated/configured, ``shard:a100:7(3/4,4/4,0/4,0/4)`` (2 here; 26.05 says ``-/4`` for a GPU a GPU job holds);
+    22.05 the GPUs that hold shards, ``shard:a100:2(IDX:0-1)``. Where it prints no such detail (shards configured
+    without File=), every allocated shard may sit on a GPU of its own: min(shards used, gpus)."""
+    shared = 0
     for item in parse(used):
         if item.name != "shard" or not item.count:
             continue
-        if item.detail and all(_fraction(part) for part in item.detail.split(",")):
-            shared += sum(int(part.split("/")[0]) > 0 for part in item.detail.split(","))
-            seen = True
+        parts = (item.detail or "").split(",")
+        if item.detail and item.detail.startswith("IDX:"):
+            shared += item.count  # (22.05 counts the GPUs, not the shards)
+        elif item.detail and all(_fraction(part) for part in parts):
+            shared += sum(part.split("/")[0] not in ("0", "-") for part in parts)
         else:
-            without += item.count
-    return min(gpus, shared + without) if seen or without else 0
+            shared += item.count
+    return min(gpus, shared)
 
 
 def _fraction(part: str) -> bool:
     allocated, _, configured = part.partition("/")
-    return allocated.isdecimal() and configured.isdecimal()
+    return (allocated.isdecimal() or allocated == "-") and configured.isdecimal()
 
 
 def node_gres(total: str | None, used: str | None) -> dict[str, Any]:

@@ -445,21 +445,22 @@ def topology(output: str) -> tuple[tuple[SlurmSwitch, ...], tuple[SlurmBlock, ..
     for lineno, line in enumerate(output.split("\n"), 1):
         if not line.strip() or line.startswith("No "):
             continue
-        r = record(line, TOPOLOGY_COMMAND, line.partition("=")[0], lineno)
-        if "SwitchName" in r.first:
+        key = line.partition("=")[0]
+        if key not in ("SwitchName", "BlockName", "AggregatedBlock"):
+            raise SlurmParseError(f"{TOPOLOGY_COMMAND}: line {lineno} is neither a switch nor a block: {line[:80]!r}")
+        r = record(line, TOPOLOGY_COMMAND, key, lineno)
+        if key == "SwitchName":
             level = r.int("Level")
             try:
                 children = tuple(expand(r.str("Switches")))
             except SlurmParseError as err:
                 raise SlurmParseError(f"{r.what}: field Switches: {err}") from None
             switches.append(SlurmSwitch(r.str("SwitchName"), level or 0, r.nodes("Nodes"), children))
-        elif "BlockName" in r.first or "AggregatedBlock" in r.first:
-            if "BlockName" in r.first:  # (an aggregated block is base blocks side by side)
+        else:
+            if key == "BlockName":  # (an aggregated block is base blocks side by side)
                 blocks.append(SlurmBlock(r.str("BlockName"), r.nodes("Nodes")))
             if r.int("BlockSize"):
                 sizes.add(r.int("BlockSize"))
-        else:
-            raise SlurmParseError(f"{TOPOLOGY_COMMAND}: line {lineno} is neither a switch nor a block: {line[:80]!r}")
     return tuple(switches), tuple(blocks), tuple(sorted(sizes))
 
 

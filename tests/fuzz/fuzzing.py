@@ -29,7 +29,9 @@ SLURM_DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 #: every release's recordings (tests/data/slurm/record.py)
 SCENARIOS = (*(f"{name}{suffix}" for name in ("mixed-16x8", "typed-4x4") for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")),
              "narrow-8x8-24.11", "narrow-8x8-25.11", "narrow-8x8-26.05",
-             *(f"features-4x8{suffix}" for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")))
+             *(f"{name}{suffix}" for name in ("features-4x8", "layout-mixed", "layout-shared")
+               for suffix in ("", "-23.11", "-24.11", "-25.11", "-26.05")),
+             *(f"layout-blocks-{release}" for release in ("23.11", "24.11", "25.11", "26.05")))
 
 
 def target(parser: str, *strategies: st.SearchStrategy, **named: st.SearchStrategy) -> Callable:

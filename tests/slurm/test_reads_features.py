@@ -30,14 +30,14 @@ EXPECTED = {
 FEATURES = {"node01": {"v100"}, "node02": {"v100"}, "node03": {"a100", "80gb"}, "node04": {"a100", "80gb"}}
 
 
-def reads(recorded, release: str) -> dict[str, CliBackend]:
+def reads(recorded, release: str, scenario: str = "features-4x8") -> dict[str, CliBackend]:
     """Every read the CLI backend has on ``release``, each on its own replay of the recording."""
-    found = {"json": CliBackend(runner=recorded("features-4x8", release), narrow=False, lines=False),
-             "text": CliBackend(runner=recorded("features-4x8", release), json=False)}
+    found = {"json": CliBackend(runner=recorded(scenario, release), narrow=False, lines=False),
+             "text": CliBackend(runner=recorded(scenario, release), json=False)}
     if release >= "24.11":
-        found["narrow"] = CliBackend(runner=recorded("features-4x8", release), narrow=True)
+        found["narrow"] = CliBackend(runner=recorded(scenario, release), narrow=True)
     else:
-        found["lines"] = CliBackend(runner=recorded("features-4x8", release), lines=True)
+        found["lines"] = CliBackend(runner=recorded(scenario, release), lines=True)
     return found
 
 
@@ -104,6 +104,8 @@ def test_a_node_of_several_gpu_types_has_none_for_its_type():
 @pytest.mark.parametrize("total, used, shards, in_use, shared", [
     ("gpu:4,shard:16", "gpu:0,shard:0", 16, 0, 0),
     ("gpu:a100:4,shard:a100:16", "gpu:a100:1(IDX:0),shard:a100:5(4/4,1/4,0/4,0/4)", 16, 5, 2),
+    ("gpu:a100:4,shard:a100:16", "gpu:a100:1(IDX:2),shard:a100:7(3/4,4/4,-/4,0/4)", 16, 7, 2),  # 26.05
+    ("gpu:a100:4,shard:a100:16", "gpu:a100:1(IDX:2),shard:a100:2(IDX:0-1)", 16, 2, 2),  # 22.05: GPUs, not shards
     ("gpu:4,shard:16", "gpu:1,shard:3", 16, 3, 3),  # no detail: every shard may hold a GPU of its own
     ("gpu:2,shard:16", "gpu:0,shard:9", 16, 9, 2),  # at most every GPU
     ("gpu:8", "gpu:8", 0, 0, 0),
@@ -161,3 +163,71 @@ def test_snapshots_carry_the_new_fields_and_old_ones_still_load(recorded):
     assert loaded.switches == () and all(job.constraint == "" for job in loaded.jobs)
     assert all(node.features == frozenset() for node in loaded.nodes)
     assert SlurmState.from_dict(state.to_dict()) == state
+
+
+#: the layout clusters recorded (record.py --only layouts): tests/data/layouts/NAME.toml, blocks from 23.11
+LAYOUTS = [(name, release) for name in ("mixed", "shared", "blocks") for release in RELEASES
+           if name != "blocks" or release >= "23.11"]
+
+
+def nodes_of(first: int, last: int) -> tuple[str, ...]:
+    return tuple(f"node{i:02d}" for i in range(first, last + 1))
+
+
+def unordered(nodes):
+    return [replace(node, partitions=tuple(sorted(node.partitions))) for node in nodes]
+
+
+@pytest.mark.parametrize("name, release", LAYOUTS)
+def test_every_read_of_a_layout_cluster_agrees(recorded, name, release):
+    """Typed GPUs of several kinds, MIG instances and shards, switches and blocks: the same state in every read."""
+    states = {read: backend.read_state() for read, backend in reads(recorded, release, f"layout-{name}").items()}
+    first = states.pop("text")
+    assert first.jobs and any(job.running for job in first.jobs)
+    for read, state in states.items():
+        # (26.05's sinfo --json lists a node's partitions in another order than scontrol)
+        assert unordered(state.nodes) == unordered(first.nodes), read
+        assert (state.switches, state.blocks, state.block_sizes) == (first.switches, first.blocks, first.block_sizes)
+        jobs = sorted(state.jobs, key=lambda j: j.id)
+        if read == "json" and release == "22.05":  # (no --switches)
+            jobs = [replace(job, switches=other.switches) for job, other in zip(jobs, sorted(first.jobs,
+                                                                                             key=lambda j: j.id))]
+        assert jobs == sorted(first.jobs, key=lambda j: j.id), read
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_tree_of_the_mixed_layout(recorded, release):
+    state = CliBackend(runner=recorded("layout-mixed", release), json=False).read_state()
+    assert {s.name: (s.level, s.nodes, s.children) for s in state.switches} == {
+        "leaf1": (0, nodes_of(1, 4), ()), "leaf2": (0, nodes_of(5, 8), ()), "leaf3": (0, nodes_of(9, 12), ()),
+        "spine": (1, nodes_of(1, 12), ("leaf1", "leaf2", "leaf3"))}
+    assert (state.blocks, state.block_sizes) == ((), ())
+    by_type = {n.name: (n.gpu_type, n.gpu_types, n.gpus) for n in state.nodes}
+    assert by_type["node01"] == ("a100", ("a100",), 8) and by_type["node12"] == ("v100", ("v100",), 4)
+    assert {n.name: n.features for n in state.nodes}["node05"] == {"h100", "80gb"}
+    jobs = {job.gpu_type: job for job in state.jobs if job.running}
+    assert set(jobs) == {None, "h100", "v100"}  # -C a100 --gpus-per-node=8, --gpus=h100:2, --gres=gpu:v100:1
+    assert (jobs[None].constraint, jobs[None].contiguous, jobs[None].switches) == ("a100", True, 1)
+    assert len(set(jobs[None].nodes)) == 2 and set(jobs[None].nodes) <= set(nodes_of(1, 4))
+
+
+@pytest.mark.parametrize("release", [r for r in RELEASES if r >= "23.11"])
+def test_the_blocks_of_the_blocks_layout(recorded, release):
+    state = CliBackend(runner=recorded("layout-blocks", release)).read_state()
+    assert state.blocks == tuple(SlurmBlock(f"b{i}", nodes_of(2 * i - 1, 2 * i)) for i in range(1, 5))
+    assert state.block_sizes == ((2, 4, 8) if release >= "24.11" else ())  # 23.11 prints no sizes
+    assert state.switches == ()
+    segment = [job.segment for job in state.jobs if job.segment]
+    assert segment == ([2] if release >= "25.11" else [])
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_mig_instances_and_shards_of_the_shared_layout(recorded, release):
+    nodes = {n.name: n for n in CliBackend(runner=recorded("layout-shared", release)).read_nodes()}
+    mig, sharded, whole = nodes["node01"], nodes["node03"], nodes["node05"]
+    assert (mig.gpu_type, mig.gpu_types, mig.gpus, mig.shards) == ("1g.10gb", ("1g.10gb",), 7, 0)
+    assert (sharded.gpus, sharded.shards, whole.shards, whole.gpus_shared) == (4, 16, 0, 0)
+    # --gres=shard:3 and --gres=shard:4, on two of node03's GPUs (a third holds --gpus-per-node=a100:1): 23.11 on
+    # print each GPU's shards, 22.05 only the GPUs that hold some
+    used = {name: (n.shards_used, n.gpus_shared, n.gpus_used) for name, n in nodes.items() if n.shards_used}
+    assert used == {"node03": (2 if release == "22.05" else 7, 2, 1)}

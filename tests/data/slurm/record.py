@@ -218,7 +218,7 @@ def layout_clusters(release: str) -> None:
     runs = {
         "mixed": [["-C", "a100", "--contiguous", "--switches=1", "-N2", "--gpus-per-node=8"], ["--gpus=h100:2"],
                   ["--gres=gpu:v100:1"]],
-        "shared": [["--gres=shard:5"], ["--gres=shard:2"], ["--gres=gpu:1g.10gb:2"], ["--gpus-per-node=a100:1",
+        "shared": [["--gres=shard:3"], ["--gres=shard:4"], ["--gres=gpu:1g.10gb:2"], ["--gpus-per-node=a100:1",
                                                                                         "-w", "node03"]],
         "blocks": [["-N2", "--gpus-per-node=8", "-C", "h100"], ["--gpus=a100:2"]],
     }
