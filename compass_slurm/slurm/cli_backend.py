@@ -141,10 +141,12 @@ def attribute(lines: Sequence[list[str]], code: int, output: str) -> list[str | 
     Reading a line that is not from a terminal, scontrol echoes it after its prompt (``scontrol: update
     JobId=..``) before running it, and what the line prints (on failure, e.g. ``Job has already finished for
     job 2``; nothing on success) comes before the next echo; after the last line it prints the prompt once more
-    and ends. A line is done once the next echo (or that last prompt) is seen: None when it printed nothing (or
-    scontrol exited 0), else the SlurmCommandError text it would have raised alone. The entries of lines not
-    known to be done (scontrol died on or before them) are ``...`` (Ellipsis): run them again one by one.
+    and ends. Exit 0: every line succeeded. Else a line is done once the next echo (or that last prompt) is
+    seen: None when it printed nothing, else the SlurmCommandError text it would have raised alone. The entries
+    of lines not known to be done (scontrol died on or before them) are ``...``: run them again one by one.
     """
+    if code == 0:  # it read every line (a killed scontrol has no exit code) and none failed
+        return [None] * len(lines)
     echoes = [PROMPT + " ".join(argv[1:]) for argv in lines]
     said: list[list[str]] = []
     finished = False
@@ -156,8 +158,6 @@ def attribute(lines: Sequence[list[str]], code: int, output: str) -> list[str | 
         elif said:
             said[-1].append(row)
     done = len(said) if finished else max(len(said) - 1, 0)
-    if code == 0 and finished:
-        return [None] * len(lines)
     results: list = [...] * len(lines)
     for at in range(done):
         text = "\n".join(said[at]).strip()
