@@ -388,7 +388,7 @@ def _table(rows: list[dict], skipped, skipped_jobs: list[str]) -> None:
     budget, setting = first["migrations_per_hour"], first["migrations_per_hour_setting"]
     migratable = "as in the trace" if first["migratable"] is None else f"{first['migratable']:g}"
     notes = [
-        f"AFR, AGU, SIF<=2/N and WCC averaged over {window}",
+        f"AFR, AGU, SIF<={2 * max(1, len(first['groups']))}/N and WCC averaged over {window}",
         f"queue {first['queue']}, estimates x{first['estimate_factor']:g}, "
         f"{'unlimited' if budget is None else budget} migrations per hour"
         f"{f' ({setting})' if setting == 'per-node' else ''}{_burst_note(first)}, migratable {migratable}, "
