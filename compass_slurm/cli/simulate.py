@@ -44,6 +44,9 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--migration-delay", type=click.FloatRange(min=0), default=8.0, show_default=True,
               help="Seconds a job pauses per migration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
+@click.option("--perturb", metavar="SEED",
+              help="Break the ties of same-instant arrivals and of same-instant completions in a random order drawn "
+                   "with SEED (a whole number) instead of trace and start order [default: no perturbation].")
 @click.option("--queue", "queue", metavar="fifo|backfill",
               help="Queue discipline: strict fifo, or EASY backfill as Slurm's sched/backfill [default: backfill].")
 @click.option("--backfill", is_flag=True, help="Same as --queue backfill.")
@@ -81,7 +84,8 @@ DEFAULT_BURST = Config.migrations_burst
               help="Run a grid of (window, policy, eta, queue, budget) and merge the results (see docs).")
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
 @json_option
-def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path, typed, migration_delay, seed, queue,
+def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path, typed, migration_delay, seed, perturb,
+            queue,
             backfill,
             estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, slack,
             limit, window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
@@ -98,6 +102,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
     if trace_path and synthetic:
         raise UserError("give --trace or --synthetic, not both")
     queue = _queue(queue, backfill)
+    perturbed = _whole("--perturb", perturb)
     factor = _number("--estimate-factor", estimate_factor, positive=True)
     share_migratable = None if migratable is None else _fraction("--migratable", migratable)
     share_managed = _fraction("--managed", managed)
@@ -143,7 +148,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
     configs = [
         SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
                   estimate_factor=factor, migrations_per_hour=budget, migrations_burst=burst,
-                  cycle_interval=cycle_interval, watch=watch, slack=slack)
+                  cycle_interval=cycle_interval, watch=watch, slack=slack, perturb=perturbed)
         for p in chosen
     ]
     try:
@@ -184,6 +189,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
             "migratable": share_migratable,
             "managed": share_managed,
             "seed": seed,
+            "perturb": perturbed,
             "skipped_rows": len(trace.skipped),
             "instance_mapping": dict(sorted(rules.items())),
         }
@@ -257,6 +263,15 @@ def _queue(queue: str | None, backfill: bool) -> str:
     if backfill and queue != "backfill":
         raise UserError(f"--backfill contradicts --queue {queue}")
     return queue
+
+
+def _whole(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"bad {option} {text!r}: not a whole number", hint="give a seed such as 1") from None
 
 
 def _number(option: str, text: str, *, positive: bool = False) -> float:
@@ -394,6 +409,8 @@ def _table(rows: list[dict], skipped, skipped_jobs: list[str]) -> None:
         f"{f' ({setting})' if setting == 'per-node' else ''}{_burst_note(first)}, migratable {migratable}, "
         f"managed {first['managed']:g}",
     ]
+    if first["perturb"] is not None:
+        notes.append(f"same-instant ties broken in a random order (--perturb {first['perturb']})")
     mapping = {k: v for k, v in first["instance_mapping"].items() if k not in ("single", "whole_nodes")}
     if mapping:
         notes.append("GPU counts reshaped: " + ", ".join(f"{v} by {k}" for k, v in mapping.items()))

@@ -4,7 +4,9 @@ Events are arrivals (at submit time) and completions (start + run time + the
 migration pauses the job has accumulated), taken in time order. At equal
 times completions come first, so a job submitted the second another ends can
 use its GPUs; equal-time completions go in the order their jobs were started,
-equal-time arrivals in trace order.
+equal-time arrivals in trace order. With ``perturb`` (a seed) both ties are broken in a seeded random order
+instead: every order is as defensible as the trace's, and on one window the choice alone moves the results
+by tens of percent (issue 32), so a claim should hold over several.
 
 Migrations: every migration pauses the migrated job for ``migration_delay``
 seconds (checkpoint, requeue, restart), pushing its completion that much
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,6 +75,9 @@ class SimConfig:
     #: backfill: 1-GPU jobs may delay a blocked one-node whole-node head up to this many times its
     #: estimate past its first reservation (engine/scheduler.py; 0: EASY's rule)
     slack: float = 0.0
+    #: a seed: same-instant arrivals and same-instant completions in a seeded random order (None: trace order
+    #: and start order)
+    perturb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,10 @@ class Simulation:
         if why:
             raise ValueError(f"{why}; give more nodes (--nodes, or --eta to scale a --layout) or bigger ones "
                              "(--gpus-per-node)")
+        self.tiebreak = random.Random(config.perturb).random if config.perturb is not None else None
+        if self.tiebreak is not None:  # still in submit order
+            keys = {id(sj): self.tiebreak() for sj in jobs}
+            jobs = sorted(jobs, key=lambda sj: (sj.submit, keys[id(sj)]))
         self.jobs = jobs
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
@@ -124,7 +134,8 @@ class Simulation:
         self.total_gpus = sum(n.gpus for n in config.nodes)
         self.now = 0.0
         self.end: dict[str, float] = {}  # running job -> expected completion
-        self.heap: list[tuple[float, int, str]] = []  # (completion, start order, job); stale when end differs
+        #: (completion, start order or a perturbed tie-break, job); stale when end differs
+        self.heap: list[tuple[float, float, str]] = []
         self.seq = 0
         self.used = 0
         self.events = 0
@@ -243,7 +254,7 @@ class Simulation:
     def _schedule(self, job_id: str, at: float) -> None:
         self.end[job_id] = at
         self.seq += 1
-        heapq.heappush(self.heap, (at, self.seq, job_id))
+        heapq.heappush(self.heap, (at, self.seq if self.tiebreak is None else self.tiebreak(), job_id))
 
     def _sample(self) -> None:
         f = measure(self.policy.cluster)

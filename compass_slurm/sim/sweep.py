@@ -68,11 +68,11 @@ DEFAULT_SLACK = 0.5
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--slack", "--migrations-per-hour",
-                         "--migrations-burst", "--json", "--layout", "--typed",
+                         "--migrations-burst", "--json", "--layout", "--typed", "--perturb",
                          "--output",
                          "--sweep", "--sbatch"})
 _TOP = frozenset({"output", "policies", "eta", "queue", "slack", "migrations_per_hour", "migrations_burst",
-                  "seeds", "options", "windows", "sbatch"})
+                  "seeds", "perturb", "options", "windows", "sbatch"})
 _WINDOW = frozenset({"trace", "window", "limit", "cluster", "layout", "typed", "name"})
 
 
@@ -98,12 +98,15 @@ class Task:
     slack: float = 0.0
     #: --seed, when the sweep has seeds (None: the default seed)
     seed: int | None = None
+    #: --perturb, when the sweep perturbs ties (None: none)
+    perturb: int | None = None
 
     def label(self) -> str:
         burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
         seed = "" if self.seed is None else f" seed={self.seed}"
+        perturb = "" if self.perturb is None else f" perturb={self.perturb}"
         return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue} slack={self.slack:g} "
-                f"budget={self.migrations_per_hour}{burst}{seed}")
+                f"budget={self.migrations_per_hour}{burst}{seed}{perturb}")
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     budgets = _rates(doc, "migrations_per_hour", DEFAULT_BUDGET, parse_setting, bad)
     bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
     seeds: list[int | None] = _list(doc, "seeds", None, int, bad) or [None]
+    perturbs: list[int | None] = _list(doc, "perturb", None, int, bad) or [None]
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
         if opt.split("=")[0] in OWN_OPTIONS or (opt.split("=")[0] == "--seed" and seeds != [None]):
@@ -250,10 +254,11 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
              (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue,
               "--slack", f"{slack:g}", "--migrations-per-hour", str(budget),
               *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))),
-              *(() if seed is None else ("--seed", str(seed))), *options, "--json"),
-             burst, float(slack), seed)
-        for i, ((label, argv), policy, eta, queue, slack, budget, burst, seed)
-        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds))
+              *(() if seed is None else ("--seed", str(seed))),
+              *(() if perturb is None else ("--perturb", str(perturb))), *options, "--json"),
+             burst, float(slack), seed, perturb)
+        for i, ((label, argv), policy, eta, queue, slack, budget, burst, seed, perturb)
+        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds, perturbs))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
 
@@ -409,7 +414,8 @@ def collect(plan: Plan) -> Collected:
             continue
         coordinates = {"task": task.index, "window": task.window, "policy": task.policy, "eta": task.eta,
                        "queue": task.queue, "slack": task.slack, "migrations_per_hour_setting": task.migrations_per_hour,
-                       "migrations_burst_setting": task.migrations_burst, "seed": task.seed}
+                       "migrations_burst_setting": task.migrations_burst, "seed": task.seed,
+                       "perturb": task.perturb}
         rows += [{**row, **coordinates} for row in found]
     return Collected(rows, failed)
 
@@ -451,6 +457,8 @@ COLUMNS = (
 BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
 #: in a sweep with seeds, after the slack's
 SEED_COLUMN = ("seed", "seed", str)
+#: in a sweep that perturbs ties, after the seed's (or the slack's)
+PERTURB_COLUMN = ("perturb", "perturb", str)
 #: on mixed clusters (more than one node group), at the end
 GROUP_COLUMNS = (("partial", "mean_partial_nodes", "{:.2f}".format),
                  ("partial per group", "mean_partial_by_group",
@@ -461,6 +469,8 @@ def markdown(collected: Collected) -> str:
     columns = list(COLUMNS)
     if any(row.get("migrations_burst_setting", BURST_DEFAULT) != BURST_DEFAULT for row in collected.rows):
         columns.insert(6, BURST_COLUMN)
+    if any(row.get("perturb") is not None for row in collected.rows):
+        columns.insert(5, PERTURB_COLUMN)
     if any(row.get("seed") is not None for row in collected.rows):
         columns.insert(5, SEED_COLUMN)
     if any(len(row.get("groups") or ()) > 1 for row in collected.rows):

@@ -183,6 +183,8 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
         (["--migrations-burst", "per-node"],
          "--migrations-burst 'per-node' is not a whole number >= 0, 'unlimited' or a share of the hourly budget"),
         (["--migrations-burst", "150%"], "--migrations-burst '150%' is a share outside (0%, 100%]"),
+        (["--perturb", "1.5"], "bad --perturb '1.5': not a whole number"),
+        (["--perturb", "soon"], "bad --perturb 'soon': not a whole number"),
     ],
 )
 def test_clear_errors(trace, args, message):

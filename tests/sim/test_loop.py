@@ -191,3 +191,30 @@ def test_compass_easy_under_a_scarce_budget_never_overfills_a_slot(seed, budget,
     # node filled in place stayed that destination, and the next orphan overfilled the slot.
     jobs, nodes = _orphan_churn(seed)
     run(jobs, nodes, "compass-easy", queue=queue, migrations_per_hour=budget)
+
+
+def _ties() -> list[SimJob]:
+    """Four 1-GPU jobs ending at one instant on one 8-GPU node, and a queue behind them that the order of those
+    departures decides: two 4-GPU jobs, then 1-GPU jobs."""
+    jobs = [sim_job(f"r{i}", 0.0, 100.0, 1, 1) for i in range(4)]
+    jobs += [sim_job(f"w{i}", 0.0, 100.0 + 10 * i, 1, 1) for i in range(4)]
+    jobs += [sim_job("big", 1.0, 50.0, 1, 8)] + [sim_job(f"s{i}", 1.0, 30.0 + i, 1, 1) for i in range(6)]
+    return jobs
+
+
+def test_perturb_breaks_same_instant_ties_in_a_seeded_order():
+    plain = run(_ties(), policy="best-fit")
+    again = [run(_ties(), policy="best-fit", perturb=seed) for seed in (1, 1)]
+    assert again[0].ended == again[1].ended  # a seed is one order
+    orders = {tuple(sorted(run(_ties(), policy="best-fit", perturb=seed).started.items())) for seed in range(12)}
+    assert len(orders) > 1  # ties broken otherwise change who starts when
+    # every order runs every job once, on the same cluster
+    assert all(len(dict(order)) == len(_ties()) for order in orders)
+    assert plain.ended == run(_ties(), policy="best-fit").ended  # no perturbation: start order, as before
+
+
+def test_perturbed_arrivals_keep_submit_order():
+    jobs = [sim_job(f"j{i}", float(i // 3), 5.0, 1, 1) for i in range(12)]
+    sim = Simulation(jobs, SimConfig("first-fit", make_nodes([(8, 1)]), perturb=7))
+    assert [sj.submit for sj in sim.jobs] == sorted(sj.submit for sj in jobs)
+    assert [sj.job.id for sj in sim.jobs] != [sj.job.id for sj in jobs]  # ties shuffled

@@ -130,6 +130,8 @@ def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\nsize = 3\n', "windows #1: unknown key 'size'"),
     ('policies = "best-fit"\noptions = ["--eta", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --eta"),
     ('policies = ["best-fit", "best-fit"]\n[[windows]]\ntrace = "t.csv"\n', "lists a value twice"),
+    ('policies = "best-fit"\nperturb = [1, "x"]\n[[windows]]\ntrace = "t.csv"\n', "'perturb': 'x' is not an int"),
+    ('policies = "best-fit"\noptions = ["--perturb", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --perturb"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\n[[windows]]\ntrace = "t.csv"\n', "same name"),
 ])
 def test_a_malformed_sweep_file_exits_2_with_one_line(sweep_dir, text, message):
@@ -224,3 +226,11 @@ def test_the_module_entry_point_checks_its_arguments(capsys, tmp_path):
     assert "usage:" in capsys.readouterr().err
     assert sweep.main(["collect", str(tmp_path / "none.json")]) == 2
     assert "not a sweep plan" in capsys.readouterr().err
+
+
+def test_perturb_seeds_multiply_the_grid_and_name_each_run(sweep_dir):
+    plan = sweep.load(write(sweep_dir, 'policies = "best-fit"\nperturb = [1, 2, 3]\n[[windows]]\ntrace = "t.csv"\n'),
+                      POLICIES)
+    assert [t.perturb for t in plan.tasks] == [1, 2, 3]
+    assert all(t.argv[t.argv.index("--perturb") + 1] == str(t.perturb) for t in plan.tasks)
+    assert plan.tasks[2].label().endswith(" perturb=3")
