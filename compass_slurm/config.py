@@ -81,6 +81,12 @@ class Config:
     #: days of decision log the daemon keeps: between cycles it deletes older records in small batches
     #: (Store.prune; `compass log prune` by hand); 0 keeps everything.
     log_retention_days: int = 180
+    #: the decision log's local spool (service/spool.py): what the database could not take while down, written
+    #: to it when it is back; empty: beside a SQLite log's file, else in the state directory, one per database.
+    log_spool: str = ""
+    #: megabytes the spool may hold; when full the daemon changes no jobs (no decision goes unlogged) and
+    #: Slurm starts managed jobs itself when their leases run out.
+    spool_max_mb: float = 64.0
     #: where each value came from: default, the file's path, COMPASS_<NAME>, or flag.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

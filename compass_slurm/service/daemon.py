@@ -58,6 +58,7 @@ from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
+from .spool import for_log
 from .store import DecisionRecord, Pruner, StoreError
 from .sync import left_queue, mirror, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over, waiting_ids
 
@@ -69,6 +70,8 @@ NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Inv
 REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
 #: the pending reason of a job whose required nodes Slurm will not give it now (WAIT_NODE_NOT_AVAIL)
 NODES_REFUSED = "ReqNodeNotAvail"
+#: why a decision is not told to Slurm when neither the log nor its spool could take it
+UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -89,8 +92,8 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.books = Books()
         self.actuator = Actuator(backend, config.lease)
-        self.recorder = Recorder(db)
-        self.metrics = MetricsFile(config.metrics_textfile)
+        self.recorder = Recorder(db, for_log(db, config.log_spool, config.spool_max_mb))
+        self.metrics = MetricsFile(config.metrics_textfile, self.recorder.spool)
         self.rate = RateLimit(config.migrations_per_hour, burst=config.migrations_burst)
         self.stale_after = max(30.0, 3 * config.interval)
         self.cycles = 0
@@ -202,11 +205,12 @@ class Daemon:
         self.observation = obs
         now = self.clock()
         policy, moves = self._sync(obs, report, now)
-        moves += self._decide(obs, translator, policy, report, now)
-        self.actuator.leave(obs, self.books, report, policy.name)
-        self.actuator.release_left_held(obs, self.books)
-        self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now, self.dry_run)
-        self.actuator.renew_leases(obs, self.books, report, now)
+        if self.recorder.may_change(report):  # not while the log and its spool are full: see Recorder.may_change
+            moves += self._decide(obs, translator, policy, report, now)
+            self.actuator.leave(obs, self.books, report, policy.name)
+            self.actuator.release_left_held(obs, self.books)
+            self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now, self.dry_run)
+            self.actuator.renew_leases(obs, self.books, report, now)
         report.sample = sample(obs, policy, report, time.monotonic() - started)
         self._finish(report)
         if self.publish:
@@ -354,8 +358,11 @@ class Daemon:
                 action="dry-run" if self.dry_run else "replanned" if p.job.id in replanned else "placed",
             ))
         replan.difference_update(d.job for d in step.decisions)
-        self.recorder.ahead(report)  # logged before Slurm hears of them: see publish.py
-        failures = self.actuator.express_all(decided)  # one batch: see Actuator.express_all
+        # logged (or spooled) before Slurm hears of them: see publish.py; a decision never goes unlogged
+        if self.recorder.ahead(report):
+            failures = self.actuator.express_all(decided)  # one batch: see Actuator.express_all
+        else:
+            failures = [UNLOGGED] * len(decided)
         for at, (p, decision), failure in zip(range(first, first + len(decided)), decided, failures):
             record = report.decisions[at]
             if failure is not None:

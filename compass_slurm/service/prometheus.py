@@ -60,8 +60,9 @@ COUNTERS = (
 )
 
 
-def render(sample: SampleRecord | None, totals: Totals, now: float) -> str:
-    """The textfile's content; without a sample (a skipped cycle) only the counters and the timestamp."""
+def render(sample: SampleRecord | None, totals: Totals, now: float, spooled: int | None = None) -> str:
+    """The textfile's content; without a sample (a skipped cycle) only the counters and the timestamp;
+    ``spooled``: the decision log's records waiting in its spool (None: the daemon keeps no log)."""
     out: list[str] = []
 
     def metric(name: str, kind: str, text: str, value: float) -> None:
@@ -72,6 +73,9 @@ def render(sample: SampleRecord | None, totals: Totals, now: float) -> str:
             metric(name, "gauge", text, getattr(sample, attr))
     for name, text, attr in COUNTERS:
         metric(name, "counter", text, getattr(totals, attr))
+    if spooled is not None:
+        metric("compass_log_spooled_records", "gauge",
+               "decision log records waiting in the local spool for the database (0: the log is up to date)", spooled)
     metric("compass_last_cycle_timestamp_seconds", "gauge", "Unix time the latest cycle ended", now)
     return "\n".join(out) + "\n"
 
@@ -82,6 +86,7 @@ def _number(value: float | bool) -> str:
     return repr(float(value))
 
 
-def write_textfile(path: str | os.PathLike[str], sample: SampleRecord | None, totals: Totals, now: float) -> None:
+def write_textfile(path: str | os.PathLike[str], sample: SampleRecord | None, totals: Totals, now: float,
+                   spooled: int | None = None) -> None:
     """Replace ``path`` atomically with the current metrics (raises OSError when it cannot)."""
-    write_atomic(path, render(sample, totals, now))
+    write_atomic(path, render(sample, totals, now, spooled))

@@ -19,6 +19,8 @@ single instance of that size would go. Sizes with no place are omitted. In Lua:
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -29,6 +31,7 @@ from ..engine.policies.base import Policy
 from ..slurm.translate import Observation
 from .cycle import CycleReport, log
 from .prometheus import Totals, write_textfile
+from .spool import Entry, Spool
 from .store import DecisionRecord, ErrorRecord, Place, SampleRecord, Store, StoreError
 
 ANCHORS_HEADER = "# compass-anchors v1 generated={generated} policy={policy} cycle={cycle}"
@@ -57,50 +60,120 @@ def sample(obs: Observation, policy: Policy, report: CycleReport, duration: floa
 
 
 class Recorder:
-    """The decision log of one daemon: opened on first use; a cycle writes its decisions ahead, the rest at its end."""
+    """The decision log of one daemon: opened on first use; a cycle writes its decisions ahead, the rest at its end.
 
-    def __init__(self, db: str | None) -> None:
+    What the store cannot take goes to ``spool`` (see spool.py), and from there to the store, in order, before
+    anything else once it is back; a spooled record counts as logged.
+    """
+
+    def __init__(self, db: str | None, spool: Spool | None = None) -> None:
         self.db = db
+        self.spool = spool
         self.store: Store | None = None
         #: cycles whose records could not be written
         self.failures = 0
         #: the first log failure not yet in the log (written when the log works again)
         self.unlogged: ErrorRecord | None = None
+        #: records lost: a full spool takes no samples or errors
+        self.dropped = 0
         #: the daemon cycle whose decisions were written ahead, and its id in the log (for the rest of its records)
         self._begun: tuple[int, int] | None = None
         #: decisions written ahead that Slurm refused, not rewritten yet (the log failed meanwhile)
         self._refused: list[DecisionRecord] = []
+        #: this process's part of the spool's batch keys (a restarted daemon counts its cycles from 1 again)
+        self._token = uuid.uuid4().hex[:12]
+        #: the daemon cycle that writes to the spool (it began to: the rest follows), why, and its decisions so far
+        self._spooling: int | None = None
+        self._why: StoreError | None = None
+        self._positions = 0
 
     def _open(self) -> Store:
         if self.store is None:
             self.store = Store.open(self.db)
         return self.store
 
+    def _ready(self) -> Store:
+        """The store, with the spool written to it first (raises StoreError when either fails)."""
+        store = self._open()
+        spool = self.spool
+        if spool is not None and spool.backlog.size:
+            try:
+                written = spool.flush(store)
+            except OSError as err:
+                raise StoreError(f"cannot read the decision log's spool {spool.path}: {err.strerror or err}",
+                                 hint="the spool must be readable and writable by the daemon's account") from None
+            log.warning("decision log %s back: %d spooled records written to it", store.name, written)
+        return store
+
     def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
         """Each job's latest record naming where it runs, in brief (raises StoreError when the log cannot be read)."""
-        return self._open().latest_places(jobs)
+        return self._ready().latest_places(jobs)
 
     def decisions_with_ids(self, ids: Iterable[int]) -> list[DecisionRecord]:
         """The decisions of these ids, oldest first (raises StoreError likewise)."""
-        return self._open().decisions_with_ids(ids)
+        return self._ready().decisions_with_ids(ids)
 
     def cut_short(self) -> list[str]:
         """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""
-        return self._open().cut_short()
+        return self._ready().cut_short()
 
-    def ahead(self, report: CycleReport) -> None:
-        """Write the cycle's decisions so far, before Slurm hears of them; each record takes its id."""
-        if self.db is None or all(record.id is not None for record in report.decisions):
-            return
+    def may_change(self, report: CycleReport) -> bool:
+        """Whether the cycle may change jobs: not while the store is down and the spool full, since no decision
+        is made without being logged (says so, once per cycle)."""
+        spool = self.spool
+        if self.db is None or spool is None or not spool.full:
+            return True
         try:
-            store = self._open()
-            with store.cycle(resume=self._resumed(report)) as begun:
-                ids = [store.record_decision(record) if record.id is None else record.id
-                       for record in report.decisions]
+            self._ready()
         except StoreError:
-            return  # the cycle's end writes them with the rest, or says why it cannot
-        self._begun = (report.cycle, begun)
-        report.decisions[:] = [replace(record, id=i, cycle=begun) for record, i in zip(report.decisions, ids)]
+            pass
+        if not spool.full:
+            return True
+        report.error("log", f"the decision log cannot be written and its spool {spool.path} is full "
+                     f"({spool.records} records, {spool.backlog.size / 2**20:.1f} MB): no job is changed until the "
+                     "log is back; Slurm starts managed jobs itself when their leases run out")
+        return False
+
+    def ahead(self, report: CycleReport) -> bool:
+        """Write the cycle's decisions so far, before Slurm hears of them; each record takes its id (below zero:
+        spooled). False when neither the store nor the spool took them: Slurm must not hear of them."""
+        if self.db is None or all(record.id is not None for record in report.decisions):
+            return True
+        if self._spooling != report.cycle:
+            try:
+                store = self._ready()
+                with store.cycle(resume=self._resumed(report)) as begun:
+                    ids = [store.record_decision(record) if record.id is None else record.id
+                           for record in report.decisions]
+            except StoreError as err:
+                self._why = err
+            else:
+                self._begun = (report.cycle, begun)
+                report.decisions[:] = [replace(record, id=i, cycle=begun) for record, i in zip(report.decisions, ids)]
+                return True
+        return self._spool_ahead(report)
+
+    def _spool_ahead(self, report: CycleReport) -> bool:
+        if self.spool is None:
+            return False
+        if self._spooling != report.cycle:
+            self._spooling, self._positions = report.cycle, 0
+        ids = iter(range(-1 - self._positions, -1 - self._positions - len(report.decisions), -1))
+        decisions = [record if record.id is not None else replace(record, id=next(ids))
+                     for record in report.decisions]
+        entries = [Entry("decision", d) for d, r in zip(decisions, report.decisions) if r.id is None]
+        try:
+            self.spool.append(self._key(report), self._resumed(report), entries)
+        except OSError as err:
+            log.error("DECISIONS NOT LOGGED, NOT TOLD TO SLURM: the log failed (%s) and so did its spool %s: %s",
+                      self._why.message if self._why else "?", self.spool.path, err.strerror or err)
+            return False
+        self._positions += len(entries)
+        report.decisions[:] = decisions
+        return True
+
+    def _key(self, report: CycleReport) -> str:
+        return f"{self._token}:{report.cycle}"
 
     def _resumed(self, report: CycleReport) -> int | None:
         """The log's id of ``report``'s cycle where its decisions were written ahead (none of a cycle cut short)."""
@@ -110,10 +183,13 @@ class Recorder:
         """A decision written ahead that Slurm refused: rewritten now, so the log never says it stands."""
         if record.id is None:
             return  # not written ahead: the cycle's end writes it as it is
-        try:
-            self._open().rewrite_decision(record)
-        except StoreError:
-            self._refused.append(record)  # the cycle's end tries again, or says why it cannot
+        if self._spooling is None:
+            try:
+                self._open().rewrite_decision(record)
+                return
+            except StoreError as err:
+                self._why = err
+        self._refused.append(record)  # the cycle's end tries again, or spools it
 
     def record(self, report: CycleReport) -> None:
         """Write the rest of the cycle in one transaction; a failing log is loud but never stops placement."""
@@ -122,31 +198,74 @@ class Recorder:
         begun = self._resumed(report)
         self._begun = None
         refused, self._refused = self._refused, []
-        try:
-            store = self._open()
-            with store.cycle(resume=begun):
-                if self.unlogged is not None:
-                    store.record_error(replace(self.unlogged, message=f"{self.unlogged.message} "
-                                               f"(the log failed in {self.failures} cycles so far)"))
-                for record in refused:
-                    store.rewrite_decision(record)
-                for record in report.decisions:
-                    if record.id is None:
-                        store.record_decision(record)
-                for record in report.migrations:
-                    store.record_migration(record)
-                for record in report.errors:
-                    store.record_error(record)
-                if report.sample is not None:
-                    store.record_sample(report.sample)
-            self.unlogged = None
-        except StoreError as err:
-            self.failures += 1
-            log.error("DECISION LOG NOT WRITTEN (%d failures so far): %s%s", self.failures, err.message,
-                      f"; hint: {err.hint}" if err.hint else "")
-            # counted in compass_errors_total now, and written to the log once it works again
-            report.errors.append(ErrorRecord(kind="log", message=err.message))
+        spooling, self._spooling = self._spooling == report.cycle, None
+        if not spooling:
+            try:
+                self._write(report, begun, refused)
+                self.unlogged = None
+                return
+            except StoreError as err:
+                self._why = err
+        err = self._why or StoreError("the decision log failed")
+        self.failures += 1
+        # counted in compass_errors_total now, and written to the log with the rest
+        report.errors.append(ErrorRecord(kind="log", message=err.message))
+        where = self._spool_rest(report, begun, refused)
+        log.log(logging.WARNING if where else logging.ERROR, "DECISION LOG NOT WRITTEN (%d failures so far): %s%s; %s",
+                self.failures, err.message, f"; hint: {err.hint}" if err.hint else "",
+                where or "the cycle's records are lost")
+        if not where:
             self.unlogged = self.unlogged or ErrorRecord(kind="log", message=f"cycle {report.cycle}: {err.message}")
+
+    def _write(self, report: CycleReport, begun: int | None, refused: list[DecisionRecord]) -> None:
+        store = self._ready()
+        with store.cycle(resume=begun):
+            if self.unlogged is not None:
+                store.record_error(self._unlogged_note())
+            for record in refused:
+                store.rewrite_decision(record)
+            for record in report.decisions:
+                if record.id is None:
+                    store.record_decision(record)
+            for record in report.migrations:
+                store.record_migration(record)
+            for record in report.errors:
+                store.record_error(record)
+            if report.sample is not None:
+                store.record_sample(report.sample)
+
+    def _unlogged_note(self) -> ErrorRecord:
+        u = self.unlogged
+        assert u is not None
+        return replace(u, message=f"{u.message} (the log failed in {self.failures} cycles so far)")
+
+    def _spool_rest(self, report: CycleReport, begun: int | None, refused: list[DecisionRecord]) -> str:
+        """Spool what ``_write`` would have written; says where, or "" when the spool failed too. A full spool
+        still takes decisions and migrations (few: a full spool lets no job change), not samples or errors."""
+        spool = self.spool
+        if spool is None:
+            return ""
+        entries = [Entry("rewrite", r) for r in refused]
+        entries += [Entry("decision", r) for r in report.decisions if r.id is None]
+        entries += [Entry("migration", r) for r in report.migrations]
+        rest = [Entry("error", self._unlogged_note())] if self.unlogged is not None else []
+        rest += [Entry("error", r) for r in report.errors]
+        rest += [Entry("sample", report.sample)] if report.sample is not None else []
+        full = spool.full
+        if not full:
+            entries += rest
+        try:
+            spool.append(self._key(report), begun, entries)
+        except OSError as err:
+            log.error("cannot write the decision log's spool %s: %s", spool.path, err.strerror or err)
+            return ""
+        if full and rest:
+            self.dropped += len(rest)
+            self.unlogged = self.unlogged or ErrorRecord(
+                kind="log", message=f"cycle {report.cycle}: samples and errors lost, the spool {spool.path} was full")
+        else:
+            self.unlogged = None
+        return f"spooled to {spool.path} ({spool.records} records waiting)"
 
     def close(self) -> None:
         if self.store is not None:
@@ -157,9 +276,11 @@ class Recorder:
 class MetricsFile:
     """The Prometheus textfile: the latest sample and the totals since the daemon started."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, spool: Spool | None = None) -> None:
         self.path = path
         self.totals = Totals()
+        #: the decision log's spool: its records waiting are a gauge
+        self.spool = spool
 
     def export(self, report: CycleReport, now: float) -> None:
         failed = sum(1 for m in report.migrations if m.status == "failed")
@@ -169,7 +290,8 @@ class MetricsFile:
         if not self.path:
             return
         try:
-            write_textfile(self.path, report.sample, self.totals, now)
+            write_textfile(self.path, report.sample, self.totals, now,
+                           spooled=None if self.spool is None else self.spool.records)
         except OSError as err:
             log.error("cannot write metrics to %s: %s", self.path, err)
 

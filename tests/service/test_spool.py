@@ -1,0 +1,224 @@
+"""The decision log's spool: a log that cannot be written (a real SQLite file another connection holds locked, as
+a database busy or restarting) never stops placement; what it could not take is written to it later, in order,
+once each, and a full spool stops the daemon changing jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_daemon_unit import Clock, Refusing, cluster, nodes, pending
+
+from compass_slurm.config import Config
+from compass_slurm.service import store as store_module
+from compass_slurm.service.daemon import Daemon
+from compass_slurm.service.prometheus import Totals, render
+from compass_slurm.service.spool import Spool, read_backlog, spool_path
+from compass_slurm.service.store import DecisionRecord, ErrorRecord, Store
+from compass_slurm.slurm.snapshot import SnapshotBackend
+
+
+@pytest.fixture(autouse=True)
+def quick_busy_timeout(monkeypatch):
+    # a locked log fails each write after SQLite's busy timeout: 5 s in the daemon, a blink here
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 20)
+
+
+@contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another connection holds the log's write lock: every write of the daemon fails, reads still work (WAL)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def make_daemon(tmp_path: Path, backend: SnapshotBackend, **config) -> Daemon:
+    cfg = Config(anchors=str(tmp_path / "anchors"), metrics_textfile=str(tmp_path / "compass.prom"), **config)
+    return Daemon(cfg, backend, f"sqlite:///{tmp_path / 'log.db'}", clock=Clock())
+
+
+def created(tmp_path: Path) -> Path:
+    db = tmp_path / "log.db"
+    Store.open(f"sqlite:///{db}").close()
+    return db
+
+
+def placed(store: Store) -> list[tuple[str, str]]:
+    return [(d.job_id, d.action) for d in store.decisions()]
+
+
+def updates(backend: SnapshotBackend) -> list[str]:
+    return [argv[2] for argv in backend.commands if argv[:2] == ["scontrol", "update"] and "ReqNodeList" in argv[3]]
+
+
+def test_placement_goes_on_while_the_log_is_locked_and_the_spool_catches_up_in_order(tmp_path):
+    db = created(tmp_path)
+    backend = SnapshotBackend(cluster(nodes(4), [pending("10", gpus=4), pending("11", gpus=8)]), out=None)
+    daemon = make_daemon(tmp_path, backend)
+    spool = daemon.recorder.spool
+    assert spool is not None and spool.path == Path(f"{db}.spool")
+    with locked(db):
+        first = daemon.cycle()
+        assert [(d.job_id, d.action) for d in first.decisions] == [("10", "placed"), ("11", "placed")]
+        assert updates(backend) == ["JobId=10", "JobId=11"]  # Slurm heard them: the spool logged them
+        assert all(d.id is not None and d.id < 0 for d in first.decisions)
+        backend.state = cluster(nodes(4), [pending("10", gpus=4), pending("11", gpus=8), pending("12", gpus=2)])
+        daemon.cycle()
+        assert updates(backend)[-1] == "JobId=12"
+        assert stat.S_IMODE(os.stat(spool.path).st_mode) == 0o640
+        backlog = read_backlog(spool.path)
+        assert backlog.records == spool.records > 3 and backlog.oldest is not None
+        assert f"compass_log_spooled_records {spool.records}" in (tmp_path / "compass.prom").read_text()
+        with Store.open(f"sqlite:///{db}", create=False) as store:
+            assert placed(store) == []  # nothing reached the log meanwhile
+    daemon.cycle()  # the log is back: the spool first, then this cycle
+    assert spool.records == 0 and spool.path.stat().st_size == 0
+    assert "compass_log_spooled_records 0" in (tmp_path / "compass.prom").read_text()
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        decisions = store.decisions()
+        assert [(d.job_id, d.action) for d in decisions] == [("10", "placed"), ("11", "placed"), ("12", "placed")]
+        assert decisions[0].cycle == decisions[1].cycle < decisions[2].cycle  # each daemon cycle one log cycle
+        samples = store.samples()
+        assert [s.cycle for s in samples] == sorted(s.cycle for s in samples) and len(samples) == 3
+        notes = [e for e in store.errors() if e.kind == "spool"]
+        assert len(notes) == 2 and "daemon cycle 1 " in notes[0].message
+        assert sum(1 for e in store.errors() if e.kind == "log") == 2  # each cycle's failure, in its cycle
+    daemon.close()
+
+
+def test_a_decision_slurm_refuses_while_spooled_reaches_the_log_as_refused_once(tmp_path):
+    db = created(tmp_path)
+    state = cluster(nodes(2), [pending("60", gpus=8, priority=9), pending("61", gpus=8, priority=1)])
+    daemon = make_daemon(tmp_path, Refusing(state, "JobId=60", "Invalid job id specified"))
+    with locked(db):
+        report = daemon.cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("60", "failed"), ("61", "placed")]
+    daemon.cycle()
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        decisions = store.decisions()
+        assert [(d.job_id, d.action) for d in decisions[:2]] == [("60", "failed"), ("61", "placed")]
+        assert "Invalid job id specified" in decisions[0].reason
+        assert decisions[0].cycle == decisions[1].cycle == store.samples()[0].cycle
+    daemon.close()
+
+
+def test_a_flush_cut_short_before_the_spool_is_emptied_writes_nothing_twice(tmp_path):
+    db = created(tmp_path)
+    spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
+    decision = DecisionRecord(job_id="7", request="1x2", nodes=("n1",), gpus_per_node={"n1": 2}, policy="compass",
+                              rule="anchor", id=-1)
+    spool.append("a:1", None, [spool_entry("decision", decision)])
+    spool.append("a:1", None, [spool_entry("rewrite", DecisionRecord(**{**fields_of(decision), "action": "failed",
+                                                                         "reason": "refused"}))])
+    spool.append("a:2", None, [spool_entry("error", ErrorRecord(kind="slurm", message="second"))])
+    saved = spool.path.read_bytes()
+    with Store.open(f"sqlite:///{db}") as store:
+        assert spool.flush(store) == 3
+        # killed after the store took every batch, before the spool was emptied: the file is as it was
+        spool.path.write_bytes(saved)
+        spool.append("a:3", None, [spool_entry("error", ErrorRecord(kind="slurm", message="third"))])
+        assert Spool(spool.path, 1 << 20).records == 4
+        assert spool.flush(store) == 1  # only the batch not written yet
+        assert placed(store) == [("7", "failed")]  # the rewrite applied before the decision reached the log
+        assert [e.message for e in store.errors() if e.kind == "slurm"] == ["second", "third"]
+        assert len([e for e in store.errors() if e.kind == "spool"]) == 3
+    assert spool.records == 0
+
+
+def test_a_torn_last_line_is_left_out(tmp_path):
+    spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
+    spool.append("a:1", None, [spool_entry("error", ErrorRecord(kind="slurm", message="kept"))])
+    with open(spool.path, "a") as f:
+        f.write('{"key": "a:2", "at": 1')  # a crash mid-write: never fsync'd, so no cycle went on after it
+    assert read_backlog(spool.path).records == 1
+
+
+def test_a_full_spool_stops_the_daemon_changing_jobs_until_the_log_is_back(tmp_path, caplog):
+    db = created(tmp_path)
+    backend = SnapshotBackend(cluster(nodes(4), [pending("10", gpus=4)]), out=None)
+    daemon = make_daemon(tmp_path, backend, spool_max_mb=0.001)  # about 1 KB: one cycle fills it
+    spool = daemon.recorder.spool
+    assert spool is not None
+    with locked(db):
+        daemon.cycle()
+        assert updates(backend) == ["JobId=10"] and spool.full
+        backend.state = cluster(nodes(4), [pending("10", gpus=4), pending("11", gpus=2)])
+        before = len(backend.commands)
+        caplog.clear()
+        report = daemon.cycle()
+        assert report.decisions == [] and backend.commands[before:] == []  # no pin, no lease renewal
+        full = [r for r in caplog.records if "is full" in r.getMessage()]
+        assert len(full) == 1 and full[0].levelname == "ERROR"
+        assert daemon.recorder.dropped > 0  # samples and errors do not fit
+    report = daemon.cycle()  # back: the spool flushed, then the cycle places again
+    assert [d.job_id for d in report.decisions] == ["11"] and updates(backend)[-1] == "JobId=11"
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        assert placed(store) == [("10", "placed"), ("11", "placed")]
+        assert any("was full" in e.message for e in store.errors())
+    daemon.close()
+
+
+def test_a_restarted_daemon_flushes_the_spool_before_taking_over(tmp_path):
+    db = created(tmp_path)
+    state = cluster(nodes(4), [pending("10", gpus=4)])
+    backend = SnapshotBackend(state, out=None)
+    first = make_daemon(tmp_path, backend)
+    with locked(db):
+        first.cycle()
+    first.close()  # killed with its spool not empty
+    assert first.recorder.spool is not None and first.recorder.spool.records > 0
+    # Slurm heard the pin (what the first daemon's update did): the job pending on n1
+    again = SnapshotBackend(cluster(nodes(4), [pending("10", gpus=4, required_nodes=("n1",))]), out=None)
+    second = make_daemon(tmp_path, again)
+    report = second.cycle()
+    assert report.decisions == [] and "10" in second.placed  # taken over from the spooled decision, not placed again
+    assert updates(again) == []
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        assert placed(store) == [("10", "placed")]
+    second.close()
+
+
+def test_the_spool_lives_beside_a_sqlite_log_and_per_server_database_in_the_state_directory(tmp_path):
+    assert spool_path("", f"sqlite:///{tmp_path}/x.db") == tmp_path / "x.db.spool"
+    assert spool_path(str(tmp_path / "s"), "mysql+pymysql://u:pw@h/db") == tmp_path / "s"
+    a = spool_path("", "mysql+pymysql://u:pw@h/db")
+    assert a.name.startswith("spool-") and a == spool_path("", "mysql+pymysql://u:other@h/db")  # not the password
+    assert a != spool_path("", "postgresql+psycopg://u@h/db")
+
+
+def test_the_gauge_is_there_only_for_a_daemon_that_logs():
+    assert "compass_log_spooled_records" not in render(None, Totals(), 1.0)
+    assert "compass_log_spooled_records 5\n" in render(None, Totals(), 1.0, spooled=5)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def spool_entry(kind, record):
+    from compass_slurm.service.spool import Entry
+
+    return Entry(kind, record)
+
+
+def fields_of(record) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def test_lines_are_json_with_their_key(tmp_path):
+    spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
+    spool.append("k:1", 3, [spool_entry("error", ErrorRecord(kind="x", message="y"))], now=5.0)
+    doc = json.loads(spool.path.read_text())
+    assert doc["key"] == "k:1" and doc["resume"] == 3 and doc["at"] == 5.0
+    assert doc["records"][0]["record"]["time"].startswith("1970-01-01T00:00:05")
