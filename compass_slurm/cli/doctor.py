@@ -21,8 +21,8 @@ from .options import SLURM_HINT
 PACKAGES = ("cli", "engine", "engine.policies", "service", "sim", "slurm", "submit")
 
 
-PASS, INFO, FAIL = "pass", "info", "fail"
-_STYLE = {PASS: "green", INFO: "blue", FAIL: "red"}
+PASS, INFO, WARN, FAIL = "pass", "info", "warn", "fail"
+_STYLE = {PASS: "green", INFO: "blue", WARN: "yellow", FAIL: "red"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class Check:
     ok: bool
     detail: str
     hint: str = ""
-    level: str = PASS  # pass | info | fail; ok is False only for fail
+    level: str = PASS  # pass | info | warn | fail; ok is False only for fail
 
 
 class Failed(Exception):
@@ -44,6 +44,12 @@ class Failed(Exception):
 
 class Info(Failed):
     """Not a failure, but worth saying (the hint says what to do if it is not what the admin wants)."""
+    level = INFO
+
+
+class Warn(Info):
+    """Not a failure yet, but something is wrong (e.g. the decision log behind: records wait in its spool)."""
+    level = WARN
 
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
@@ -97,7 +103,7 @@ class Doctor:
             try:
                 checks.append(Check(name, True, step()))
             except Info as info:
-                checks.append(Check(name, True, str(info), info.hint, INFO))
+                checks.append(Check(name, True, str(info), info.hint, info.level))
             except Failed as failure:
                 checks.append(Check(name, False, _short(str(failure)), failure.hint, FAIL))
         return checks
@@ -232,11 +238,44 @@ class Doctor:
         from ..service.store import SCHEMA_VERSION as CODE_SCHEMA
         from ..service.store import Store, StoreError
 
+        behind = self._spool()
         try:
             with Store.open(self.config.db or None, create=False) as store:
-                return f"{store.name}: schema version {store.schema_version()} (this compass writes {CODE_SCHEMA})"
+                found = f"{store.name}: schema version {store.schema_version()} (this compass writes {CODE_SCHEMA})"
         except StoreError as err:
-            raise Failed(err.message, err.hint or "check --db / COMPASS_DB / the db setting") from None
+            raise Failed(f"{err.message}{behind[0] if behind else ''}",
+                         err.hint or "check --db / COMPASS_DB / the db setting") from None
+        if behind is None:
+            return f"{found}; nothing waits in its spool"
+        text, full = behind
+        if full:
+            raise Failed(found + text, "the daemon changes no jobs: get the database writing again (it empties the "
+                         "spool into it by itself), or raise spool_max_mb")
+        raise Warn(found + text, "the daemon writes them to the log by itself once the database takes writes again")
+
+    def _spool(self) -> tuple[str, bool] | None:
+        """How far the log is behind, as the daemon's spool says (see service/spool.py), and whether the spool is
+        full; None when nothing waits."""
+        import time
+
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from ..service.spool import read_backlog, spool_path
+        from ..service.store import resolve_db_url
+
+        try:
+            path = spool_path(self.config.log_spool, resolve_db_url(self.config.db or None))
+            backlog = read_backlog(path)
+        except (ValueError, SQLAlchemyError):  # an invalid URL: the log's own check says so
+            return None
+        except OSError as err:
+            return f"; its spool {err.filename} cannot be read ({err.strerror})", False
+        if not backlog.size:
+            return None
+        full = backlog.size >= self.config.spool_max_mb * 2**20
+        age = "" if backlog.oldest is None else f", the oldest {max(0.0, time.time() - backlog.oldest):.0f} s old"
+        return (f"; the log is behind: {backlog.records} records wait in its spool {path}{age}"
+                f"{' (full: the daemon changes no jobs)' if full else ''}"), full
 
     def daemon_socket(self) -> str:
         from ..service import control

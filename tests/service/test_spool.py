@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -222,3 +223,35 @@ def test_lines_are_json_with_their_key(tmp_path):
     doc = json.loads(spool.path.read_text())
     assert doc["key"] == "k:1" and doc["resume"] == 3 and doc["at"] == 5.0
     assert doc["records"][0]["record"]["time"].startswith("1970-01-01T00:00:05")
+
+
+# -- compass doctor -----------------------------------------------------------------------------
+
+
+def doctor_log_check(monkeypatch, db: Path, spool: Path, **env: str) -> dict:
+    from click.testing import CliRunner
+
+    from compass_slurm.cli import cli, doctor
+
+    # Slurm and the daemon cannot run here: those checks pass as on a healthy cluster
+    for step in ("slurm_version", "backend_check", "json_support", "gpu_source", "daemon_socket"):
+        monkeypatch.setattr(doctor.Doctor, step, lambda self: "fine")
+    monkeypatch.setenv("COMPASS_DB", f"sqlite:///{db}")
+    monkeypatch.setenv("COMPASS_LOG_SPOOL", str(spool))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    return {c["name"]: c for c in json.loads(result.stdout)["checks"]}["decision log"]
+
+
+def test_doctor_says_how_far_the_log_is_behind(tmp_path, monkeypatch):
+    db, path = created(tmp_path), tmp_path / "spool.jsonl"
+    check = doctor_log_check(monkeypatch, db, path)
+    assert check["level"] == "pass" and "nothing waits in its spool" in check["detail"]
+    spool = Spool(path, 1 << 20)
+    spool.append("a:1", None, [spool_entry("error", ErrorRecord(kind="x", message="y" * 2000))] * 2, now=time.time() - 90)
+    check = doctor_log_check(monkeypatch, db, path)
+    assert check["level"] == "warn" and check["ok"] is True
+    assert "2 records wait in its spool" in check["detail"] and "the oldest 9" in check["detail"]
+    check = doctor_log_check(monkeypatch, db, path, COMPASS_SPOOL_MAX_MB="0.001")
+    assert check["level"] == "fail" and "full" in check["detail"] and "spool_max_mb" in check["hint"]
