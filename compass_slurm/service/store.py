@@ -805,14 +805,19 @@ class Store:
         return self._query(ErrorRecord, since)
 
 
-    def count(self, kind: type[_Record], by: str, since: datetime, until: datetime | None = None) -> dict[str, int]:
-        """How many records of ``kind`` in [since, until] have each value of column ``by`` (a report's tallies:
-        counted by the database, which reads the time index only where the column is in it)."""
+    def count(self, kind: type[_Record], by: str, since: datetime | None = None, until: datetime | None = None,
+              cycle: int | None = None) -> dict[Any, int]:
+        """How many records of ``kind`` in [since, until] (or of one ``cycle``) have each value of column ``by``
+        (a report's tallies: counted by the database, which reads the time index only where the column is in it)."""
         table = kind.table
         column = table.c[by]
-        query = select(column, func.count()).where(table.c.time >= since)
+        query = select(column, func.count())
+        if since is not None:
+            query = query.where(table.c.time >= since)
         if until is not None:
             query = query.where(table.c.time <= until)
+        if cycle is not None:
+            query = query.where(table.c.cycle == cycle)
         with self._guard("read"), self.engine.connect() as conn:
             return {value: n for value, n in conn.execute(query.group_by(column))}
 
