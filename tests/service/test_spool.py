@@ -11,6 +11,7 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from compass_slurm.config import Config
 from compass_slurm.service import store as store_module
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.prometheus import Totals, render
-from compass_slurm.service.spool import Spool, read_backlog, spool_path
+from compass_slurm.service.spool import Entry, Spool, read_backlog, spool_path
 from compass_slurm.service.store import DecisionRecord, ErrorRecord, Store
 from compass_slurm.slurm.snapshot import SnapshotBackend
 
@@ -118,16 +119,15 @@ def test_a_flush_cut_short_before_the_spool_is_emptied_writes_nothing_twice(tmp_
     spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
     decision = DecisionRecord(job_id="7", request="1x2", nodes=("n1",), gpus_per_node={"n1": 2}, policy="compass",
                               rule="anchor", id=-1)
-    spool.append("a:1", None, [spool_entry("decision", decision)])
-    spool.append("a:1", None, [spool_entry("rewrite", DecisionRecord(**{**fields_of(decision), "action": "failed",
-                                                                         "reason": "refused"}))])
-    spool.append("a:2", None, [spool_entry("error", ErrorRecord(kind="slurm", message="second"))])
+    spool.append("a:1", None, [Entry("decision", decision)])
+    spool.append("a:1", None, [Entry("rewrite", replace(decision, action="failed", reason="refused"))])
+    spool.append("a:2", None, [Entry("error", ErrorRecord(kind="slurm", message="second"))])
     saved = spool.path.read_bytes()
     with Store.open(f"sqlite:///{db}") as store:
         assert spool.flush(store) == 3
         # killed after the store took every batch, before the spool was emptied: the file is as it was
         spool.path.write_bytes(saved)
-        spool.append("a:3", None, [spool_entry("error", ErrorRecord(kind="slurm", message="third"))])
+        spool.append("a:3", None, [Entry("error", ErrorRecord(kind="slurm", message="third"))])
         assert Spool(spool.path, 1 << 20).records == 4
         assert spool.flush(store) == 1  # only the batch not written yet
         assert placed(store) == [("7", "failed")]  # the rewrite applied before the decision reached the log
@@ -138,7 +138,7 @@ def test_a_flush_cut_short_before_the_spool_is_emptied_writes_nothing_twice(tmp_
 
 def test_a_torn_last_line_is_left_out(tmp_path):
     spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
-    spool.append("a:1", None, [spool_entry("error", ErrorRecord(kind="slurm", message="kept"))])
+    spool.append("a:1", None, [Entry("error", ErrorRecord(kind="slurm", message="kept"))])
     with open(spool.path, "a") as f:
         f.write('{"key": "a:2", "at": 1')  # a crash mid-write: never fsync'd, so no cycle went on after it
     assert read_backlog(spool.path).records == 1
@@ -202,24 +202,9 @@ def test_the_gauge_is_there_only_for_a_daemon_that_logs():
     assert "compass_log_spooled_records 5\n" in render(None, Totals(), 1.0, spooled=5)
 
 
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def spool_entry(kind, record):
-    from compass_slurm.service.spool import Entry
-
-    return Entry(kind, record)
-
-
-def fields_of(record) -> dict:
-    from dataclasses import fields
-
-    return {f.name: getattr(record, f.name) for f in fields(record)}
-
-
 def test_lines_are_json_with_their_key(tmp_path):
     spool = Spool(tmp_path / "spool.jsonl", 1 << 20)
-    spool.append("k:1", 3, [spool_entry("error", ErrorRecord(kind="x", message="y"))], now=5.0)
+    spool.append("k:1", 3, [Entry("error", ErrorRecord(kind="x", message="y"))], now=5.0)
     doc = json.loads(spool.path.read_text())
     assert doc["key"] == "k:1" and doc["resume"] == 3 and doc["at"] == 5.0
     assert doc["records"][0]["record"]["time"].startswith("1970-01-01T00:00:05")
@@ -249,7 +234,8 @@ def test_doctor_says_how_far_the_log_is_behind(tmp_path, monkeypatch):
     check = doctor_log_check(monkeypatch, db, path)
     assert check["level"] == "pass" and "nothing waits in its spool" in check["detail"]
     spool = Spool(path, 1 << 20)
-    spool.append("a:1", None, [spool_entry("error", ErrorRecord(kind="x", message="y" * 2000))] * 2, now=time.time() - 90)
+    spool.append("a:1", None, [Entry("error", ErrorRecord(kind="x", message="y" * 2000))] * 2,
+                 now=time.time() - 90)
     check = doctor_log_check(monkeypatch, db, path)
     assert check["level"] == "warn" and check["ok"] is True
     assert "2 records wait in its spool" in check["detail"] and "the oldest 9" in check["detail"]
