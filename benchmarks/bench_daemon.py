@@ -4,7 +4,7 @@
                                                 [--read json|lines|narrow] [--history compass|first-fit]
                                                 [--migrations-per-hour 12|per-node]
                                                 [--migrations-burst N|P%|unlimited] [--recalculate-priorities]
-                                                [--in-memory] [--spawn-changes] [--db FILE]
+                                                [--in-memory] [--no-spawn] [--db FILE] [--json]
 
 Builds a synthetic Slurm state (8-GPU nodes, a GFS-like mix of 1/2/4/8-GPU and
 2-node jobs, ~97% of GPUs busy where the ``--history`` policy placed them, the
@@ -20,9 +20,12 @@ does from 24.11 on: the narrow ``squeue --Format`` lines of the same jobs, and `
 beforehand, so answering costs the daemon nothing Slurm would not). The daemon runs
 on the real CLI backend whose runner prints those texts from a process (``cat`` of a file
 written before the cycle) read with the backend's own ``run_process``, so a cycle includes
-taking Slurm's output in and parsing it (``--in-memory`` hands the texts over without a
-process, as before 2026-12-03; ``--spawn-changes`` also starts a process for every scontrol
-change, as the daemon does; ``--db`` logs the decisions to a SQLite file). The runner
+taking Slurm's output in and parsing it. By default the cycle is a site's: the scontrol
+changes start processes as the daemon's do (one ``cat`` of the lines per ``scontrol`` reading
+them from its standard input, or one ``true`` per change for a daemon that runs one scontrol
+per change), and the decisions are logged to a SQLite file (``--db FILE``, else a temporary
+one). ``--in-memory`` hands the texts over without a process and logs nothing, and ``--no-spawn``
+runs no process for a change: the ways before 2026-12-03. The runner
 keeps the scontrol changes the daemon asks for, and between two cycles the synthetic state goes through them as slurmctld
 would (``carry_out``): a requeued job runs on the nodes it was re-pinned to, a pinned
 pending job starts there. Then 1% of the running jobs end (their GPUs free in the node
@@ -33,7 +36,10 @@ running job: a daemon restart, once) and the median steady cycle, the part of it
 in the cycle's one read of Slurm (``read_state``), and for every cycle the jobs placed,
 migrated and requeued, the requeues of the first minute, and the errors (a mismatch:
 a job not running where the daemon decided). Targets (issue 12): steady <= 0.5 s at
-4,096 nodes / 20,000 jobs, <= 1 s at 16,384 / 100,000.
+4,096 nodes / 20,000 jobs, <= 1 s at 16,384 / 100,000, and at most 5 processes for changes per
+steady cycle. ``--json`` prints one object instead: ``steady_s``, ``read_s``, ``cold_s``,
+``processes_per_cycle`` (processes started for changes in the median steady cycle),
+``changes_per_cycle`` (its scontrol command lines) and ``read``.
 """
 
 from __future__ import annotations
@@ -55,11 +61,18 @@ from compass_slurm.engine.model import Job, Node
 from compass_slurm.engine.policies.base import make_policy
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.slurm.cli_backend import CliBackend, run_process
+
+try:  # the batch of changes on one scontrol's standard input (older code runs scontrol once per change)
+    from compass_slurm.slurm.cli_backend import run_batch
+except ImportError:
+    run_batch = None
 from compass_slurm.slurm.hostlist import compress, expand
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 
 RECORDED = Path(__file__).resolve().parents[1] / "tests" / "data" / "slurm" / "mixed-16x8"
 TARGETS_S = {(4096, 20_000): 0.5, (16384, 100_000): 1.0}
+#: the most processes a steady cycle may start for its changes
+PROCESSES_TARGET = 5
 GPUS = 8
 #: (GPUs in all, nodes, weight): mostly 1-GPU jobs, some FF sizes, whole nodes and 2-node jobs
 MIX = ((1, 1, 60), (2, 1, 10), (4, 1, 8), (3, 1, 1), (8, 1, 15), (16, 2, 6))
@@ -268,7 +281,8 @@ class Recorded:
     A read's text comes from a process, as Slurm's does: written to a file beforehand, it is printed by
     ``cat`` and read with the backend's own ``run_process``, so the daemon pays for taking it in (unless
     ``folder`` is None: then the text is handed over in memory, as before 2026-12-03). With ``spawn``,
-    every change runs ``true`` the same way: the daemon's cost of starting one scontrol process per change.
+    every change run alone runs ``true`` the same way, and a batch of them (``batch``) one ``cat`` of its
+    lines on standard input: the daemon's cost of starting its scontrol processes (counted in ``processes``).
     """
 
     def __init__(self, texts: dict[str, str], narrow: Narrow | None = None, folder: Path | None = None,
@@ -280,6 +294,7 @@ class Recorded:
         self.spawn = spawn
         self.changes: list[list[str]] = []
         self.asked: Counter[str] = Counter()  #: reads by command line
+        self.processes = 0  #: processes started for changes
 
     @property
     def texts(self) -> dict[str, str]:
@@ -314,8 +329,17 @@ class Recorded:
         if argv[0] == "scontrol":
             self.changes.append(argv)
             if self.spawn:
+                self.processes += 1
                 return run_process(["true"], timeout)
         return 0, "", ""
+
+    def batch(self, argv: list[str], text: str, timeout: float) -> tuple[int | None, str]:
+        """A batch of changes: each line kept as a change; with ``spawn``, one process reads them all."""
+        self.changes += ([*argv, *line.split(" ")] for line in text.splitlines())
+        if self.spawn:
+            self.processes += 1
+            run_batch(["cat"], text, timeout)
+        return 0, ""
 
     def take(self) -> list[list[str]]:
         changes, self.changes = self.changes, []
@@ -335,10 +359,12 @@ def carry_out(state: SlurmState, changes: list[list[str]], now: float) -> tuple[
     pinned: dict[str, None] = {}  # in the order asked
     for argv in changes:
         verb, rest = argv[1], argv[2:]
-        if verb == "requeuehold":
-            jobs[rest[0]] = replace(jobs[rest[0]], state="PENDING", nodes=(), gpus_alloc={}, start_time=0, held=True)
+        if verb == "requeuehold":  # (one job, or a comma list)
+            for job_id in rest[0].split(","):
+                jobs[job_id] = replace(jobs[job_id], state="PENDING", nodes=(), gpus_alloc={}, start_time=0, held=True)
         elif verb == "release":
-            jobs[rest[0]] = replace(jobs[rest[0]], held=False)
+            for job_id in rest[0].split(","):
+                jobs[job_id] = replace(jobs[job_id], held=False)
         elif verb == "update":
             fields = dict(arg.partition("=")[::2] for arg in rest)
             if fields.get("StartTime") == "now":
@@ -372,6 +398,8 @@ class Cycle:
     """One timed cycle: CPU seconds (the machine is shared: wall time would count the others) and what it did."""
 
     seconds: float
+    processes: int  #: processes started for its changes
+    changes: int  #: its scontrol command lines
     placed: int  #: pending jobs pinned to their nodes
     migrated: int  #: moved jobs carried to Slurm (a requeue, or a re-point of a job not started yet)
     requeues: int  #: running jobs requeued onto new nodes
@@ -380,6 +408,7 @@ class Cycle:
 
 def timed(daemon: Daemon, runner: Recorded, dump: list[str] | None = None) -> Cycle:
     """One cycle; its decisions, migrations, scontrol lines and errors appended to ``dump`` as text lines."""
+    spawned = runner.processes
     started = time.process_time()
     report = daemon.cycle()
     seconds = time.process_time() - started
@@ -391,8 +420,9 @@ def timed(daemon: Daemon, runner: Recorded, dump: list[str] | None = None) -> Cy
         dump += (" ".join(argv) for argv in runner.changes)
         dump += (f"error {e.kind} {e.message}" for e in report.errors)
     migrated = sum(1 for d in report.decisions if d.action == "migrated")
-    requeues = sum(1 for argv in runner.changes if argv[1] == "requeuehold")
-    return Cycle(seconds, len(report.decisions) - migrated, migrated, requeues, Counter(e.kind for e in report.errors))
+    requeues = sum(len(argv[2].split(",")) for argv in runner.changes if argv[1] == "requeuehold")
+    return Cycle(seconds, runner.processes - spawned, len(runner.changes), len(report.decisions) - migrated, migrated,
+                 requeues, Counter(e.kind for e in report.errors))
 
 
 def main() -> None:
@@ -420,11 +450,14 @@ def main() -> None:
     parser.add_argument("--clock", type=float, help="Unix seconds the daemon's clock starts at (default: now; give "
                                                     "one to compare two runs: the jobs' start times follow it)")
     parser.add_argument("--in-memory", action="store_true",
-                        help="hand Slurm's output to the backend in memory (as before 2026-12-03), not from a process")
-    parser.add_argument("--spawn-changes", action="store_true",
-                        help="run a process (true) for every scontrol change, as the daemon runs scontrol for each")
+                        help="hand Slurm's output to the backend in memory, not from a process, and log no decisions "
+                             "(as before 2026-12-03)")
+    parser.add_argument("--no-spawn", action="store_true",
+                        help="start no process for the scontrol changes (as before 2026-12-03)")
+    parser.add_argument("--spawn-changes", action="store_true", help=argparse.SUPPRESS)  # the default now
     parser.add_argument("--db", type=Path, help="log decisions to this SQLite file, as the daemon does (default: "
-                                                "no log)")
+                                                "a temporary one; none with --in-memory)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the steady cycles (not the cold one) here")
     args = parser.parse_args()
 
@@ -439,7 +472,7 @@ def main() -> None:
         return render(state) if narrow is None else narrow.render(*_render(state))
 
     folder = None if args.in_memory else Path(tempfile.mkdtemp(prefix="bench_daemon."))
-    runner = Recorded(texts(state), narrow, folder, spawn=args.spawn_changes)
+    runner = Recorded(texts(state), narrow, folder, spawn=not args.no_spawn)
     jobs_read = {"json": "squeue --json", "lines": LINES}.get(args.read) or narrow_command()
     reads = {"sinfo --json", jobs_read, "scontrol show partition --oneliner", "scontrol show reservation --oneliner"}
     size_mb = sum(len(text) for key, text in runner.texts.items() if key in reads) / 1e6
@@ -447,6 +480,7 @@ def main() -> None:
     logging.getLogger("compass.daemon").setLevel(logging.CRITICAL)
     # only the read asked for is named: --read json runs on code before the other reads
     backend = CliBackend(runner=runner, **({args.read: True} if args.read != "json" else {}))
+    backend.batch_runner = runner.batch  # (unused by code that runs scontrol once per change)
     reads_s: list[float] = []
     read_state = backend.read_state
 
@@ -470,7 +504,8 @@ def main() -> None:
             except ValueError as err:
                 parser.error(f"--{name.replace('_', '-')} {given!r} is {err}")
     config = Config(policy=args.policy, anchors="", slack=args.slack, **budget)
-    db = None if args.db is None else f"sqlite:///{args.db.resolve()}"
+    log_file = args.db or (None if folder is None else folder / "decisions.db")
+    db = None if log_file is None else f"sqlite:///{log_file.resolve()}"
     daemon = Daemon(config, backend, db, clock=lambda: now[0])
     dump: list[str] = []
     cycles = [timed(daemon, runner, dump)]
@@ -498,22 +533,31 @@ def main() -> None:
             profile.disable()
     if profile is not None:
         profile.dump_stats(args.profile)
+    daemon.close()
     if folder is not None:
         shutil.rmtree(folder)
     if args.dump is not None:
         args.dump.write_text("".join(line + "\n" for line in dump))
     cold, steady = cycles[0], sorted(cycles[1:], key=lambda c: c.seconds)[args.repeat // 2]
     read = statistics.median(reads_s)
+    if args.json:
+        print(json.dumps({"steady_s": round(steady.seconds, 4), "read_s": round(read, 4), "cold_s": round(cold.seconds, 4),
+                          "processes_per_cycle": steady.processes, "changes_per_cycle": steady.changes,
+                          "read": args.read, "nodes": args.nodes, "jobs": args.jobs, "spawn": not args.no_spawn,
+                          "db": db is not None, "in_memory": folder is None}))
+        return
     target = TARGETS_S.get((args.nodes, args.jobs))
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady.seconds <= target else 'MISSED'}"
+    if target is not None:
+        verdict += f", <= {PROCESSES_TARGET} processes: {'met' if steady.processes <= PROCESSES_TARGET else 'MISSED'}"
     print(f"| daemon cycle, {args.nodes:,} nodes, {args.jobs:,} jobs ({running:,} running), {args.policy}, "
           f"history {args.history}, jobs read by {args.read}, slack {config.slack:g}, "
           f"migrations_per_hour {config.migrations_per_hour}, "
           + ("every pending job's priority changed before each cycle, " if args.recalculate_priorities else "")
           + f"migrations_burst {getattr(config, 'migrations_burst', 'unlimited')}, "
           f"Slurm output {size_mb:.1f} MB read per cycle {'in memory' if folder is None else 'from a process'}"
-          + (", a process per scontrol change" if args.spawn_changes else "")
-          + (", decisions logged to SQLite" if args.db is not None else "") + " "
+          + ("" if args.no_spawn else f", {steady.processes} processes for {steady.changes} scontrol changes")
+          + (", decisions logged to SQLite" if db is not None else "") + " "
           f"| cold (restart, adopts all) {cold.seconds:.3f} s ({cold.placed} placed, {cold.migrated} migrated) "
           f"| steady median of {args.repeat} {steady.seconds:.3f} s ({steady.placed} placed, {steady.migrated} migrated) "
           f"| of which reading and parsing {read:.3f} s{verdict} | CPU time |")

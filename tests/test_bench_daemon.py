@@ -9,6 +9,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_daemon import Recorded, build, carry_out, churn, render, timed  # noqa: E402
 
+import json  # noqa: E402
+import subprocess  # noqa: E402
+
 from compass_slurm.config import Config  # noqa: E402
 from compass_slurm.service.daemon import Daemon  # noqa: E402
 from compass_slurm.slurm.cli_backend import CliBackend  # noqa: E402
@@ -44,11 +47,13 @@ def test_the_daemon_sees_its_placements_and_migrations_done():
     state = build(64, 320, 0.97, "first-fit", seed=1)
     runner = Recorded(render(state))
     now = [1_000_000.0]
-    daemon = Daemon(Config(policy="compass", anchors=""), CliBackend(runner=runner), None, clock=lambda: now[0])
+    daemon = Daemon(Config(policy="compass", anchors=""), CliBackend(runner=runner, batch_runner=runner.batch), None,
+                    clock=lambda: now[0])
     dump: list[str] = []
     first = timed(daemon, runner, dump)
     assert first.placed and first.migrated and first.requeues and not first.errors
-    assert dump[0] == "# cycle 1" and sum(line.startswith("scontrol requeuehold ") for line in dump) == first.requeues
+    assert dump[0] == "# cycle 1" and first.requeues == sum(
+        len(line.split()[2].split(",")) for line in dump if line.startswith("scontrol requeuehold "))
     decisions = [line for line in dump if line.startswith("{'job_id'") and "'instance':" not in line]
     assert len(decisions) == first.placed + first.migrated  # the rest of the records are migrations
     state, started, waiting = carry_out(state, runner.take(), now[0])
@@ -67,3 +72,22 @@ def test_slurm_s_output_read_from_a_process_is_the_output_handed_over_in_memory(
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"read{at}" for at in range(len(texts))]
     change = ["scontrol", "release", "7"]
     assert through(change, 5.0) == (0, "", "") and through.take() == [change]  # run as a process, and kept
+
+
+def test_a_batch_of_changes_is_kept_line_by_line_and_costs_one_process(tmp_path):
+    runner = Recorded({}, folder=tmp_path, spawn=True)
+    text = "update JobId=7 StartTime=now+60\nrequeuehold 8,9\nrelease 8,9\n"
+    assert runner.batch(["scontrol"], text, 5.0) == (0, "") and runner.processes == 1
+    assert runner.take() == [["scontrol", "update", "JobId=7", "StartTime=now+60"], ["scontrol", "requeuehold", "8,9"],
+                             ["scontrol", "release", "8,9"]]
+
+
+def test_json_reports_a_sites_cycle_with_its_processes():
+    """The default is a site's cycle: changes through processes, decisions logged to a SQLite file."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_daemon.py"
+    out = subprocess.run([sys.executable, str(bench), "--nodes", "64", "--jobs", "320", "--repeat", "2", "--read",
+                          "narrow", "--json"], capture_output=True, text=True, check=True).stdout
+    figures = json.loads(out)
+    assert set(figures) >= {"steady_s", "read_s", "cold_s", "processes_per_cycle", "changes_per_cycle", "read"}
+    assert figures["read"] == "narrow" and figures["spawn"] and figures["db"] and not figures["in_memory"]
+    assert 1 <= figures["processes_per_cycle"] <= 5 and figures["changes_per_cycle"] >= figures["processes_per_cycle"]
