@@ -232,7 +232,8 @@ def main() -> None:
     print("\n| command | median wall | median CPU (this process) | target |\n|---|---|---|---|")
     for what, (wall, cpu) in figures.items():
         ok = "ok" if wall <= TARGETS_S[what] else "MISSED"
-        print(f"| compass {what} | {wall * 1000:.0f} ms | {cpu * 1000:.0f} ms | {TARGETS_S[what] * 1000:.0f} ms ({ok}) |")
+        target = TARGETS_S[what] * 1000
+        print(f"| compass {what} | {wall * 1000:.0f} ms | {cpu * 1000:.0f} ms | {target:.0f} ms ({ok}) |")
     if prune:
         print(f"\nprune of the first {PRUNE_HOURS} h: {sum(prune['deleted'].values()):,} rows "
               f"({', '.join(f'{n:,} {t}' for t, n in prune['deleted'].items())}) in {prune['seconds']:.1f} s: "
