@@ -86,6 +86,8 @@ class Recorder:
         self._spooling: int | None = None
         self._why: StoreError | None = None
         self._positions = 0
+        #: the spool's last append failed, and nothing was written since (each cycle's end tries again)
+        self._spool_failed: str | None = None
 
     def _open(self) -> Store:
         if self.store is None:
@@ -118,10 +120,17 @@ class Recorder:
         return self._ready().cut_short()
 
     def may_change(self, report: CycleReport) -> bool:
-        """Whether the cycle may change jobs: not while the store is down and the spool full, since no decision
-        is made without being logged (says so, once per cycle)."""
+        """Whether the cycle may change jobs: not while the store is down and the spool full or failing, since no
+        decision is made without being logged (says so, once per cycle; the cycle's end tries both again)."""
         spool = self.spool
-        if self.db is None or spool is None or not spool.full:
+        if self.db is None or spool is None:
+            return True
+        if self._spool_failed is not None:
+            report.error("log", f"neither the decision log nor its spool {spool.path} can be written "
+                         f"({self._spool_failed}): no job is changed until one can; Slurm starts managed jobs "
+                         "itself when their leases run out")
+            return False
+        if not spool.full:
             return True
         try:
             self._ready()
@@ -165,9 +174,11 @@ class Recorder:
         try:
             self.spool.append(self._key(report), self._resumed(report), entries)
         except OSError as err:
+            self._spool_failed = str(err.strerror or err)
             log.error("DECISIONS NOT LOGGED, NOT TOLD TO SLURM: the log failed (%s) and so did its spool %s: %s",
-                      self._why.message if self._why else "?", self.spool.path, err.strerror or err)
+                      self._why.message if self._why else "?", self.spool.path, self._spool_failed)
             return False
+        self._spool_failed = None
         self._positions += len(entries)
         report.decisions[:] = decisions
         return True
@@ -202,7 +213,7 @@ class Recorder:
         if not spooling:
             try:
                 self._write(report, begun, refused)
-                self.unlogged = None
+                self.unlogged = self._spool_failed = None
                 return
             except StoreError as err:
                 self._why = err
@@ -257,8 +268,10 @@ class Recorder:
         try:
             spool.append(self._key(report), begun, entries)
         except OSError as err:
-            log.error("cannot write the decision log's spool %s: %s", spool.path, err.strerror or err)
+            self._spool_failed = str(err.strerror or err)
+            log.error("cannot write the decision log's spool %s: %s", spool.path, self._spool_failed)
             return ""
+        self._spool_failed = None
         if full and rest:
             self.dropped += len(rest)
             self.unlogged = self.unlogged or ErrorRecord(

@@ -169,6 +169,27 @@ def test_a_full_spool_stops_the_daemon_changing_jobs_until_the_log_is_back(tmp_p
     daemon.close()
 
 
+def test_no_decision_reaches_slurm_when_neither_the_log_nor_its_spool_takes_it(tmp_path, caplog):
+    db = created(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")  # a file where the spool's directory should be: no spool can be made there
+    backend = SnapshotBackend(cluster(nodes(4), [pending("10", gpus=4)]), out=None)
+    daemon = make_daemon(tmp_path, backend, log_spool=str(blocker / "spool.jsonl"))
+    with locked(db):
+        report = daemon.cycle()
+        assert updates(backend) == [] and [d.action for d in report.decisions] == ["failed"]
+        assert "10" not in daemon.policy.cluster.jobs
+        before = len(backend.commands)
+        caplog.clear()
+        assert daemon.cycle().decisions == [] and backend.commands[before:] == []  # no pin, no lease renewal
+        assert sum("neither the decision log nor its spool" in r.getMessage() for r in caplog.records) == 1
+        blocker.unlink()
+        daemon.cycle()  # still nothing changed; its end spools again, and that works
+        report = daemon.cycle()
+        assert [d.action for d in report.decisions] == ["placed"] and updates(backend) == ["JobId=10"]
+    daemon.close()
+
+
 def test_a_restarted_daemon_flushes_the_spool_before_taking_over(tmp_path):
     db = created(tmp_path)
     state = cluster(nodes(4), [pending("10", gpus=4)])
