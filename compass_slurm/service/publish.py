@@ -4,7 +4,9 @@ A sample of the cluster's fragmentation per cycle, and every decision, migration
 error, go to the decision log (``Recorder``): the cycle's placements in a transaction of
 their own before Slurm hears of them (a daemon killed while telling Slurm leaves no job
 running where the log does not say), the rest at the cycle's end under the same cycle.
-A log that cannot be written is loud but never stops placement. The Prometheus textfile and the anchors
+A log that cannot be written is loud but never stops placement: what it cannot take goes to its spool
+(spool.py) and reaches it later; only a spool full or failing too stops the daemon changing jobs. The
+Prometheus textfile and the anchors
 file for submit hooks are replaced atomically every cycle.
 
 Anchors file (``Config.anchors``)::
