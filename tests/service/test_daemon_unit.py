@@ -29,7 +29,7 @@ from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
 from compass_slurm.slurm.state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
-from compass_slurm.service.store import Store
+from compass_slurm.service.store import Store, StoreError
 from compass_slurm.slurm.translate import Request
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "slurm" / "mixed-16x8"
@@ -924,14 +924,23 @@ def test_sigterm_stops_the_daemon_cleanly(tmp_path):
     proc = subprocess.Popen([*COMPASS, "daemon", "--snapshot", str(snap), "--interval", "0.2", "--db",
                              f"sqlite:///{tmp_path / 'log.db'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "COMPASS_MIN_CYCLE_SPACING": "0"})  # cycles 0.2 s apart
-    time.sleep(2.0)
+    deadline = time.monotonic() + 60  # a few cycles, however slow the machine is to start the process
+
+    def cycled() -> int:
+        try:
+            with Store.open(f"sqlite:///{tmp_path / 'log.db'}", create=False) as store:
+                return len(store.samples())
+        except StoreError:  # not created yet
+            return 0
+
+    while cycled() < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "stopped after" in err and "Traceback" not in err
     assert out.splitlines()[0].startswith("scontrol update JobId=95 ReqNodeList=n1")
-    with Store.open(f"sqlite:///{tmp_path / 'log.db'}", create=False) as store:
-        assert len(store.samples()) >= 3
+    assert cycled() >= 3
 
 
 def test_a_migration_refused_half_way_releases_the_job(tmp_path):
