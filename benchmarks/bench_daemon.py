@@ -185,13 +185,14 @@ def _render(state: SlurmState) -> tuple[dict[str, str], list[dict]]:
     return {"sinfo --json": json.dumps(sinfo, indent=2), "squeue --json": json.dumps(squeue, indent=2),
             "scontrol show partition --oneliner": partitions,
             "scontrol show reservation --oneliner": "No reservations in the system\n",
+            "scontrol show topology": "",
             "scontrol --version": "slurm-wlm 22.05.8\n"}, jobs
 
 
 def narrow_command() -> str:
     from compass_slurm.slurm import parse_narrow  # imported only for --read narrow: --read json runs on older code
 
-    return " ".join(parse_narrow.argv(exclusive=False))
+    return " ".join(parse_narrow.argv((24, 11)))
 
 
 def _when(t: int) -> str:
@@ -207,7 +208,7 @@ def narrow_line(job: dict) -> str:
               job["tres_per_job"] or "N/A", job["tres_per_task"] or "N/A", f"{job['memory_per_cpu']}M", "N/A", "OK",
               job["required_nodes"], job["excluded_nodes"], job["state_reason"], "(null)", job["priority"], limit,
               _when(job["start_time"]), _when(job["submit_time"]), _when(job["eligible_time"]), job["job_id"], "N/A",
-              job["comment"] or "(null)", job["job_id"]]
+              0, 0, "(null)", job["job_id"], "(null)", job["job_id"], job["comment"] or "(null)", job["job_id"]]
     return "|".join(map(str, fields)) + "|"
 
 
