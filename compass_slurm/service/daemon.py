@@ -288,15 +288,16 @@ class Daemon:
             replan.intersection_update(ids)  # those no longer pending are not decided again
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
-            if p.slurm.reason.split(",")[0].strip() == NODES_REFUSED:
-                # Slurm will not start it on the nodes it is pinned to (down, drained, or reserved for jobs of a
-                # higher-priority partition as Slurm sees it, not the daemon): unpinned, Slurm's now
+            stale = self._stale(p, policy, now, translator, short)
+            if stale is None and p.slurm.reason.split(",")[0].strip() == NODES_REFUSED:
+                # Slurm will not start it on the nodes it is pinned to, for a reason the daemon does not see (a
+                # node down or drained is re-planned above; reserved for jobs of a higher-priority partition, say):
+                # unpinned, Slurm's now
                 policy.remove(job_id)
                 del placed[job_id]
                 self.books.leaving[job_id] = (f"Slurm holds its pin back ({p.slurm.reason}); unpinned and left to "
                                               f"Slurm", True)
                 continue
-            stale = self._stale(p, policy, now, translator, short)
             if stale is not None:
                 # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
                 # a later one if no room is found now.

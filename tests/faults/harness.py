@@ -226,6 +226,15 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> 
     return problems
 
 
+def first_pin(lines: Iterable[list[str]]) -> str | None:
+    """The first node of the first pin among scontrol command lines (what a cycle tells Slurm in one batch)."""
+    for argv in lines:
+        for arg in argv:
+            if arg.startswith("ReqNodeList=") and arg != "ReqNodeList=":
+                return expand(arg.partition("=")[2])[0]
+    return None
+
+
 def submit_managed(name: str, lease: int, *args: str, seconds: int = 60) -> str:
     """sbatch exactly as the wrapper runs it for a GPU job when the daemon answers (marker, lease)."""
     out = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--comment=compass",

@@ -6,7 +6,7 @@ import subprocess
 from collections.abc import Sequence
 
 import pytest
-from harness import all_in, expand, jobs_named, log_disagreements, submit_managed, until
+from harness import all_in, expand, first_pin, jobs_named, log_disagreements, submit_managed, until
 
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
@@ -25,11 +25,11 @@ class LosesTheNode(CliBackend):
         self.state = state
         self.lost: str | None = None
 
-    def set_nodes(self, job_id: str, nodes: Sequence[str], *args, **kwargs) -> None:
-        if self.lost is None:
-            self.lost = nodes[0]
+    def scontrol_lines(self, lines: Sequence[list[str]]) -> list[str | None]:
+        if self.lost is None and (node := first_pin(lines)) is not None:
+            self.lost = node
             scontrol("update", f"NodeName={self.lost}", f"State={self.state}", "Reason=compass-fault-test")
-        super().set_nodes(job_id, nodes, *args, **kwargs)
+        return super().scontrol_lines(lines)
 
 
 def scontrol(*args: str) -> None:

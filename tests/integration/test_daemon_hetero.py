@@ -18,7 +18,7 @@ import pytest
 from devcluster import LAYOUTS, Layout, releases_under_test, session_layout_cluster, use_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the daemon-process harness
-from harness import cancel, jobs_named, log_disagreements, until  # noqa: E402
+from harness import cancel, first_pin, jobs_named, log_disagreements, until  # noqa: E402
 # the hook's fixtures (name, daemon) on this module's cluster
 from test_submit_hook import Cluster, daemon, name, sbatch  # noqa: E402, F401
 
@@ -106,12 +106,12 @@ class FeatureGone(CliBackend):
         super().__init__(narrow=None, lines=None)
         self.stripped: list[str] = []
 
-    def set_nodes(self, job_id, nodes, **kw) -> None:
-        if not self.stripped:  # the first pin only
-            self.stripped.append(nodes[0])
-            subprocess.run(["scontrol", "update", f"NodeName={nodes[0]}", "AvailableFeatures=80gb",
+    def scontrol_lines(self, lines):
+        if not self.stripped and (node := first_pin(lines)) is not None:  # the first pin only
+            self.stripped.append(node)
+            subprocess.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=80gb",
                             "ActiveFeatures=80gb"], check=True, capture_output=True)
-        super().set_nodes(job_id, nodes, **kw)
+        return super().scontrol_lines(lines)
 
 
 def in_process(tmp_path: Path, backend: CliBackend | None = None) -> Daemon:
