@@ -68,8 +68,6 @@ NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Inv
 #: Slurm's refusal of a decision that no other nodes would change (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE: what
 #: the job asks of a node is more than the daemon reads): the job is left to Slurm
 REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
-#: the pending reason of a job whose required nodes Slurm will not give it now (WAIT_NODE_NOT_AVAIL)
-NODES_REFUSED = "ReqNodeNotAvail"
 #: why a decision is not told to Slurm when neither the log nor its spool could take it
 UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
@@ -289,15 +287,6 @@ class Daemon:
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
             stale = self._stale(p, policy, now, translator, short)
-            if stale is None and p.slurm.reason.split(",")[0].strip() == NODES_REFUSED:
-                # Slurm will not start it on the nodes it is pinned to, for a reason the daemon does not see (a
-                # node down or drained is re-planned above; reserved for jobs of a higher-priority partition, say):
-                # unpinned, Slurm's now
-                policy.remove(job_id)
-                del placed[job_id]
-                self.books.leaving[job_id] = (f"Slurm holds its pin back ({p.slurm.reason}); unpinned and left to "
-                                              f"Slurm", True)
-                continue
             if stale is not None:
                 # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
                 # a later one if no room is found now.

@@ -1189,15 +1189,3 @@ def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tm
     assert backend.commands[1:] == [["scontrol", "update", "JobId=90", "StartTime=now"]]
     assert daemon.cycle().decisions == [] and len(backend.commands) == 2
 
-
-def test_a_pinned_job_slurm_says_its_nodes_are_not_available_for_is_left_at_the_next_cycle(tmp_path):
-    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("81", gpus=8)]), tmp_path, lease=60)
-    daemon.cycle()
-    # Slurm reserves n1 for a job of a higher-priority partition the daemon does not manage
-    backend.state = cluster(nodes(3), [pending("81", gpus=8, required_nodes=("n1",),
-                                               reason="ReqNodeNotAvail, UnavailableNodes:n1")])
-    clock.now += 5
-    report = daemon.cycle()
-    assert [(d.job_id, d.action) for d in report.decisions] == [("81", "left")]
-    assert backend.commands[1:] == [["scontrol", "update", "JobId=81", "ReqNodeList=", "StartTime=now"]]
-    assert "81" not in daemon.policy.cluster.jobs
