@@ -42,13 +42,10 @@ class Actuator:
         self.backend = backend
         self.lease = int(lease)
 
-    def express(self, p: Pending, decision: Decision) -> str | None:
-        """Pin the job to the decided nodes and start it now; returns why Slurm refused, or None."""
-        return self.express_all([(p, decision)])[0]
-
     def express_all(self, decided: Sequence[tuple[Pending, Decision]]) -> list[str | None]:
-        """``express`` for each of ``decided``, all told Slurm in one go (``Backend.scontrol_lines``); per
-        decision, why Slurm refused it (that decision's own words, no other's), or None."""
+        """Pin each of ``decided`` to its nodes and start it now, all told Slurm in one go
+        (``Backend.scontrol_lines``); per decision, why Slurm refused it (that decision's own words, no other's),
+        or None."""
         failures: list[str | None] = [None] * len(decided)
         lines, at = [], []
         for k, (p, decision) in enumerate(decided):
