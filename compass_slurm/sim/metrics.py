@@ -17,7 +17,10 @@ of max(1, completion time / max(run time, 10 s)), run time = end - start.
 ``migrations_burst_max`` in any 5-minute one (the burst cap's window, engine/rate_limit.py);
 ``mean_partial_nodes`` the time-average count of partial nodes (same window as AFR), and
 ``mean_partial_by_group`` the same per node group (one capacity, one GPU type; ``groups``
-names them with their node counts). The bound behind ``sif_bound_frac`` is two partial
+names them with their node counts). The price of moving (issue 32): ``restart_gpu_h`` is the GPU-hours
+lost to restarts (per migration event, the delay times the moved job's GPUs: a gang restarts together),
+``migrations_per_whole_node_job`` the migrations per whole-node job started (KAI's "over-eviction"
+measure; null without one), ``cluster_gpus`` the GPUs that AGU is a share of. The bound behind ``sif_bound_frac`` is two partial
 nodes beyond Phi* per group: 2K/N on K groups, the paper's 2/N on one (docs/concepts.md).
 """
 
@@ -78,6 +81,9 @@ class Metrics:
     #: node group label -> its time-average partial nodes; and -> its node count
     mean_partial_by_group: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
+    restart_gpu_h: float = 0.0
+    migrations_per_whole_node_job: float | None = None
+    cluster_gpus: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -135,6 +141,7 @@ def summarize(
         w = wait[classes == name]
         mean_by[name] = float(w.mean()) if len(w) else None
         p99_by[name] = float(np.percentile(w, 99)) if len(w) else None
+    whole_node_jobs = int((classes == "whole-node").sum())
     bsld = np.maximum(1.0, completion / np.maximum(end - start, BSLD_THRESHOLD_S))
     by_group: dict[str, float] = {}
     if groups and len(timeline.group_partial) == len(timeline):
@@ -163,6 +170,9 @@ def summarize(
         mean_partial_nodes=average(np.asarray(timeline.partial, dtype=float)),
         mean_partial_by_group=by_group,
         groups=dict(groups or {}),
+        restart_gpu_h=migration_gpu_s / HOUR,
+        migrations_per_whole_node_job=len(migration_times) / whole_node_jobs if whole_node_jobs else None,
+        cluster_gpus=gpus,
     )
 
 

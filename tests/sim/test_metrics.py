@@ -50,6 +50,10 @@ def test_averages_over_the_time_the_queue_is_non_empty():
     assert m.migrations_per_hour_max == 2  # 0 and 5 in one hour; 3700 is more than an hour after 0, not after 5
     assert m.migrations_burst_max == 2  # 0 and 5 in 5 minutes too
     assert m.mean_wait_by_class_s == {"1": 50, "2-4": 10, "5-7": None, "whole-node": 25}
+    # the price of moving: 48 GPU-s lost; 3 migrations for the 2 whole-node jobs (c and d) started
+    assert m.restart_gpu_h == pytest.approx(48 / 3600)
+    assert m.migrations_per_whole_node_job == 1.5
+    assert m.cluster_gpus == 32
     assert m.p99_wait_by_class_s["1"] == pytest.approx(99)
     # bounded slowdown: max(1, completion / max(run, 10)) = 1, 30/20, 25/10, 60/30, 101/10
     assert m.bounded_slowdown == pytest.approx((1 + 1.5 + 2.5 + 2 + 10.1) / 5)
