@@ -10,7 +10,10 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
     migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
     seeds = [1, 2, 3]                     # optional: --seed (the --migratable, --managed and --typed draws)
-    options = ["--migration-delay", "8"]  # more `compass simulate` options for every task
+    perturb = [1, 2, 3]                   # optional: --perturb (a seeded order of same-instant events)
+    migratable = [0, 0.25]                # optional: --migratable (the share of jobs that may move)
+    migration_delay = [8, 120]            # optional: --migration-delay (seconds per restart)
+    options = ["--estimate-factor", "2"]  # more `compass simulate` options for every task
 
     [[windows]]                           # at least one
     trace = "/data/last-year.sacct"       # relative to this file
@@ -72,7 +75,9 @@ OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--clu
                          "--output",
                          "--sweep", "--sbatch"})
 _TOP = frozenset({"output", "policies", "eta", "queue", "slack", "migrations_per_hour", "migrations_burst",
-                  "seeds", "perturb", "options", "windows", "sbatch"})
+                  "seeds", "perturb", "migratable", "migration_delay", "options", "windows", "sbatch"})
+#: grid keys that are ``compass simulate`` options: the key -> its option
+_OPTION_KEYS = {"seeds": "--seed", "migratable": "--migratable", "migration_delay": "--migration-delay"}
 _WINDOW = frozenset({"trace", "window", "limit", "cluster", "layout", "typed", "name"})
 
 
@@ -100,13 +105,18 @@ class Task:
     seed: int | None = None
     #: --perturb, when the sweep perturbs ties (None: none)
     perturb: int | None = None
+    #: --migratable and --migration-delay, when the sweep sets them per task (None: options' or the default)
+    migratable: float | None = None
+    migration_delay: float | None = None
 
     def label(self) -> str:
         burst = "" if self.migrations_burst == BURST_DEFAULT else f" burst={self.migrations_burst}"
         seed = "" if self.seed is None else f" seed={self.seed}"
         perturb = "" if self.perturb is None else f" perturb={self.perturb}"
+        movable = "" if self.migratable is None else f" migratable={self.migratable:g}"
+        delay = "" if self.migration_delay is None else f" delay={self.migration_delay:g}"
         return (f"{self.window} {self.policy} eta={self.eta:g} {self.queue} slack={self.slack:g} "
-                f"budget={self.migrations_per_hour}{burst}{seed}{perturb}")
+                f"budget={self.migrations_per_hour}{burst}{seed}{perturb}{movable}{delay}")
 
 
 @dataclass(frozen=True)
@@ -184,9 +194,16 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     bursts = _rates(doc, "migrations_burst", BURST_DEFAULT, parse_burst, bad)
     seeds: list[int | None] = _list(doc, "seeds", None, int, bad) or [None]
     perturbs: list[int | None] = _list(doc, "perturb", None, int, bad) or [None]
+    shares: list[float | None] = _list(doc, "migratable", None, (int, float), bad) or [None]
+    if any(share is not None and not 0 <= share <= 1 for share in shares):
+        raise bad("'migratable' must list fractions in [0, 1]")
+    delays: list[float | None] = _list(doc, "migration_delay", None, (int, float), bad) or [None]
+    if any(delay is not None and delay < 0 for delay in delays):
+        raise bad("'migration_delay' must list seconds >= 0")
+    per_task = {option for key, option in _OPTION_KEYS.items() if key in doc}
     options = _options(doc.get("options", []), "options", bad)
     for opt in options:
-        if opt.split("=")[0] in OWN_OPTIONS or (opt.split("=")[0] == "--seed" and seeds != [None]):
+        if opt.split("=")[0] in OWN_OPTIONS | per_task:
             raise bad(f"'options' may not set {opt.split('=')[0]}: the sweep sets it per task")
     sbatch = doc.get("sbatch", {})
     if not isinstance(sbatch, Mapping) or set(sbatch) - {"options"}:
@@ -255,10 +272,13 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
               "--slack", f"{slack:g}", "--migrations-per-hour", str(budget),
               *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))),
               *(() if seed is None else ("--seed", str(seed))),
-              *(() if perturb is None else ("--perturb", str(perturb))), *options, "--json"),
-             burst, float(slack), seed, perturb)
-        for i, ((label, argv), policy, eta, queue, slack, budget, burst, seed, perturb)
-        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds, perturbs))
+              *(() if perturb is None else ("--perturb", str(perturb))),
+              *(() if share is None else ("--migratable", f"{share:g}")),
+              *(() if delay is None else ("--migration-delay", f"{delay:g}")), *options, "--json"),
+             burst, float(slack), seed, perturb, None if share is None else float(share),
+             None if delay is None else float(delay))
+        for i, ((label, argv), policy, eta, queue, slack, budget, burst, seed, perturb, share, delay)
+        in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds, perturbs, shares, delays))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
 
@@ -315,11 +335,12 @@ Simulate = Callable[[tuple[str, ...]], tuple[int, str, str]]
 
 def run_local(plan: Plan, simulate: Simulate, workers: int | None = None,
               on_done: Callable[[Task], None] | None = None) -> None:
-    """Every task of ``plan`` in local processes (at most one per CPU), calling ``on_done`` as each ends."""
+    """Every task of ``plan`` in local processes (at most one per CPU this process may use, so ``taskset``
+    bounds a sweep on a shared machine), calling ``on_done`` as each ends."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     plan.save()
-    workers = max(1, min(workers or os.cpu_count() or 1, len(plan.tasks)))
+    workers = max(1, min(workers or len(os.sched_getaffinity(0)) or 1, len(plan.tasks)))
 
     def record(task: Task, outcome: tuple[int, str, str]) -> None:
         _, out, err = outcome

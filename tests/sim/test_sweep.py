@@ -133,6 +133,10 @@ def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
     ('policies = "best-fit"\nperturb = [1, "x"]\n[[windows]]\ntrace = "t.csv"\n', "'perturb': 'x' is not an int"),
     ('policies = "best-fit"\noptions = ["--perturb", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --perturb"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\n[[windows]]\ntrace = "t.csv"\n', "same name"),
+    ('policies = "best-fit"\nmigratable = [0, 1.5]\n[[windows]]\ntrace = "t.csv"\n', "fractions in [0, 1]"),
+    ('policies = "best-fit"\nmigration_delay = -8\n[[windows]]\ntrace = "t.csv"\n', "seconds >= 0"),
+    ('policies = "best-fit"\nmigration_delay = 8\noptions = ["--migration-delay", "1"]\n[[windows]]\n'
+     'trace = "t.csv"\n', "may not set --migration-delay"),
 ])
 def test_a_malformed_sweep_file_exits_2_with_one_line(sweep_dir, text, message):
     path = write(sweep_dir, text)
@@ -234,3 +238,21 @@ def test_perturb_seeds_multiply_the_grid_and_name_each_run(sweep_dir):
     assert [t.perturb for t in plan.tasks] == [1, 2, 3]
     assert all(t.argv[t.argv.index("--perturb") + 1] == str(t.perturb) for t in plan.tasks)
     assert plan.tasks[2].label().endswith(" perturb=3")
+
+
+def test_migratable_shares_and_restart_delays_multiply_the_grid(sweep_dir):
+    text = 'policies = "best-fit"\nmigratable = [0, 0.25]\nmigration_delay = [8, 120]\n[[windows]]\ntrace = "t.csv"\n'
+    plan = sweep.load(write(sweep_dir, text), POLICIES)
+    assert [(t.migratable, t.migration_delay) for t in plan.tasks] == [(0, 8), (0, 120), (0.25, 8), (0.25, 120)]
+    assert plan.tasks[3].argv[-5:-1] == ("--migratable", "0.25", "--migration-delay", "120")
+    assert plan.tasks[3].label().endswith(" migratable=0.25 delay=120")
+    plan.save()
+    assert sweep.Plan.load(plan.output / "plan.json") == plan
+
+
+def test_a_sweep_runs_one_process_per_cpu_it_may_use(sweep_dir, monkeypatch):
+    monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda pid: {1})
+    seen = []
+    plan = sweep.load(write(sweep_dir, 'policies = ["best-fit", "compass"]\n[[windows]]\ntrace = "t.csv"\n'), POLICIES)
+    sweep.run_local(plan, simulate_in_process, on_done=seen.append)  # one CPU: in this process, in order
+    assert [t.index for t in seen] == [0, 1]
