@@ -15,7 +15,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     migration_delay = [8, 120]            # optional: --migration-delay (seconds per restart)
     options = ["--estimate-factor", "2"]  # more `compass simulate` options for every task
 
-    [[windows]]                           # at least one
+    [[windows]]                           # at least one (or windows_from = "slices.toml": that file's)
     trace = "/data/last-year.sacct"       # relative to this file
     window = "20d:60d"                    # optional, as --window
     limit = 4000                          # optional, as --limit
@@ -75,7 +75,8 @@ OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--clu
                          "--output",
                          "--sweep", "--sbatch"})
 _TOP = frozenset({"output", "policies", "eta", "queue", "slack", "migrations_per_hour", "migrations_burst",
-                  "seeds", "perturb", "migratable", "migration_delay", "options", "windows", "sbatch"})
+                  "seeds", "perturb", "migratable", "migration_delay", "options", "windows", "windows_from",
+                  "sbatch"})
 #: grid keys that are ``compass simulate`` options: the key -> its option
 _OPTION_KEYS = {"seeds": "--seed", "migratable": "--migratable", "migration_delay": "--migration-delay"}
 _WINDOW = frozenset({"trace", "window", "limit", "cluster", "layout", "typed", "name"})
@@ -209,9 +210,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
     if not isinstance(sbatch, Mapping) or set(sbatch) - {"options"}:
         raise bad("[sbatch] takes one key, options = [\"--partition=...\", ...]")
     sbatch_options = _options(sbatch.get("options", []), "sbatch.options", bad)
-    windows = doc.get("windows")
-    if not isinstance(windows, list) or not windows:
-        raise bad("at least one [[windows]] table with a trace is required")
+    windows, wbase = _windows(doc, base, bad)
     spans = []
     for k, w in enumerate(windows, 1):
         where = f"windows #{k}"
@@ -223,7 +222,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         trace = w.get("trace")
         if not isinstance(trace, str) or not trace:
             raise bad(f"{where}: 'trace' (a file) is required")
-        trace_path = (base / trace).resolve()
+        trace_path = (wbase / trace).resolve()
         if not trace_path.is_file():
             raise bad(f"{where}: trace {trace} not found")
         argv = ["--trace", str(trace_path)]
@@ -245,9 +244,9 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
                 raise bad(f"{where}: 'cluster' must be a name")
             argv += ["--cluster", w["cluster"]]
         if "layout" in w:
-            if not isinstance(w["layout"], str) or not (base / w["layout"]).is_file():
+            if not isinstance(w["layout"], str) or not (wbase / w["layout"]).is_file():
                 raise bad(f"{where}: layout {w['layout']!r} not found (a TOML file, relative to the sweep file)")
-            argv += ["--layout", str((base / w["layout"]).resolve())]
+            argv += ["--layout", str((wbase / w["layout"]).resolve())]
         if "typed" in w:
             typed = w["typed"]
             if isinstance(typed, bool) or not isinstance(typed, (int, float)) or not 0 <= typed <= 1:
@@ -281,6 +280,26 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         in enumerate(product(spans, chosen, etas, queues, slacks, budgets, bursts, seeds, perturbs, shares, delays))
     )
     return Plan((base / output).resolve(), tasks, tuple(sbatch_options))
+
+
+def _windows(doc: Mapping[str, Any], base: Path, bad: Callable[[str], SweepError]) -> tuple[Any, Path]:
+    """The [[windows]] tables, the sweep file's own or those of the file ``windows_from`` names (so sweeps
+    of one protocol share its slices), and the directory their paths are relative to."""
+    if "windows_from" not in doc:
+        windows = doc.get("windows")
+    elif "windows" in doc:
+        raise bad("give [[windows]] or windows_from, not both")
+    else:
+        source = doc["windows_from"]
+        path = base / source if isinstance(source, str) else None
+        try:
+            windows = tomllib.loads(path.read_text(encoding="utf-8")).get("windows") if path else None
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise bad(f"windows_from {source!r}: cannot read its [[windows]] ({err})") from None
+        base = path.resolve().parent if path else base
+    if not isinstance(windows, list) or not windows:
+        raise bad("at least one [[windows]] table with a trace is required")
+    return windows, base
 
 
 def _rates(doc: Mapping[str, Any], key: str, default: int | str, parse: Callable[[object], int | str],

@@ -133,6 +133,8 @@ def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
     ('policies = "best-fit"\nperturb = [1, "x"]\n[[windows]]\ntrace = "t.csv"\n', "'perturb': 'x' is not an int"),
     ('policies = "best-fit"\noptions = ["--perturb", "1"]\n[[windows]]\ntrace = "t.csv"\n', "may not set --perturb"),
     ('policies = "best-fit"\n[[windows]]\ntrace = "t.csv"\n[[windows]]\ntrace = "t.csv"\n', "same name"),
+    ('policies = "best-fit"\nwindows_from = "t.csv"\n', "windows_from 't.csv': cannot read"),
+    ('policies = "best-fit"\nwindows_from = "w.toml"\n[[windows]]\ntrace = "t.csv"\n', "not both"),
     ('policies = "best-fit"\nmigratable = [0, 1.5]\n[[windows]]\ntrace = "t.csv"\n', "fractions in [0, 1]"),
     ('policies = "best-fit"\nmigration_delay = -8\n[[windows]]\ntrace = "t.csv"\n', "seconds >= 0"),
     ('policies = "best-fit"\nmigration_delay = 8\noptions = ["--migration-delay", "1"]\n[[windows]]\n'
@@ -256,3 +258,12 @@ def test_a_sweep_runs_one_process_per_cpu_it_may_use(sweep_dir, monkeypatch):
     plan = sweep.load(write(sweep_dir, 'policies = ["best-fit", "compass"]\n[[windows]]\ntrace = "t.csv"\n'), POLICIES)
     sweep.run_local(plan, simulate_in_process, on_done=seen.append)  # one CPU: in this process, in order
     assert [t.index for t in seen] == [0, 1]
+
+
+def test_windows_from_shares_another_files_slices_relative_to_it(sweep_dir):
+    (sweep_dir / "protocol").mkdir()
+    (sweep_dir / "protocol" / "slices.toml").write_text('[[windows]]\ntrace = "../t.csv"\nname = "all"\n')
+    plan = sweep.load(write(sweep_dir, 'policies = "best-fit"\nwindows_from = "protocol/slices.toml"\n'), POLICIES)
+    assert [t.window for t in plan.tasks] == ["all"]
+    assert plan.tasks[0].argv[:2] == ("--trace", str(sweep_dir / "t.csv"))
+    assert plan.output == sweep_dir / "s-results"

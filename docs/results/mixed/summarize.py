@@ -14,47 +14,15 @@ AGU, AJCT and the mean wait of whole-node jobs, and the command that makes the r
 from __future__ import annotations
 
 import json
-import shlex
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tables import command, spread  # noqa: E402  (docs/results/tables.py, beside the sweeps)
+
 #: the configurations the README compares, in its order: (policy, slack)
 CONFIGS = (("compass-easy", 0.5), ("best-fit", 0.0), ("best-fit", 0.5))
-
-
-def spread(values: list[float], fmt: str) -> str:
-    """ "median [min-max]", or the one value when all agree."""
-    lo, mid, hi = min(values), statistics.median(values), max(values)
-    if fmt.format(lo) == fmt.format(hi):
-        return fmt.format(mid)
-    return f"{fmt.format(mid)} [{fmt.format(lo)}-{fmt.format(hi)}]"
-
-
-def command(argv: list[str]) -> str:
-    """The task's command line as run from the repository, its seed left to S."""
-    out = ["compass", "simulate"]
-    skip = False
-    for k, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--json":
-            continue
-        if arg == "--seed":
-            out += ["--seed", "S"]
-            skip = True
-            continue
-        path = Path(arg)
-        if path.is_absolute() and path.exists():
-            try:
-                arg = str(path.relative_to(REPO))
-            except ValueError:
-                arg = str(Path("..") / path.relative_to(REPO.parent))
-        out.append(arg)
-    return shlex.join(out).replace("'S'", "S")
 
 
 def main(results_dir: str) -> None:

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Issue 32's held-out tables from a finished sweep: three rows per slice, the price of moving, the targets.
+
+    taskset -c 1 nice -n 10 compass simulate --sweep docs/results/heldout/sweep.toml
+    python3 docs/results/heldout/summarize.py docs/results/heldout/results > docs/results/heldout/table.md
+
+Reads the sweep's plan.json and results.json. Per (slice, migratable share, restart delay):
+
+* the configurations, each the median [min-max] over the tie-break seeds (--perturb): the default
+  (compass-easy, slack 0.5), best-fit under EASY (slack 0), best-fit with the default's queue rule
+  (slack 0.5), and compass-easy under EASY when the sweep ran it;
+* the price of moving, per seed then its median: GPU-hours lost to restarts, GPU-hours gained (the AGU
+  difference against best-fit under EASY x the cluster's GPUs x the time the default's queue was
+  non-empty), migrations per whole-node job started;
+* the targets against best-fit under EASY, each held when it holds for the median and for all but at
+  most one seed (paired by seed): partial nodes and AGU no worse, whole-node wait and AJCT at most
+  best-fit's (+10% in a backlog: best-fit's mean wait over 2 days), no class (1, 2-4, 5-7, whole-node)
+  waiting over 10% longer where its best-fit wait is over 10 minutes.
+
+Then the split of the default's gain against best-fit under EASY into the queue rule (best-fit with
+the slack against without) and the placement (the default against best-fit with the slack), as
+geometric means over the slices. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tables import command, spread  # noqa: E402  (docs/results/tables.py, beside the sweeps)
+
+DEFAULT = ("compass-easy", 0.5)
+EASY = ("best-fit", 0.0)
+SAME_RULE = ("best-fit", 0.5)
+#: the rows of a slice, in order, with their names in the table
+CONFIGS = ((DEFAULT, "default"), (EASY, "best-fit, EASY"), (SAME_RULE, "best-fit, same slack"),
+           (("compass-easy", 0.0), "compass-easy, EASY"))
+CLASSES = ("1", "2-4", "5-7", "whole-node")
+BACKLOG_S = 2 * 86400.0
+CLASS_FLOOR_S = 600.0
+HOUR = 3600.0
+UNCAPPED = "unlimited"
+
+
+def key(row: dict) -> tuple:
+    return row["window"], row["migratable"], row["migration_delay_s"], row["migrations_burst_setting"]
+
+
+def wait(row: dict, cls: str) -> float | None:
+    return row["mean_wait_by_class_s"][cls]
+
+
+def gained_gpu_h(ours: dict, easy: dict) -> float:
+    return (ours["agu"] - easy["agu"]) * ours["cluster_gpus"] * ours["queued_s"] / HOUR
+
+
+def targets(ours: dict, easy: dict) -> dict[str, bool]:
+    """Each of issue 32's targets for one seed: the default's run against best-fit's under EASY."""
+    slack = 1.10 if easy["mean_wait_s"] > BACKLOG_S else 1.0
+    whole_ours, whole_easy = wait(ours, "whole-node"), wait(easy, "whole-node")
+    classes = all(wait(ours, c) <= 1.10 * wait(easy, c) for c in CLASSES
+                  if wait(easy, c) is not None and wait(easy, c) > CLASS_FLOOR_S)
+    return {
+        "partial": ours["mean_partial_nodes"] <= easy["mean_partial_nodes"] + 1e-9,
+        "AGU": ours["agu"] >= easy["agu"] - 1e-9,
+        "whole-node": whole_easy is None or whole_ours <= slack * whole_easy,
+        "AJCT": ours["ajct_s"] <= slack * easy["ajct_s"],
+        "classes": classes,
+    }
+
+
+def median_row(rows: list[dict]) -> dict:
+    """A row of the medians over seeds (the fields the targets read)."""
+    med = {name: statistics.median(r[name] for r in rows)
+           for name in ("mean_partial_nodes", "agu", "ajct_s", "mean_wait_s")}
+    med["mean_wait_by_class_s"] = {c: None if wait(rows[0], c) is None else statistics.median(wait(r, c) for r in rows)
+                                   for c in CLASSES}
+    return med
+
+
+def held(ours: list[dict], easy: list[dict]) -> dict[str, str]:
+    """Per target: "yes" (median and all seeds but at most one), else "no (k/n seeds)"."""
+    by_seed = {r["perturb"]: r for r in easy}
+    pairs = [(r, by_seed[r["perturb"]]) for r in ours if r["perturb"] in by_seed]
+    per_seed = [targets(a, b) for a, b in pairs]
+    at_median = targets(median_row(ours), median_row(easy))
+    out = {}
+    for name, ok in at_median.items():
+        count = sum(t[name] for t in per_seed)
+        out[name] = "yes" if ok and count >= len(per_seed) - 1 else f"**no** ({count}/{len(per_seed)})"
+    return out
+
+
+def fmt_wait(rows: list[dict], cls: str) -> str:
+    values = [wait(r, cls) for r in rows]
+    return "-" if None in values else spread(values, "{:,.0f}")
+
+
+def table(runs: dict, argv: dict, where: tuple) -> list[str]:
+    lines = ["| config | mean partial nodes | AGU | AJCT (s) | wait 1 / 2-4 / 5-7 / whole-node (s) | migrations "
+             "| restart GPU-h | gained GPU-h | migrations per whole-node job |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+    easy = {r["perturb"]: r for r in runs.get((*where, *EASY), [])}
+    for config, name in CONFIGS:
+        got = runs.get((*where, *config))
+        if not got:
+            continue
+        gained = [gained_gpu_h(r, easy[r["perturb"]]) for r in got if r["perturb"] in easy]
+        over = [r["migrations_per_whole_node_job"] for r in got]
+        lines.append(
+            f"| {name} | {spread([r['mean_partial_nodes'] for r in got], '{:.2f}')} | "
+            f"{spread([r['agu'] for r in got], '{:.3f}')} | {spread([r['ajct_s'] for r in got], '{:,.0f}')} | "
+            + " / ".join(fmt_wait(got, c) for c in CLASSES) + " | "
+            f"{spread([r['migrations'] for r in got], '{:,.0f}')} | "
+            f"{spread([r['restart_gpu_h'] for r in got], '{:,.1f}')} | "
+            f"{spread(gained, '{:,.0f}') if gained and config != EASY else '-'} | "
+            f"{'-' if None in over else spread(over, '{:.2f}')} |")
+    first = runs[(*where, *DEFAULT)][0]
+    lines.append(f"\n`{command(argv[first['task']], '--perturb')}` (S = the seed; best-fit: `--policy best-fit`, "
+                 "`--slack 0` or `0.5`)")
+    return lines
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def split(runs: dict, slices: list[tuple]) -> list[str]:
+    """The default's AJCT and partial nodes against best-fit under EASY, split into queue rule and placement."""
+    def ratio(field: str, a: tuple, b: tuple) -> float:
+        return geomean([statistics.median(r[field] for r in runs[(*s, *a)])
+                        / statistics.median(r[field] for r in runs[(*s, *b)]) for s in slices])
+    lines = ["| ratio (geometric mean over slices of the seeds' medians) | AJCT | mean partial nodes |",
+             "|---|---:|---:|"]
+    for name, a, b in (("default / best-fit EASY (all)", DEFAULT, EASY),
+                       ("best-fit same slack / best-fit EASY (the queue rule)", SAME_RULE, EASY),
+                       ("default / best-fit same slack (the placement)", DEFAULT, SAME_RULE)):
+        partial = ratio("mean_partial_nodes", a, b) if all(
+            min(r["mean_partial_nodes"] for r in runs[(*s, *b)]) > 0 for s in slices) else math.nan
+        lines.append(f"| {name} | {ratio('ajct_s', a, b):.3f} | {partial:.3f} |")
+    return lines
+
+
+def burst_cost(runs: dict, capped: list[tuple]) -> list[str]:
+    """Per slice, the default with a burst cap against the same without one."""
+    fields = (("mean_partial_nodes", "partial nodes"), ("agu", "AGU"), ("ajct_s", "AJCT"),
+              ("whole-node", "whole-node wait"), ("migrations", "migrations"))
+    lines = ["| slice | migratable | delay | burst | " + " | ".join(name for _, name in fields)
+             + " | most in 5 min (unlimited) |", "|---|---:|---:|---|" + "---:|" * (len(fields) + 1)]
+    for where in capped:
+        ours, free = runs[(*where, *DEFAULT)], runs[(*where[:3], UNCAPPED, *DEFAULT)]
+
+        def median(rows: list[dict], field: str) -> float:
+            return statistics.median(wait(r, field) if field in CLASSES else r[field] for r in rows)
+        cells = []
+        for field, _ in fields:
+            if field == "whole-node" and wait(free[0], field) is None:
+                cells.append("-")
+                continue
+            a, b = median(ours, field), median(free, field)
+            cells.append(f"{a / b:.3f}" if b else f"{a:g} / 0")
+        window, share, delay, burst = where
+        cells.append(spread([r["migrations_burst_max"] for r in free], "{:.0f}"))
+        lines.append(f"| {window} | {share:g} | {delay:g} | {burst} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(results_dir: str) -> None:
+    base = Path(results_dir)
+    plan = json.loads((base / "plan.json").read_text())
+    rows = json.loads((base / "results.json").read_text())
+    argv = {t["index"]: t["argv"] for t in plan["tasks"]}
+    runs: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        runs[(*key(row), row["policy"], float(row["slack"]))].append(row)
+    wheres = list(dict.fromkeys(key(r) for r in rows))
+    verdicts = []
+    for where in wheres:
+        window, share, delay, burst = where
+        nodes = runs[(*where, *DEFAULT)][0]["nodes"]
+        print(f"\n### {window}: {nodes} nodes of 8 GPUs, --migratable {share:g}, --migration-delay {delay:g}, "
+              f"--migrations-burst {burst}\n")
+        print("\n".join(table(runs, argv, where)))
+        if runs.get((*where, *EASY)):
+            verdicts.append((where, held(runs[(*where, *DEFAULT)], runs[(*where, *EASY)])))
+    print("\n### Targets: the default against best-fit under EASY\n")
+    names = list(verdicts[0][1]) if verdicts else []
+    print("| slice | migratable | delay | burst | " + " | ".join(names) + " |")
+    print("|---|---:|---:|---|" + "---|" * len(names))
+    for (window, share, delay, burst), verdict in verdicts:
+        print(f"| {window} | {share:g} | {delay:g} | {burst} | " + " | ".join(verdict.values()) + " |")
+    for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
+        slices = [w for w in wheres if w[1:] == (share, delay, burst)
+                  and all(runs.get((*w, *c)) for c in (DEFAULT, EASY, SAME_RULE))]
+        if slices:
+            print(f"\n### Queue rule against placement (--migratable {share:g}, --migration-delay {delay:g}, "
+                  f"{len(slices)} slices)\n")
+            print("\n".join(split(runs, slices)))
+    caps = [w for w in wheres if w[3] != UNCAPPED and (*w[:3], UNCAPPED) in {x[:4] for x in wheres}]
+    if caps:
+        print("\n### What the burst cap costs the default (capped / unlimited, medians over seeds)\n")
+        print("\n".join(burst_cost(runs, caps)))
+    seeds = sorted({r["perturb"] for r in rows if r["perturb"] is not None})
+    print(f"\nMedian [range] over tie-break seeds {', '.join(map(str, seeds))}; {len(rows)} runs.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent / "results"))
