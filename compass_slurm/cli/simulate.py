@@ -388,7 +388,11 @@ def _table(rows: list[dict], skipped, skipped_jobs: list[str]) -> None:
         ("AGU", "agu", "{:.4f}".format),
         ("mean wait s", "mean_wait_s", "{:,.0f}".format),
         ("p99 wait s", "p99_wait_s", "{:,.0f}".format),
+        ("wait s: 1 / 2-4 / 5-7 / whole-node", "mean_wait_by_class_s", _class_waits),
+        ("partial nodes", "mean_partial_nodes", "{:.2f}".format),
         ("migrations", "migrations", "{:,}".format),
+        ("restart GPU-h", "restart_gpu_h", "{:,.1f}".format),
+        ("migrations per whole-node job", "migrations_per_whole_node_job", lambda v: "-" if v is None else f"{v:.2f}"),
         ("wall s", "wall_s", "{:.1f}".format),
     ]
     for title, _, _ in columns:
@@ -428,6 +432,11 @@ def _table(rows: list[dict], skipped, skipped_jobs: list[str]) -> None:
                 f"{label} {value:.2f} of {first['groups'][label]}" for label, value in row["mean_partial_by_group"].items()))
     for note in notes:
         console(stderr=True).print(note)
+
+
+def _class_waits(by_class: dict[str, float | None]) -> str:
+    """Mean waits of the job classes (metrics.CLASSES order), "-" for a class without jobs."""
+    return " / ".join("-" if w is None else f"{w:,.0f}" for w in by_class.values())
 
 
 def _burst_note(row: dict) -> str:

@@ -117,6 +117,13 @@ def test_a_burst_cap_is_named_in_the_tables_notes(trace):
     assert "in any 5 minutes" not in plain.stderr
 
 
+def test_the_table_shows_class_waits_partial_nodes_and_the_price_of_moving(trace):
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "compass", "--nodes", "2"])
+    assert result.exit_code == 0, result.output
+    words = set(result.stdout.split())  # a narrow column wraps its title: look for its words
+    assert {"2-4", "5-7", "whole-node", "partial", "restart", "GPU-h", "whole-node"} <= words
+
+
 def test_migratable_column_is_read_unless_a_share_is_given(tmp_path):
     from compass_slurm.sim.workloads import load, to_jobs
 
