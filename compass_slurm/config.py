@@ -34,13 +34,13 @@ class Config:
     socket: str = str(RUN / "compass.sock")
     #: where the daemon publishes the partial-node anchors for submit hooks.
     anchors: str = str(RUN / "anchors")
-    #: placement policy by name (compass_slurm.engine.policies); compass-easy: see README "The daemon".
+    #: placement policy by name (compass_slurm.engine.policies); compass-easy: docs/architecture.md "The policies".
     policy: str = "compass-easy"
     #: queue discipline of the daemon's Scheduler, as `compass simulate --queue`: "backfill" (EASY, as Slurm's
     #: sched/backfill: a reservation for the highest-priority job that does not fit) or "fifo" (strict order).
     queue: str = "backfill"
     #: backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to this many times its time
-    #: limit past its first reservation (engine/scheduler.py, "Slack"; README "Slack for whole-node heads");
+    #: limit past its first reservation (engine/scheduler.py, "Slack"; docs/architecture.md "The queue");
     #: 0: EASY's rule, the head's reservation is never delayed. 0.5 by default: where EASY's rule loses mean JCT
     #: to best-fit, it wins it, and its whole-node jobs still wait less than best-fit's on most windows.
     slack: float = 0.5
@@ -87,8 +87,17 @@ class Config:
     #: megabytes the spool may hold; when full the daemon changes no jobs (no decision goes unlogged) and
     #: Slurm starts managed jobs itself when their leases run out.
     spool_max_mb: float = 64.0
+    #: seconds a leader's lease lasts when daemons share the decision log (one beside each slurmctld): the
+    #: leader renews it every cycle and stops changing jobs before it ends; a standby takes over once it has
+    #: not been renewed for that long (service/leader.py). 0: two intervals.
+    leader_lease: float = 0.0
     #: where each value came from: default, the file's path, COMPASS_<NAME>, or flag.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def leader_lease_s(self) -> float:
+        """The leader's lease in seconds, ``leader_lease`` resolved."""
+        return self.leader_lease or 2 * self.interval
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}

@@ -288,7 +288,15 @@ class Doctor:
                                            "its log: journalctl -u compass-daemon") from None
         if not reply.get("ok"):
             raise Failed(f"{path}: the daemon answered {reply.get('error')!r}", "see journalctl -u compass-daemon")
-        return f"{path}: the daemon answers (policy {reply.get('policy')}, cycle {reply.get('cycle')})"
+        answers = f"{path}: the daemon answers (policy {reply.get('policy')}, cycle {reply.get('cycle')})"
+        leader = reply.get("leader")
+        if reply.get("role") == "standby":
+            if leader is None:
+                raise Warn(f"{answers} and stands by, and no daemon leads",
+                           "it claims the lead at its next cycle; if that lasts, see journalctl -u compass-daemon")
+            return f"{answers}; it stands by: {leader['host']} pid {leader['pid']} leads (since {leader['since']})"
+        token = f", token {leader['token']}" if leader and leader.get("token") else ""
+        return f"{answers}; it leads{token}"
 
 
     def submit_hook(self) -> str:

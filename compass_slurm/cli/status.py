@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..service.status import NodeCell, Status
-    from ..service.store import DecisionRecord
+    from ..service.store import DecisionRecord, LeaderRow
 
 #: kind -> (glyph, style): glyphs alone tell the kinds apart when colour is off (NO_COLOR, pipes)
 CELLS = {
@@ -60,35 +60,49 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
         raise UserError(f"cannot adopt the running jobs: {err}", hint="check the policy setting: `compass policies`") from None
-    decisions, note = _latest_decisions(config.db, decision_count)
+    decisions, note, leader = _from_log(config.db, decision_count)
     if as_json:
         emit_json({"schema_version": SCHEMA_VERSION, **status.as_json(),
+                   "leader": None if leader is None else _leader_json(leader),
                    "decisions": None if decisions is None else [d.as_json() for d in decisions],
                    "decisions_note": note})
         return
     out = console()
-    for part in _render(status, decisions, note, out.width):
+    for part in _render(status, decisions, note, leader, out.width):
         out.print(part)
 
 
-def _latest_decisions(db: str, count: int) -> tuple[list[DecisionRecord] | None, str]:
-    """The latest decisions, or None and why not: status works without a decision log."""
-    if count == 0:
-        return None, "not asked for"
+def _from_log(db: str, count: int) -> tuple[list[DecisionRecord] | None, str, LeaderRow | None]:
+    """The latest decisions, or None and why not, and who leads (service/leader.py; None: no one, or no log):
+    status works without a decision log."""
     from ..service.store import StoreError
     from .options import open_log
 
     try:
         with open_log(db) as store:
-            return store.decisions(limit=count), ""
+            leader = store.leader()
+            leader = None if leader is None or leader.holder is None else leader
+            if count == 0:
+                return None, "not asked for", leader
+            return store.decisions(limit=count), "", leader
     except StoreError as err:
-        return None, err.message
+        return None, "not asked for" if count == 0 else err.message, None
+
+
+def _leader_json(row: LeaderRow) -> dict[str, Any]:
+    return {"host": row.host, "pid": row.pid, "since": _iso(row.since), "renewed": _iso(row.renewed),
+            "token": row.token}
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat(timespec="seconds")
 
 
 # -- rendering -----------------------------------------------------------------------------------
 
 
-def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, width: int) -> list[RenderableType]:
+def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, leader: LeaderRow | None,
+            width: int) -> list[RenderableType]:
     from rich.text import Text
 
     f = status.fragmentation
@@ -100,6 +114,8 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, w
              f"queue {queue_text(status.queue, status.slack)} · {budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
+        *([] if leader is None else [Text(f"leader: {leader.host} pid {leader.pid} since {_iso(leader.since)}, "
+                                          f"renewed {_iso(leader.renewed)}", style="bright_black")]),
         _group_table(status),
         Text(),
         _legend(status),

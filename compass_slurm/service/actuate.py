@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress
 
 from ..engine.model import Decision, Migration
@@ -67,9 +67,12 @@ class Actuator:
         return failures
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
-                report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False) -> None:
+                report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False,
+                may_act: Callable[[], bool] = lambda: True) -> None:
         """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed. Each
-        move's decision is logged before Slurm hears of it, and rewritten as failed where Slurm refuses."""
+        move's decision is logged before Slurm hears of it, and rewritten as failed where Slurm refuses.
+        ``may_act`` is asked again after the requeues' waits: a daemon whose lead ran out meanwhile (see
+        leader.py) does not re-point them, and only releases what it held, so that no job is left held."""
         by_job: dict[str, list[Migration]] = {}
         for m in moves:
             if m.job in policy.cluster.jobs:
@@ -118,6 +121,9 @@ class Actuator:
                         why = str(err)
                 failed[k] = why
                 del updates[k]
+        if updates and not may_act():  # failed, so released below
+            failed.update(dict.fromkeys(updates, "this daemon's lead ran out before the job was re-pointed"))
+            updates = {}
         # The updates, each requeued job's followed by its release (sent whatever the update's fate: held is worse).
         sent = list(updates)
         lines = [line for k in sent for line in

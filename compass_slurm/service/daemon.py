@@ -57,6 +57,7 @@ from ..slurm.translate import Observation, Pending, Request, Translations, Trans
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
+from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .spool import for_log
 from .store import DecisionRecord, Pruner, StoreError
@@ -70,6 +71,8 @@ NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Inv
 REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
 #: why a decision is not told to Slurm when neither the log nor its spool could take it
 UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
+#: why a decision is not told to Slurm when this daemon's lead ran out while it decided
+FENCED = "not told to Slurm: this daemon's lead ran out (service/leader.py)"
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -91,6 +94,8 @@ class Daemon:
         self.books = Books()
         self.actuator = Actuator(backend, config.lease)
         self.recorder = Recorder(db, for_log(db, config.log_spool, config.spool_max_mb))
+        #: which of the daemons sharing the log changes jobs (without a log, or in a dry run: this one)
+        self.leadership = Leadership(None if dry_run else db, config.leader_lease_s)
         self.metrics = MetricsFile(config.metrics_textfile, self.recorder.spool)
         self.rate = RateLimit(config.migrations_per_hour, burst=config.migrations_burst)
         self.stale_after = max(30.0, 3 * config.interval)
@@ -132,7 +137,8 @@ class Daemon:
             if time.monotonic() - swept >= SWEEP_EVERY_S:
                 collector.sweep()  # between cycles: the reference cycles frozen since the last sweep
                 swept = time.monotonic()
-            if (obs := self.observation) is not None:  # retention, between cycles; the jobs Slurm has keep places
+            if (obs := self.observation) is not None and self.leadership.leads:  # retention, between cycles;
+                # the jobs Slurm has keep places
                 pruner.between_cycles(lambda: obs.slurm_jobs.keys() | obs.running.keys())
             self._wait(interval, started + self.config.min_cycle_spacing)
             self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
@@ -172,6 +178,7 @@ class Daemon:
         self.wake.set()
 
     def close(self) -> None:
+        self.leadership.close()
         self.recorder.close()
 
     def cycle(self) -> CycleReport:
@@ -185,6 +192,8 @@ class Daemon:
         started = time.monotonic()
         self.cycles += 1
         report = CycleReport(self.cycles)
+        if self.leadership.step():  # leading now, or no longer: the state is rebuilt from Slurm (and the log)
+            self.policy = None
         try:
             state = self.backend.read_state()
             translator = Translator(state, self.config.partitions, self.config.lease,
@@ -203,12 +212,20 @@ class Daemon:
         self.observation = obs
         now = self.clock()
         policy, moves = self._sync(obs, report, now)
-        if self.recorder.may_change(report):  # not while the log and its spool are full: see Recorder.may_change
+        # Only the leader changes jobs, each step only while its lease lasts; and not while the log and its spool
+        # are full (see Recorder.may_change)
+        acting = self.leadership.may_act
+        if acting() and self.recorder.may_change(report):
             moves += self._decide(obs, translator, policy, report, now)
-            self.actuator.leave(obs, self.books, report, policy.name)
-            self.actuator.release_left_held(obs, self.books)
-            self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now, self.dry_run)
-            self.actuator.renew_leases(obs, self.books, report, now)
+            if acting():
+                self.actuator.leave(obs, self.books, report, policy.name)
+            if acting():
+                self.actuator.release_left_held(obs, self.books)
+            if acting():
+                self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now,
+                                      self.dry_run, acting)
+            if acting():
+                self.actuator.renew_leases(obs, self.books, report, now)
         report.sample = sample(obs, policy, report, time.monotonic() - started)
         self._finish(report)
         if self.publish:
@@ -216,8 +233,10 @@ class Daemon:
         return report
 
     def _finish(self, report: CycleReport) -> None:
-        self.recorder.record(report)
-        self.metrics.export(report, self.clock())
+        leads = self.leadership.leads
+        if leads or report.decisions:  # a standby's cycles are not the log's; a lead lost mid-cycle is
+            self.recorder.record(report)
+        self.metrics.export(report, self.clock(), leads)
 
     def _sync(self, obs: Observation, report: CycleReport, now: float) -> tuple[Policy, list[Migration]]:
         """Mirror Slurm in the policy (rebuilt when the GPU nodes changed); returns it and Compact's moves."""
@@ -239,7 +258,7 @@ class Daemon:
     def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
         """Take over what the log says of the jobs Slurm has pending or running (see take_over), and log where the
         jobs of cycles cut short (a daemon killed while telling Slurm) run or ran when that is not where logged."""
-        if self.db is None or self.dry_run:
+        if self.db is None or self.dry_run or not self.leadership.leads:
             return
         waiting, running = waiting_ids(obs), obs.running
         pending = set(waiting)
@@ -349,7 +368,9 @@ class Daemon:
             ))
         replan.difference_update(d.job for d in step.decisions)
         # logged (or spooled) before Slurm hears of them: see publish.py; a decision never goes unlogged
-        if self.recorder.ahead(report):
+        if not self.leadership.may_act():
+            failures = [FENCED] * len(decided)
+        elif self.recorder.ahead(report):
             failures = self.actuator.express_all(decided)  # one batch: see Actuator.express_all
         else:
             failures = [UNLOGGED] * len(decided)
@@ -445,10 +466,15 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         """Answers for compass_slurm.service.control.ControlServer: ping, submitted (wakes a cycle), job."""
         return {
-            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles},
+            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles, **self._role()},
             "submitted": self._submitted,
             "job": self._job_status,
         }
+
+    def _role(self) -> dict:
+        """This daemon's role and who leads (None: no one does), for ping and doctor."""
+        leader = self.leadership.leader()
+        return {"role": self.leadership.role, "leader": None if leader is None else leader.as_json()}
 
     def _submitted(self, doc: dict, peer: Peer) -> dict:
         self.poke()
@@ -460,6 +486,10 @@ class Daemon:
         if slurm is None:
             raise RequestError(f"job {job_id} is not a GPU job the daemon manages or has seen running")
         require_owner(peer, slurm.user)
+        if not self.leadership.leads:
+            leader = self.leadership.leader()
+            return {"job": job_id, "state": "running" if job_id in obs.running else "pending",
+                    "reason": f"this daemon stands by; {'no daemon' if leader is None else leader.host} leads"}
         if job_id in obs.running:
             return {"job": job_id, "state": "running", "gpus_per_node": dict(obs.running[job_id].alloc)}
         placed = self.books.placed.get(job_id)

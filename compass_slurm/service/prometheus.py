@@ -60,9 +60,11 @@ COUNTERS = (
 )
 
 
-def render(sample: SampleRecord | None, totals: Totals, now: float, spooled: int | None = None) -> str:
+def render(sample: SampleRecord | None, totals: Totals, now: float, spooled: int | None = None,
+           leads: bool = True) -> str:
     """The textfile's content; without a sample (a skipped cycle) only the counters and the timestamp;
-    ``spooled``: the decision log's records waiting in its spool (None: the daemon keeps no log)."""
+    ``spooled``: the decision log's records waiting in its spool (None: the daemon keeps no log); ``leads``:
+    whether this daemon leads (service/leader.py)."""
     out: list[str] = []
 
     def metric(name: str, kind: str, text: str, value: float) -> None:
@@ -76,6 +78,7 @@ def render(sample: SampleRecord | None, totals: Totals, now: float, spooled: int
     if spooled is not None:
         metric("compass_log_spooled_records", "gauge",
                "decision log records waiting in the local spool for the database (0: the log is up to date)", spooled)
+    metric("compass_leader", "gauge", "1 while this daemon leads (changes jobs), 0 while it stands by", leads)
     metric("compass_last_cycle_timestamp_seconds", "gauge", "Unix time the latest cycle ended", now)
     return "\n".join(out) + "\n"
 
@@ -87,6 +90,6 @@ def _number(value: float | bool) -> str:
 
 
 def write_textfile(path: str | os.PathLike[str], sample: SampleRecord | None, totals: Totals, now: float,
-                   spooled: int | None = None) -> None:
+                   spooled: int | None = None, leads: bool = True) -> None:
     """Replace ``path`` atomically with the current metrics (raises OSError when it cannot)."""
-    write_atomic(path, render(sample, totals, now, spooled))
+    write_atomic(path, render(sample, totals, now, spooled, leads))

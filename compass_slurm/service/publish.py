@@ -297,7 +297,7 @@ class MetricsFile:
         #: the decision log's spool: its records waiting are a gauge
         self.spool = spool
 
-    def export(self, report: CycleReport, now: float) -> None:
+    def export(self, report: CycleReport, now: float, leads: bool = True) -> None:
         failed = sum(1 for m in report.migrations if m.status == "failed")
         # migrations are counted apart; a job left to Slurm is no placement
         placements = sum(1 for d in report.decisions if not d.from_nodes and d.action != "left")
@@ -306,7 +306,7 @@ class MetricsFile:
             return
         try:
             write_textfile(self.path, report.sample, self.totals, now,
-                           spooled=None if self.spool is None else self.spool.records)
+                           spooled=None if self.spool is None else self.spool.records, leads=leads)
         except OSError as err:
             log.error("cannot write metrics to %s: %s", self.path, err)
 

@@ -45,6 +45,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
+    case,
     create_engine,
     delete,
     event,
@@ -58,7 +60,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
@@ -66,7 +68,7 @@ from ..engine.model import Decision, Job, Migration
 from ..paths import STATE
 
 #: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _add_from_nodes(conn: Connection) -> None:
@@ -75,8 +77,14 @@ def _add_from_nodes(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE decisions ADD COLUMN from_nodes {kind}"))
 
 
+def _add_leader(conn: Connection) -> None:
+    """v2 -> v3: the leader table (service/leader.py). A version of its own, so that a daemon too old to take
+    part in the election refuses the log instead of changing jobs beside the leader."""
+    leader_table.create(conn, checkfirst=True)  # MySQL commits DDL at once: an upgrade cut short left it there
+
+
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes, 2: _add_leader}
 
 SYSTEM_DB = STATE / "compass.db"
 #: how long SQLite waits for another writer's lock before giving up.
@@ -122,6 +130,12 @@ def _latest_places(conn: Connection, jobs: Iterable[str]) -> dict[str, Place]:
         query = select(table.c.job_id, table.c.id, table.c.nodes).where(table.c.id.in_(latest))
         out.update((job, Place(i, nodes)) for job, i, nodes in conn.execute(query))
     return out
+
+
+def _leader(conn: Connection) -> LeaderRow | None:
+    row = conn.execute(select(*(leader_table.c[f.name] for f in fields(LeaderRow)))
+                       .where(leader_table.c.id == 1)).first()
+    return None if row is None else LeaderRow(**row._mapping)
 
 
 def _batches(values: list[Any]) -> Iterator[list[Any]]:
@@ -298,6 +312,24 @@ errors_table = _log_table(
     Column("message", LongText, nullable=False),
 )
 
+#: one row (id 1): which daemon leads, under which fencing token; service/leader.py says how it is used
+leader_table = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("holder", String(255)),  # "<host>:<pid>:<nonce>" of the daemon leading; NULL: no one (it resigned)
+    Column("host", String(255)),
+    Column("pid", Integer),
+    Column("token", BigInteger, nullable=False),  # +1 with every new holder: the fencing token
+    Column("beat", BigInteger, nullable=False),  # +1 with every renewal: a standby sees the lease is alive
+    Column("since", UtcTime),
+    Column("renewed", UtcTime),
+    Column("lease_s", Double, nullable=False),  # the holder's lease, which every standby waits out
+    Column("alone", Boolean, nullable=False),  # no standby seen at the last renewal: the lone lease applies
+    Column("standby", String(255)),  # the last standby that said it was there, and when
+    Column("standby_seen", UtcTime),
+)
+
 
 # -- records --------------------------------------------------------------------------------
 # Field names equal column names: a record is written as-is and read back with cls(**row).
@@ -445,6 +477,28 @@ class Place:
 
     id: int
     nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRow:
+    """The leader table's row: who leads (``holder`` None: no one), its fencing token and renewal count."""
+
+    holder: str | None
+    host: str | None
+    pid: int | None
+    token: int
+    beat: int
+    since: datetime | None
+    renewed: datetime | None
+    lease_s: float
+    alone: bool
+    standby: str | None
+    standby_seen: datetime | None
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """What changes with every claim and renewal: a standby waits for it to stand still."""
+        return self.token, self.beat
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -822,6 +876,56 @@ class Store:
             return {value: n for value, n in conn.execute(query.group_by(column))}
 
     # -- retention ------------------------------------------------------------------------
+
+    # -- the leader's lease (service/leader.py); each call is one transaction of its own -----------
+
+    def leader(self) -> LeaderRow | None:
+        """The leader row; None before any daemon claimed it."""
+        with self._guard("read"), self.engine.connect() as conn:
+            return _leader(conn)
+
+    def claim_lead(self, holder: str, host: str, pid: int, lease_s: float,
+                   seen: tuple[int, int] | None) -> LeaderRow | None:
+        """Take the lead, if the row is still at version ``seen`` (None: there is no row yet); returns the row
+        now, or None when another daemon changed it first (a compare-and-set: at most one claim of a version wins)."""
+        t, now = leader_table.c, datetime.now(UTC)
+        values = dict(holder=holder, host=host, pid=pid, beat=0, since=now, renewed=now, lease_s=lease_s, alone=True)
+        with self._guard("write to"):
+            try:
+                with self.engine.begin() as conn:
+                    if seen is None:
+                        conn.execute(insert(leader_table).values(id=1, token=1, **values))
+                    elif not conn.execute(update(leader_table).where(t.id == 1, t.token == seen[0], t.beat == seen[1])
+                                          .values(token=t.token + 1, **values)).rowcount:
+                        return None
+                    return _leader(conn)
+            except IntegrityError:  # another daemon made the row first
+                return None
+
+    def renew_lead(self, holder: str, token: int, lease_s: float, standby_since: datetime) -> LeaderRow | None:
+        """Renew the lead of ``holder`` under ``token``; ``alone`` says whether no standby said it was there since
+        ``standby_since``. None when the lead is no longer its own."""
+        t = leader_table.c
+        seen = and_(t.standby_seen.is_not(None), t.standby_seen >= standby_since)
+        with self._guard("write to"), self.engine.begin() as conn:
+            if not conn.execute(update(leader_table).where(t.id == 1, t.token == token, t.holder == holder).values(
+                    beat=t.beat + 1, renewed=datetime.now(UTC), lease_s=lease_s,
+                    alone=case((seen, False), else_=True))).rowcount:
+                return None
+            return _leader(conn)
+
+    def note_standby(self, holder: str) -> None:
+        """A standby says it is there, so that the leader takes the short lease (and it may take over soon)."""
+        with self._guard("write to"), self.engine.begin() as conn:
+            conn.execute(update(leader_table).where(leader_table.c.id == 1)
+                         .values(standby=holder, standby_seen=datetime.now(UTC)))
+
+    def resign_lead(self, holder: str, token: int) -> bool:
+        """Give up the lead (a daemon stopping): a standby takes it at its next cycle."""
+        t = leader_table.c
+        with self._guard("write to"), self.engine.begin() as conn:
+            return bool(conn.execute(update(leader_table).where(t.id == 1, t.token == token, t.holder == holder)
+                                     .values(holder=None, host=None, pid=None)).rowcount)
 
     def prune(self, before: datetime, keep: Iterable[str] = (), *, batch: int = PRUNE_BATCH,
               budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> Pruned:

@@ -11,7 +11,7 @@ import pytest
 from conftest import MIXED, invoke, json_of
 
 from compass_slurm.cli import COMMANDS
-from compass_slurm.service.store import Store
+from compass_slurm.service.store import SCHEMA_VERSION, Store
 
 COMPASS = Path(sys.executable).parent / "compass"
 READ_COMMANDS = [("status", "--snapshot", str(MIXED)), ("policies",), ("config", "show"), ("doctor",)]
@@ -45,7 +45,7 @@ def test_doctor_passes_the_log_check_with_a_database(tmp_path: Path, monkeypatch
     Store.open(url).close()
     monkeypatch.setenv("COMPASS_DB", url)
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
-    assert checks["decision log"]["ok"] and "schema version 2" in checks["decision log"]["detail"]
+    assert checks["decision log"]["ok"] and f"schema version {SCHEMA_VERSION}" in checks["decision log"]["detail"]
 
 
 def test_doctor_missing_config_file(monkeypatch, tmp_path: Path) -> None:
@@ -260,3 +260,44 @@ def test_word_settings_name_their_choices(isolated: Path, setting: str, value: s
     isolated.write_text(f'[compass]\n{setting} = "{value}"\n')
     result = invoke("config", "show")
     assert result.exit_code == 2 and f"{setting} = '{value}'" in result.stderr and "is not one of" in result.stderr
+
+
+@pytest.mark.parametrize("role", ["leader", "standby", "standby, no leader"])
+def test_doctor_says_the_daemons_role(tmp_path: Path, monkeypatch, role: str) -> None:
+    """Its socket's ping says whether it leads or stands by, and who leads (service/leader.py)."""
+    from compass_slurm.service.control import ControlServer
+
+    leader = None if role.endswith("no leader") else {"host": "ctl1", "pid": 4242, "token": 3,
+                                                        "since": "2026-12-04T02:00:00+00:00"}
+    answer = {"policy": "compass-easy", "cycle": 9, "role": role.split(",")[0], "leader": leader}
+    socket = tmp_path / "compass.sock"
+    monkeypatch.setenv("COMPASS_SOCKET", str(socket))
+    server = ControlServer(socket, {"ping": lambda doc, peer: answer})
+    server.start()
+    try:
+        check = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}["daemon socket"]
+    finally:
+        server.stop()
+    detail = check["detail"]
+    if role == "leader":
+        assert check["ok"] and detail.endswith("(policy compass-easy, cycle 9); it leads, token 3"), detail
+    elif leader is not None:
+        assert check["ok"] and detail.endswith("it stands by: ctl1 pid 4242 leads (since 2026-12-04T02:00:00+00:00)")
+    else:
+        assert check["level"] == "warn" and "stands by, and no daemon leads" in detail, check
+
+
+def test_status_json_says_who_leads(tmp_path: Path, monkeypatch) -> None:
+    from compass_slurm.service.leader import Leadership
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    Store.open(url).close()
+    monkeypatch.setenv("COMPASS_DB", url)
+    assert json_of("status", "--snapshot", str(MIXED))["leader"] is None  # no daemon ever led
+    lead = Leadership(url, 10.0, host="ctl1", pid=4242)
+    lead.step()
+    doc = json_of("status", "--snapshot", str(MIXED))["leader"]
+    assert (doc["host"], doc["pid"], doc["token"]) == ("ctl1", 4242, 1) and doc["since"] and doc["renewed"]
+    assert "leader: ctl1 pid 4242 since" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
+    lead.close()  # resigned: no one leads
+    assert json_of("status", "--snapshot", str(MIXED))["leader"] is None

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from compass_slurm.service.store import SCHEMA_VERSION
+
 pytestmark = pytest.mark.packaging
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,11 +45,12 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def guide_commands() -> list[str]:
-    """The commands of the admin guide's install block (section 1), in order."""
-    text = (REPO / "docs" / "admin-guide.md").read_text()
-    section = text[text.index("## 1. Install"):text.index("\n## 2.")]
+    """The commands of the install guide's block (docs/install.md, "Install"), in order."""
+    text = (REPO / "docs" / "install.md").read_text()
+    start = text.index("\n## Install\n")
+    section = text[start:text.index("\n## ", start + 1)]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "docs/admin-guide.md section 1 has no sh block"
+    assert block, "docs/install.md's Install section has no sh block"
     return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.split("#")[0].strip()]
 
 
@@ -280,6 +283,7 @@ def test_install_as_the_admin_guide_says_then_upgrade_in_place(machine: Machine)
     assert made.returncode == 0, made.stderr
     with closing(sqlite3.connect(log)) as conn, conn:  # closed, or the overlay stays busy
         conn.execute("ALTER TABLE decisions DROP COLUMN from_nodes")
+        conn.execute("DROP TABLE leader")
         conn.execute("UPDATE schema_version SET version = 1")
     marker = machine.inside(f"{prefix}/venv/kept-by-the-upgrade")
     marker.write_text("")
@@ -288,13 +292,13 @@ def test_install_as_the_admin_guide_says_then_upgrade_in_place(machine: Machine)
     second = machine.run([f"{newer}/{shlex.split(install)[0]}", *shlex.split(install)[1:], *places])
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"upgrading {prefix}/venv" in second.stderr and marker.exists()  # in place, not made anew
-    assert "schema version 2, upgraded" in second.stderr, second.stderr
+    assert f"schema version {SCHEMA_VERSION}, upgraded" in second.stderr, second.stderr
     version = machine.run([f"{bin_dir}/compass", "--version"])
     assert version.stdout.strip() == f"compass {package_version()}.post1", version.stderr
     assert machine.inside(config).read_text() == site  # kept
     assert machine.inside(f"{config}.example").read_text() == (REPO / "etc" / "config.toml").read_text()
     with closing(sqlite3.connect(log)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT message FROM errors").fetchall() == [("kept",)]
         assert "from_nodes" in {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
     decisions = machine.run([f"{bin_dir}/compass", "decisions", "--json"], env={"COMPASS_CONFIG": config})

@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -905,7 +906,10 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
             assert request(path, {"op": "submitted", "job": "90"}, 2.0) == {"ok": True, "cycle": 1}
             cycles_by(daemon, 2, deadline)
             assert daemon.cycles == 2  # woken long before the 60 s interval
-            assert request(path, {"op": "ping"}, 2.0) == {"ok": True, "policy": Config.policy, "cycle": 2}
+            reply = request(path, {"op": "ping"}, 2.0)
+            leader = reply.pop("leader")
+            assert reply == {"ok": True, "policy": Config.policy, "cycle": 2, "role": "leader"}
+            assert (leader["host"], leader["pid"], leader["token"]) == (socket.gethostname(), os.getpid(), 1)
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
                 "ok": True, "job": "90", "state": "placed", "gpus_per_node": {"n1": 2},
                 "rule": "anchor slot on a newly opened node"}

@@ -318,8 +318,8 @@ def test_an_older_schema_is_migrated_by_the_writer_only(store: Store, db: str, m
         Store.open(db)
 
     steps = []
-    monkeypatch.setitem(store_module.MIGRATIONS, 0, lambda conn: steps.append(conn))
-    monkeypatch.setitem(store_module.MIGRATIONS, 1, lambda conn: steps.append(conn))
+    for version in range(SCHEMA_VERSION):
+        monkeypatch.setitem(store_module.MIGRATIONS, version, lambda conn: steps.append(conn))
     with Store.open(db) as upgraded:
         assert upgraded.schema_version() == SCHEMA_VERSION
     assert len(steps) == SCHEMA_VERSION
@@ -328,13 +328,15 @@ def test_an_older_schema_is_migrated_by_the_writer_only(store: Store, db: str, m
 
 
 def test_a_version_1_log_is_upgraded_and_keeps_every_row(store: Store, db: str) -> None:
-    """Schema 1 had no decisions.from_nodes: the daemon adds it; old rows read back unchanged."""
+    """Schema 1 had no decisions.from_nodes (v2) nor the leader table (v3): the daemon adds them; old rows read
+    back unchanged."""
     store.record_decision(decision())
     store.record_migration(MigrationRecord.of(Migration("101", 0, "node02", "node05"), time=T0))
     store.record_sample(sample())
     before = store.decisions()[0]
     store.close()
     sql(db, "ALTER TABLE decisions DROP COLUMN from_nodes")  # make it the version 1 log an older compass wrote
+    sql(db, "DROP TABLE leader")  # (v3)
     set_version(db, 1)
     with Store.open(db) as upgraded:
         assert upgraded.schema_version() == SCHEMA_VERSION
