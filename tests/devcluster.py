@@ -6,7 +6,9 @@ the cluster, so that two can run side by side. The integration suite runs on eve
 Slurm release in COMPASS_TEST_SLURM (comma-separated; default DEFAULT_RELEASES),
 one cluster after another on the same port and directory. A fixture asks for
 nodes x GPUs (``session_cluster``) or a layout file (``session_layout_cluster``,
-e.g. LAYOUTS / "mixed.toml"; compass_slurm/layout.py says what a layout holds).
+e.g. LAYOUTS / "mixed.toml"; compass_slurm/layout.py says what a layout holds);
+either with ``backup_controller=True`` gets a second slurmctld as backup, and
+``controllers``, ``in_control`` and ``beside`` tell the controllers apart.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -80,7 +83,8 @@ class Preparing:
 
 @dataclass(frozen=True)
 class Layout:
-    """What a fixture needs running in COMPASS_DEV_DIR (``job_submit_lua``: the project's hook installed).
+    """What a fixture needs running in COMPASS_DEV_DIR (``job_submit_lua``: the project's hook installed;
+    ``backup_controller``: a second slurmctld as backup).
 
     ``nodes`` x ``gpus``, or a layout file (``of_file``; nodes and gpus are then 0): that file's content counts,
     so the same path with other content is another layout.
@@ -92,17 +96,20 @@ class Layout:
     job_submit_lua: bool = False
     layout_file: Path | None = None
     layout_text: str | None = field(default=None, repr=False)
+    backup_controller: bool = False
 
     @classmethod
-    def of_file(cls, path: str | os.PathLike, release: str = "22.05", job_submit_lua: bool = False) -> Layout:
+    def of_file(cls, path: str | os.PathLike, release: str = "22.05", job_submit_lua: bool = False,
+                backup_controller: bool = False) -> Layout:
         path = Path(path).resolve()
-        return cls(0, 0, release, job_submit_lua, path, path.read_text(encoding="utf-8"))
+        return cls(0, 0, release, job_submit_lua, path, path.read_text(encoding="utf-8"), backup_controller)
 
     def start_args(self) -> list[str]:
         """`scripts/dev-cluster start`'s arguments for this layout."""
         shape = (["--layout", str(self.layout_file)] if self.layout_file is not None
                  else ["--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus)])
-        return ["--slurm", self.release, *shape, *(["--job-submit-lua"] * self.job_submit_lua)]
+        return ["--slurm", self.release, *shape, *(["--job-submit-lua"] * self.job_submit_lua),
+                *(["--backup-controller"] * self.backup_controller)]
 
 
 class Running:
@@ -141,8 +148,8 @@ def use_cluster(layout: Layout) -> dict[str, str]:
 
 
 @contextmanager
-def session_cluster(nodes: int, gpus: int, release: str = "22.05",
-                    job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
+def session_cluster(nodes: int, gpus: int, release: str = "22.05", job_submit_lua: bool = False,
+                    backup_controller: bool = False) -> Iterator[dict[str, str]]:
     """A running cluster of ``nodes`` x ``gpus``, its environment (SLURM_CONF, ...) set in os.environ meanwhile.
 
     One already running with the layout is reused and left running; one started by this process is
@@ -151,16 +158,16 @@ def session_cluster(nodes: int, gpus: int, release: str = "22.05",
     Skips only where Slurm cannot run: not Linux, or not root, or the archive a release's chroot is built from
     cannot be reached (no failure of ours; the reason is in pytest's summary).
     """
-    with _session(Layout(nodes, gpus, release, job_submit_lua)) as env:
+    with _session(Layout(nodes, gpus, release, job_submit_lua, backup_controller=backup_controller)) as env:
         yield env
 
 
 @contextmanager
-def session_layout_cluster(path: str | os.PathLike, release: str = "22.05",
-                           job_submit_lua: bool = False) -> Iterator[dict[str, str]]:
+def session_layout_cluster(path: str | os.PathLike, release: str = "22.05", job_submit_lua: bool = False,
+                           backup_controller: bool = False) -> Iterator[dict[str, str]]:
     """session_cluster for a layout file (`scripts/dev-cluster start --layout FILE`); use_cluster takes
-    Layout.of_file(path, release, job_submit_lua) for it."""
-    with _session(Layout.of_file(path, release, job_submit_lua)) as env:
+    Layout.of_file(path, release, job_submit_lua, backup_controller) for it."""
+    with _session(Layout.of_file(path, release, job_submit_lua, backup_controller)) as env:
         yield env
 
 
@@ -183,3 +190,79 @@ def _session(layout: Layout) -> Iterator[dict[str, str]]:
         if Running.layout == layout and Running.started:
             dev("stop")
             Running.layout, Running.env, Running.started = None, {}, False
+
+
+# -- a backup-controller cluster (Layout.backup_controller) -----------------------------------
+
+#: in a new UTS namespace: the hostname ($1), then exec the command (so its pid is the command's)
+_NAMED = 'hostname "$1" || exit; shift; exec "$@"'
+
+
+def beside(hostname: str) -> list[str]:
+    """The argv prefix that runs a command "beside" a controller: in a UTS namespace of its own named ``hostname``
+    (``socket.gethostname()`` there says it), exec'd, so the process started is the command itself. Needs root."""
+    return ["unshare", "--uts", "sh", "-c", _NAMED, "sh", hostname]
+
+
+def controllers() -> dict[str, bool]:
+    """`scontrol ping`: each controller's hostname -> UP, the primary (SlurmctldHost[0]) first.
+
+    Its "primary" and "backup" are the configured roles, not who is in control: ask in_control for that."""
+    out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60).stdout
+    found = {}
+    for line in out.splitlines():  # Slurmctld(primary) at compass-ctl1 is UP
+        words = line.split()
+        if len(words) >= 5 and words[0].startswith("Slurmctld(") and words[1] == "at" and words[3] == "is":
+            found[words[2]] = words[4] == "UP"
+    return found
+
+
+def in_control(timeout: float = 10.0) -> str | None:
+    """The controller that serves clients now, None while none does.
+
+    The primary, when up: it takes control back from the backup as it starts. Else the backup once it has taken
+    over: a standby backup answers only pings, and a client's other requests wait for it (here, ``timeout``)."""
+    states = list(controllers().items())
+    if states and states[0][1]:
+        return states[0][0]
+    backup = next((name for name, up in states[1:] if up), None)
+    if backup is None:
+        return None
+    try:
+        answered = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return backup if answered.returncode == 0 else None
+
+
+def wait_in_control(name: str, timeout: float) -> float:
+    """Seconds until ``name`` serves clients; AssertionError after ``timeout``."""
+    began = time.monotonic()
+    while (seen := in_control()) != name:
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"{name} not in control after {timeout:.0f} s (in control: {seen})")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def config_value(name: str) -> str:
+    """A setting as `scontrol show config` prints it (``SlurmctldTimeout``: "10 sec")."""
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60).stdout
+    return next(line.partition("=")[2].strip() for line in out.splitlines() if line.split("=")[0].strip() == name)
+
+
+def slurmctld_timeout() -> int:
+    """SlurmctldTimeout, in seconds: how long the backup waits for a silent primary before it takes over."""
+    return int(config_value("SlurmctldTimeout").split()[0])
+
+
+def wait_state_saved(timeout: float = 60.0) -> None:
+    """Until slurmctld has saved its job state after now (it batches saves over a few seconds): what a controller
+    killed then had heard of, the backup, taking over from StateSaveLocation, knows too."""
+    job_state = Path(config_value("StateSaveLocation")) / "job_state"
+    since = time.time()
+    deadline = time.monotonic() + timeout
+    while not (job_state.exists() and job_state.stat().st_mtime > since):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{job_state} not saved within {timeout:.0f} s")
+        time.sleep(0.2)

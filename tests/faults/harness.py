@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from devcluster import dev
+from devcluster import beside, dev
 
 REPO = Path(__file__).resolve().parents[2]
 WRAPPER = REPO / "scripts" / "compass-sbatch"
@@ -31,13 +31,15 @@ SEP = "\x1f"
 T = TypeVar("T")
 
 
-def kill_ctld() -> None:
-    done = dev("kill-ctld")
+def kill_ctld(backup: bool = False) -> None:
+    """SIGKILL the primary slurmctld (``backup``: the backup one of a backup-controller cluster)."""
+    done = dev("kill-ctld", *(["--backup"] * backup))
     assert done.returncode == 0, done.stderr
 
 
-def restart_ctld() -> None:
-    done = dev("restart-ctld")
+def restart_ctld(backup: bool = False) -> None:
+    """Start it again; with a backup controller, returns once `scontrol ping` says both are UP."""
+    done = dev("restart-ctld", *(["--backup"] * backup))
     assert done.returncode == 0, done.stderr
 
 
@@ -57,11 +59,15 @@ def until(check: Callable[[], T], timeout: float, what: str, poll: float = 0.3) 
 
 
 class DaemonProcess:
-    """``compass daemon --interval S`` with its socket, anchors, config and log under ``workdir``."""
+    """``compass daemon --interval S`` with its socket, anchors, config and log under ``workdir``.
+
+    With ``hostname``, it runs beside that controller (devcluster.beside): in a UTS namespace of that name, its
+    pid still the daemon's own."""
 
     def __init__(self, workdir: Path, *, lease: int = 60, interval: float = 1.0, db: Path | None = None,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None, hostname: str | None = None) -> None:
         self.workdir = workdir
+        self.hostname = hostname
         workdir.mkdir(parents=True, exist_ok=True)
         self.db = db or workdir / "log.db"
         self.socket = workdir / "run" / "compass.sock"
@@ -86,7 +92,8 @@ class DaemonProcess:
         self.starts += 1
         with open(self.log, "ab") as log:
             log.write(f"=== start {self.starts}\n".encode())
-            self.proc = subprocess.Popen([*COMPASS, "daemon", "--verbose", "--interval", str(self.interval)],
+            prefix = beside(self.hostname) if self.hostname is not None else []
+            self.proc = subprocess.Popen([*prefix, *COMPASS, "daemon", "--verbose", "--interval", str(self.interval)],
                                          stdout=log, stderr=log, env=self.env)
         until(lambda: self.ping() is not None, 30, "the daemon answers ping")
         return self

@@ -151,3 +151,10 @@ def test_ran_on_names_where_running_and_finished_jobs_ran(slurm):
     assert backend.ran_on([done, running, waiting]) == wanted
     assert backend.ran_on([done, running, waiting, "9999999"]) == wanted  # one forgotten id loses none of the others
     assert backend.ran_on(["9999999"]) == {}
+
+
+def test_a_plain_cluster_has_one_controller(dev_cluster):
+    """Without --backup-controller: this machine's name as the one SlurmctldHost, bound to INADDR_ANY, as ever."""
+    conf = open(dev_cluster.env["SLURM_CONF"], encoding="utf-8").read()
+    assert conf.count("SlurmctldHost=") == 1 and "NoCtldInAddrAny" not in conf and "SlurmctldTimeout=30" in conf
+    assert "compass-ctl" not in conf

@@ -1,0 +1,108 @@
+"""Slurm's own failover on a backup-controller dev cluster (`scripts/dev-cluster start --backup-controller`).
+
+SIGKILL the primary slurmctld: the backup serves clients within SlurmctldTimeout (10 s here) and a margin,
+jobs running before go on, jobs submitted after run, none is lost or submitted twice; the primary, started
+again, takes control back. Also: a daemon started beside a controller sees that controller's hostname.
+One cluster of 4 nodes per release for the module: 30 s a release (22.05, 23.11) to 70 s (24.11 on), the
+takeover's wait most of it; so every release runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the daemon-process harness
+from devcluster import (beside, controllers, dev, in_control, releases_under_test, session_cluster,  # noqa: E402
+                        slurmctld_timeout, wait_in_control, wait_state_saved)
+from harness import DaemonProcess, all_in, cancel, jobs_named, kill_ctld, restart_ctld, until  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+
+NODES, GPUS = 4, 8
+#: beyond SlurmctldTimeout: the backup notices the silence at its next check, then loads the saved state
+TAKEOVER_MARGIN = 20
+
+
+@pytest.fixture(scope="module", params=releases_under_test())
+def cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """A backup-controller cluster of this release; yields the controllers' hostnames, the primary first."""
+    with session_cluster(NODES, GPUS, request.param, backup_controller=True):
+        names = list(controllers())
+        assert len(names) == 2, names
+        yield names
+
+
+@pytest.fixture
+def prefix(cluster: list[str]) -> Iterator[str]:
+    """A job-name prefix of this test's own; its jobs cancelled afterwards."""
+    name = f"bc-{uuid.uuid4().hex[:8]}-"
+    yield name
+    cancel(j.id for j in jobs_named(name))
+
+
+def sbatch(name: str) -> str:
+    return subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--gpus=2",
+                           "--wrap", "sleep 300"], capture_output=True, text=True, check=True,
+                          timeout=120).stdout.strip().split(";")[0]
+
+
+def test_both_controllers_up_and_shown(cluster):
+    primary, backup = cluster
+    assert controllers() == {primary: True, backup: True}
+    assert in_control() == primary
+    assert slurmctld_timeout() == 10  # not the plain cluster's 30: the takeover is what these tests wait for
+    shown = dev("status")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"primary {primary}: UP" in shown.stdout and f"backup {backup}: UP" in shown.stdout
+
+
+def test_daemon_beside_a_controller_has_its_hostname(cluster, tmp_path):
+    _, backup = cluster
+    named = subprocess.run([*beside(backup), sys.executable, "-c", "import socket; print(socket.gethostname())"],
+                           capture_output=True, text=True, check=True)
+    assert named.stdout.strip() == backup and socket.gethostname() != backup
+    daemon = DaemonProcess(tmp_path / "daemon", hostname=backup).start()
+    try:
+        # the pid is the daemon's own (unshare and sh exec'd into it), in the namespace of that name
+        assert b"daemon" in Path(f"/proc/{daemon.pid}/cmdline").read_bytes().split(b"\0")
+        assert os.readlink(f"/proc/{daemon.pid}/ns/uts") != os.readlink("/proc/self/ns/uts")
+    finally:
+        daemon.kill()
+    assert not daemon.running() and daemon.ping() is None
+
+
+def test_backup_takes_over_when_the_primary_dies(cluster, prefix):
+    primary, backup = cluster
+    before = [sbatch(f"{prefix}before") for _ in range(3)]
+    until(lambda: all_in(prefix, {"RUNNING"}, 3), 60, "the jobs submitted before run")
+    wait_state_saved()  # else the backup never hears of them: that loss is the fault tests' matter, not this
+    kill_ctld()
+    limit = slurmctld_timeout() + TAKEOVER_MARGIN
+    took = wait_in_control(backup, limit)
+    assert controllers() == {primary: False, backup: True}
+    after = [sbatch(f"{prefix}after") for _ in range(2)]
+    seen = until(lambda: all_in(prefix, {"RUNNING"}, 5), 60, "the jobs submitted before and after run")
+    assert sorted(seen) == sorted(before + after), f"took over in {took:.0f} s; jobs: {seen}"
+    restart_ctld()
+    assert in_control() == primary
+    assert controllers() == {primary: True, backup: True}
+    assert all_in(prefix, {"RUNNING"}, 5), "a job lost across the primary's return"
+
+
+def test_the_backup_dies_and_comes_back(cluster, prefix):
+    primary, backup = cluster
+    kill_ctld(backup=True)
+    assert controllers() == {primary: True, backup: False}
+    job = sbatch(f"{prefix}primary-alone")
+    until(lambda: all_in(prefix, {"RUNNING"}, 1), 60, f"job {job} runs")
+    restart_ctld(backup=True)
+    assert controllers() == {primary: True, backup: True}
+    assert in_control() == primary
