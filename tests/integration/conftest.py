@@ -13,8 +13,11 @@ a release's chroot not built and its archive unreachable (the reason in pytest's
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,6 +97,51 @@ def idle_cluster(slurm: Slurm) -> Slurm:
         assert time.monotonic() < deadline, "the dev cluster still runs GPU jobs of someone else"
         time.sleep(0.5)
     return slurm
+
+
+DEV_DB = Path(__file__).resolve().parents[2] / "scripts" / "dev-db"
+
+
+@dataclass
+class Database:
+    """A database server of one test's own (scripts/dev-db), which the test may stop and start again."""
+
+    kind: str
+    where: Path
+    url: str = ""
+
+    def start(self) -> None:
+        self.url = self._run("start")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+    def _run(self, action: str) -> str:
+        done = subprocess.run([sys.executable, str(DEV_DB), action, self.kind, "--dir", str(self.where)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+@pytest.fixture(params=["mariadb", "postgresql"])
+def database(request: pytest.FixtureRequest) -> Iterator[Database]:
+    """A MariaDB, then a PostgreSQL server of this test's own, stopped and removed afterwards (skipped where it
+    cannot start, except in CI: there it must)."""
+    # under /tmp and searchable: as root the server runs as its own account (mysql, postgres)
+    root = Path(tempfile.mkdtemp(prefix="compass-db-"))
+    root.chmod(0o755)
+    server = Database(request.param, root / request.param)
+    try:
+        server.start()
+    except AssertionError as err:
+        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"{request.param} could not start: {err}")
+    yield server
+    subprocess.run([sys.executable, str(DEV_DB), "stop", server.kind, "--dir", str(server.where)],
+                   capture_output=True, timeout=120)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 class Slurm:

@@ -3,12 +3,9 @@ where decided, and once the database is back their decisions reach it from the s
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,47 +18,21 @@ from harness import DaemonProcess, expand, jobs_named, until  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
-DEV_DB = Path(__file__).resolve().parents[2] / "scripts" / "dev-db"
 #: far off: only the daemon starts these jobs while the test looks
 LEASE = 300
 OUTAGE_S = 30
 
 
-def dev_db(action: str, kind: str, where: Path) -> str:
-    done = subprocess.run([sys.executable, str(DEV_DB), action, kind, "--dir", str(where)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-
-
-@pytest.fixture(params=["mariadb", "postgresql"])
-def database(request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, str]]:
-    """A server of this test's own (its kind, its directory, its URL), stopped and removed afterwards."""
-    # under /tmp and searchable: as root the server runs as its own account (mysql, postgres)
-    root = Path(tempfile.mkdtemp(prefix="compass-outage-"))
-    root.chmod(0o755)
-    where = root / request.param
-    try:
-        url = dev_db("start", request.param, where)
-    except AssertionError as err:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"{request.param} could not start: {err}")
-    yield request.param, where, url
-    subprocess.run([sys.executable, str(DEV_DB), "stop", request.param, "--dir", str(where)],
-                   capture_output=True, timeout=120)
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.releases("22.05")  # the spool is the daemon's own; one release shows it
 def test_jobs_are_placed_while_the_database_is_down_and_logged_once_it_is_back(idle_cluster, tmp_path, database):
-    kind, where, url = database
+    kind, url = database.kind, database.url
     spool = tmp_path / "daemon" / "spool.jsonl"
     daemon = DaemonProcess(tmp_path / "daemon", lease=LEASE, interval=1.0,
                            extra_env={"COMPASS_DB": url, "COMPASS_LOG_SPOOL": str(spool)})
     daemon.start()
     try:
         daemon.wait_cycles(1)
-        dev_db("stop", kind, where)
+        database.stop()
         down = time.monotonic()
         name = f"outage-{kind}-{int(time.time())}-"
         for i, gpus in enumerate((2, 4, 1)):
@@ -79,7 +50,7 @@ def test_jobs_are_placed_while_the_database_is_down_and_logged_once_it_is_back(i
         for job in jobs:  # placed by the daemon (the lease is far off), where it said
             assert job.id in said and all(f"{n}:" in said[job.id] for n in expand(job.nodes)), said.get(job.id)
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down)))
-        dev_db("start", kind, where)
+        database.start()
         until(lambda: read_backlog(spool).records == 0, 30, "the spool written to the database")
         assert daemon.running()
         with Store.open(url, create=False) as store:
