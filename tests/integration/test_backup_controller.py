@@ -2,7 +2,9 @@
 
 SIGKILL the primary slurmctld: the backup serves clients within SlurmctldTimeout (10 s here) and a margin,
 jobs running before go on, jobs submitted after run, none is lost or submitted twice; the primary, started
-again, takes control back. Also: a daemon started beside a controller sees that controller's hostname.
+again, takes control back. Also: a daemon started beside a controller sees that controller's hostname, and with a
+daemon beside each controller on one log, killing the primary slurmctld and its daemon leaves the backup's
+daemon leading: no job decided twice, none lost or left held.
 One cluster of 4 nodes per release for the module: 30 s a release (22.05, 23.11) to 70 s (24.11 on), the
 takeover's wait most of it; so every release runs.
 """
@@ -48,8 +50,8 @@ def prefix(cluster: list[str]) -> Iterator[str]:
     cancel(j.id for j in jobs_named(name))
 
 
-def sbatch(name: str) -> str:
-    return subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--gpus=2",
+def sbatch(name: str, *extra: str) -> str:
+    return subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}", "--gpus=2", *extra,
                            "--wrap", "sleep 300"], capture_output=True, text=True, check=True,
                           timeout=120).stdout.strip().split(";")[0]
 
@@ -106,3 +108,49 @@ def test_the_backup_dies_and_comes_back(cluster, prefix):
     restart_ctld(backup=True)
     assert controllers() == {primary: True, backup: True}
     assert in_control() == primary
+
+
+@pytest.mark.releases("22.05", "26.05")  # the host's Slurm and the newest; the election is the daemons' own
+@pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+def test_the_backups_daemon_leads_when_the_primary_and_its_daemon_die(cluster, prefix, tmp_path, database):
+    from compass_slurm.service import control
+    from compass_slurm.service.store import Store
+
+    def role(daemon: DaemonProcess) -> str | None:
+        try:
+            return control.request(daemon.socket, {"op": "ping"}, 2.0).get("role")
+        except control.ControlUnavailable:
+            return None
+
+    def managed(name: str) -> str:
+        return sbatch(name, "--comment=compass", "--begin=now+300")  # only a daemon starts them while we look
+
+    primary, backup = cluster
+    a, b = (DaemonProcess(tmp_path / host, hostname=host, interval=2.0, lease=300,
+                          extra_env={"COMPASS_DB": database.url, "COMPASS_LOG_SPOOL": str(tmp_path / host / "spool")})
+            for host in (primary, backup))
+    a.start()
+    until(lambda: role(a) == "leader", 30, "the primary's daemon leads")
+    b.start()
+    try:
+        until(lambda: role(b) == "standby", 30, "the backup's daemon stands by")
+        before = [managed(f"{prefix}before") for _ in range(3)]
+        until(lambda: all_in(prefix, {"RUNNING"}, 3), 60, "the leader places the jobs")
+        wait_state_saved()
+        kill_ctld()
+        a.kill()
+        wait_in_control(backup, slurmctld_timeout() + TAKEOVER_MARGIN)
+        until(lambda: role(b) == "leader", 30, "the backup's daemon leads")
+        after = [managed(f"{prefix}after") for _ in range(2)]
+        seen = until(lambda: all_in(prefix, {"RUNNING"}, 5), 90, "every job runs, the new ones placed by it")
+        assert sorted(seen) == sorted(before + after)
+        with Store.open(database.url, create=False) as store:
+            placed = [d.job_id for d in store.decisions() if d.action == "placed"]
+        assert sorted(placed) == sorted(before + after), placed  # each decided once, by one daemon or the other
+        said = {d: [line for line in d.text().splitlines() if " INFO placed job " in line] for d in (a, b)}
+        assert len(said[a]) == 3 and len(said[b]) == 2, said
+        assert not [j for j in jobs_named(prefix) if "held" in j.reason.lower()]
+        restart_ctld()
+        assert all_in(prefix, {"RUNNING"}, 5), "a job lost across the primary's return"
+    finally:
+        b.stop()
