@@ -875,8 +875,6 @@ class Store:
         with self._guard("read"), self.engine.connect() as conn:
             return {value: n for value, n in conn.execute(query.group_by(column))}
 
-    # -- retention ------------------------------------------------------------------------
-
     # -- the leader's lease (service/leader.py); each call is one transaction of its own -----------
 
     def leader(self) -> LeaderRow | None:
@@ -926,6 +924,8 @@ class Store:
         with self._guard("write to"), self.engine.begin() as conn:
             return bool(conn.execute(update(leader_table).where(t.id == 1, t.token == token, t.holder == holder)
                                      .values(holder=None, host=None, pid=None)).rowcount)
+
+    # -- retention ------------------------------------------------------------------------
 
     def prune(self, before: datetime, keep: Iterable[str] = (), *, batch: int = PRUNE_BATCH,
               budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> Pruned:
