@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import redirect_stdout
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -66,7 +67,7 @@ DECISION_COLUMNS = ("id", "time", "cycle", "job_id", "user", "request", "request
                     "reason", "action", "from_nodes")
 MIGRATION_COLUMNS = ("id", "time", "cycle", "job_id", "instance", "src", "dst", "reason", "status")
 SAMPLE_COLUMNS = ("id", "time", "cycle", "nodes", "gpus", "gpus_used", "partial", "phi_star", "sif", "sif_bound",
-                  "wcc", "queue_len", "pending_gpus", "orphans", "abs_violations", "errors", "duration")
+                  "wcc", "queue_len", "pending_gpus", "orphans", "abs_violations", "errors", "duration", "actions")
 ERROR_COLUMNS = ("id", "time", "cycle", "kind", "message")
 
 
@@ -96,6 +97,7 @@ def generate(store: Store, records: int, per_cycle: int, start: float) -> dict[s
             at = start + (c - 1) * INTERVAL_S
             ids["cycles"] += 1
             rows["cycles"].append((c, at))
+            actions: Counter[str] = Counter()
             for k in range(per_cycle):
                 roll = rng.random()
                 if roll < 0.85 or job < 1000:
@@ -113,6 +115,7 @@ def generate(store: Store, records: int, per_cycle: int, start: float) -> dict[s
                     ",".join(nodes), json.dumps({x: g for x in nodes}), "compass-easy",
                     "filler in a slot vacancy", json.dumps(nodes + [node(), node()]), 0.01, 0.012, 2, 3,
                     "filler in a slot vacancy", action, old))
+                actions[action] += 1
             for k in range(MIGRATIONS_PER_CYCLE):
                 ids["migrations"] += 1
                 rows["migrations"].append((ids["migrations"], at + 1, c, str(job - rng.randrange(1, 5000)), 0,
@@ -122,7 +125,7 @@ def generate(store: Store, records: int, per_cycle: int, start: float) -> dict[s
                 rows["errors"].append((ids["errors"], at + 1, c, "slurm", "scontrol: error: Job is no longer pending"))
             ids["samples"] += 1
             rows["samples"].append((ids["samples"], at + 1.5, c, 16384, 131072, 110000, 3, 2, 0.01, 2 / 16384,
-                                    True, 5000, 20000, 0, 0, 0, 1.2))
+                                    True, 5000, 20000, 0, 0, 0, 1.2, json.dumps(actions)))
             if len(rows["decisions"]) >= CHUNK:
                 flush(conn)
                 done = ids["decisions"] + ids["migrations"] + ids["samples"]

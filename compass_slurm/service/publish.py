@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -58,6 +59,7 @@ def sample(obs: Observation, policy: Policy, report: CycleReport, duration: floa
         phi_star=frag.phi_star, sif=frag.sif, sif_bound=frag.sif_bound, wcc=frag.wcc,
         queue_len=obs.queue_len, pending_gpus=obs.pending_gpus, orphans=orphans,
         abs_violations=len(policy.abs_violations()), errors=len(report.errors), duration=duration,
+        actions=dict(Counter(d.action for d in report.decisions)),
     )
 
 

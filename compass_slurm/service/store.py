@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -78,9 +79,12 @@ def _add_from_nodes(conn: Connection) -> None:
 
 
 def _add_leader(conn: Connection) -> None:
-    """v2 -> v3: the leader table (service/leader.py). A version of its own, so that a daemon too old to take
-    part in the election refuses the log instead of changing jobs beside the leader."""
+    """v2 -> v3: the leader table (service/leader.py), so that a daemon too old to take part in the election
+    refuses the log instead of changing jobs beside the leader; and samples.actions, the cycle's decisions by
+    action (NULL on older rows: `compass report` counts those cycles' decisions one by one)."""
     leader_table.create(conn, checkfirst=True)  # MySQL commits DDL at once: an upgrade cut short left it there
+    if "actions" not in {c["name"] for c in inspect(conn).get_columns("samples")}:
+        conn.execute(text(f"ALTER TABLE samples ADD COLUMN actions {JSON().compile(dialect=conn.dialect)}"))
 
 
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
@@ -304,6 +308,7 @@ samples_table = _log_table(
     Column("abs_violations", Integer, nullable=False),
     Column("errors", Integer, nullable=False),
     Column("duration", Double, nullable=False),
+    Column("actions", JSON(none_as_null=True)),  # schema v3: the cycle's decisions by action, so a report need not count millions
 )
 
 errors_table = _log_table(
@@ -452,6 +457,8 @@ class SampleRecord(_Record):
     abs_violations: int = 0
     errors: int = 0
     duration: float = 0.0
+    #: the cycle's decisions by action as logged at its end (None: not counted, e.g. a sample of an older compass)
+    actions: dict[str, int] | None = None
     time: datetime | None = None
     cycle: int | None = None
     id: int | None = None
@@ -874,6 +881,23 @@ class Store:
             query = query.where(table.c.cycle == cycle)
         with self._guard("read"), self.engine.connect() as conn:
             return {value: n for value, n in conn.execute(query.group_by(column))}
+
+    def count_actions(self, since: datetime, until: datetime) -> dict[str, int]:
+        """Decisions by action of the cycles that began in [since, until]: from their samples' tallies, and for
+        the cycles whose sample has none (cut short, skipped, written by an older compass) and records of no
+        cycle, counted one by one. A day at 16,384 nodes is millions of decisions, but only 17,280 samples."""
+        s, c, d = samples_table.c, cycles_table.c, decisions_table.c
+        totals: Counter[str] = Counter()
+        tallied = select(s.cycle).where(s.cycle.is_not(None), s.actions.is_not(None))
+        untallied = select(c.id).where(c.time >= since, c.time <= until, c.id.not_in(tallied))
+        with self._guard("read"), self.engine.connect() as conn:
+            for (actions,) in conn.execute(select(s.actions).join(cycles_table, c.id == s.cycle).where(
+                    c.time >= since, c.time <= until, s.actions.is_not(None))):
+                totals.update(actions)
+            for query in (select(d.action, func.count()).where(d.cycle.in_(untallied)),
+                          select(d.action, func.count()).where(d.cycle.is_(None), d.time >= since, d.time <= until)):
+                totals.update(dict(conn.execute(query.group_by(d.action)).all()))
+        return dict(totals)
 
     # -- the leader's lease (service/leader.py); each call is one transaction of its own -----------
 

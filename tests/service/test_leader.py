@@ -216,6 +216,7 @@ def test_a_standby_daemon_changes_no_job_and_writes_nothing_and_takes_over_from_
     assert [(d.job_id, d.action) for d in report.decisions] == [("10", "placed")]
     with Store.open(db) as store:
         cycles = len({s.cycle for s in store.samples()})
+        assert store.samples()[-1].actions == {"placed": 1}  # the cycle's tally, for compass report
     assert standby.cycle().decisions == [] and standby.cycle().decisions == []
     assert second_backend.commands == []  # not even a lease renewed
     assert "compass_leader 0" in (tmp_path / "m.prom").read_text()

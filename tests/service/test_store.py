@@ -1,5 +1,5 @@
 """The decision log on real databases: round trips, atomicity and schema versions on SQLite, MariaDB and
-PostgreSQL (``db``: see conftest.py); WAL, files, read-only and full logs on SQLite."""
+PostgreSQL (``db``: see tests/dblogs.py); WAL, files, read-only and full logs on SQLite."""
 
 from __future__ import annotations
 
@@ -337,6 +337,7 @@ def test_a_version_1_log_is_upgraded_and_keeps_every_row(store: Store, db: str) 
     store.close()
     sql(db, "ALTER TABLE decisions DROP COLUMN from_nodes")  # make it the version 1 log an older compass wrote
     sql(db, "DROP TABLE leader")  # (v3)
+    sql(db, "ALTER TABLE samples DROP COLUMN actions")  # (v3)
     set_version(db, 1)
     with Store.open(db) as upgraded:
         assert upgraded.schema_version() == SCHEMA_VERSION
@@ -480,3 +481,42 @@ def test_default_path_for_root_and_for_users(tmp_path: Path, monkeypatch) -> Non
     system.parent.mkdir()
     system.touch()  # a root daemon's log exists: users read that one
     assert default_db_url() == f"sqlite:///{system}"
+
+
+def test_a_report_counts_decisions_per_cycle_from_the_samples_tallies_and_the_rest_one_by_one(store: Store) -> None:
+    """count_actions: a cycle whose sample tallies its decisions is read from the tally alone; a cycle cut short
+    (no sample), one of an older compass (a sample without tally) and records of no cycle are counted row by row;
+    cycles that began outside the period are not counted."""
+    from datetime import timedelta
+
+    def cycle(at: datetime, actions: list[str], tally: bool | None) -> None:
+        with store.cycle() as c:
+            sql_time(store, c, at)
+            for k, action in enumerate(actions):
+                store.record_decision(decision(f"{c}-{k}", at=at, action=action))
+            if tally is not None:
+                counted = dict.fromkeys(actions, 0) if tally else None
+                for action in actions if tally else ():
+                    counted[action] += 1
+                store.record_sample(replace(sample(at), actions=counted))
+
+    hour = timedelta(hours=1)
+    cycle(T0, ["placed", "placed", "failed"], tally=True)
+    cycle(T0 + hour, ["placed", "replanned"], tally=None)  # cut short: no sample
+    cycle(T0 + 2 * hour, ["migrated"], tally=False)  # an older compass's sample
+    cycle(T0 - 5 * hour, ["placed"] * 4, tally=True)  # before the period
+    store.record_decision(decision("loose", at=T0 + hour, action="adopted"))  # of no cycle
+    assert store.count_actions(T0 - hour, T0 + 3 * hour) == {"placed": 3, "failed": 1, "replanned": 1, "migrated": 1,
+                                                              "adopted": 1}
+    assert store.count_actions(T0 - 6 * hour, T0 + 3 * hour)["placed"] == 7
+    assert sorted(map(str, (s.actions for s in store.samples()))) == ["None", "{'placed': 2, 'failed': 1}",
+                                                                       "{'placed': 4}"]  # read back as written
+
+
+def sql_time(store: Store, cycle: int, at: datetime) -> None:
+    """Backdate an open cycle (its row is written with the time it began)."""
+    from sqlalchemy import update
+
+    from compass_slurm.service.store import cycles_table
+
+    store._conn.execute(update(cycles_table).where(cycles_table.c.id == cycle).values(time=at))
