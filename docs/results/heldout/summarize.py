@@ -4,7 +4,8 @@
     taskset -c 1 nice -n 10 compass simulate --sweep docs/results/heldout/sweep.toml
     python3 docs/results/heldout/summarize.py docs/results/heldout/results > docs/results/heldout/table.md
 
-Reads the sweep's plan.json and results.json. Per (slice, migratable share, restart delay):
+Reads the plan.json and results.json of each sweep named (several: their rows together, e.g. a burst
+cap's runs beside the uncapped ones of the held-out sweep). Per (slice, migratable share, restart delay):
 
 * the configurations, each the median [min-max] over the tie-break seeds (--perturb): the default
   (compass-easy, slack 0.5), best-fit under EASY (slack 0), best-fit with the default's queue rule
@@ -28,7 +29,7 @@ import json
 import math
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -101,7 +102,7 @@ def fmt_wait(rows: list[dict], cls: str) -> str:
     return "-" if None in values else spread(values, "{:,.0f}")
 
 
-def table(runs: dict, argv: dict, where: tuple) -> list[str]:
+def table(runs: dict, where: tuple) -> list[str]:
     lines = ["| config | mean partial nodes | AGU | AJCT (s) | wait 1 / 2-4 / 5-7 / whole-node (s) | migrations "
              "| restart GPU-h | gained GPU-h | migrations per whole-node job |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
@@ -121,8 +122,25 @@ def table(runs: dict, argv: dict, where: tuple) -> list[str]:
             f"{spread(gained, '{:,.0f}') if gained and config != EASY else '-'} | "
             f"{'-' if None in over else spread(over, '{:.2f}')} |")
     first = runs[(*where, *DEFAULT)][0]
-    lines.append(f"\n`{command(argv[first['task']], '--perturb')}` (S = the seed; best-fit: `--policy best-fit`, "
+    lines.append(f"\n`{command(first['argv'], '--perturb')}` (S = the seed; best-fit: `--policy best-fit`, "
                  "`--slack 0` or `0.5`)")
+    return lines
+
+
+def price(runs: dict, wheres: list[tuple]) -> list[str]:
+    """The default's price of moving per slice, medians over the seeds: lost, gained, over-eviction."""
+    lines = ["| slice | migratable | delay | burst | migrations | lost to restarts (GPU-h) "
+             "| gained against best-fit EASY (GPU-h) | migrations per whole-node job |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+    for where in wheres:
+        ours, easy = runs.get((*where, *DEFAULT)), {r["perturb"]: r for r in runs.get((*where, *EASY), [])}
+        if not ours or not easy:
+            continue
+        gained = statistics.median(gained_gpu_h(r, easy[r["perturb"]]) for r in ours if r["perturb"] in easy)
+        over = [r["migrations_per_whole_node_job"] for r in ours]
+        window, share, delay, burst = where
+        lines.append(f"| {window} | {share:g} | {delay:g} | {burst} | {statistics.median(r['migrations'] for r in ours):,.0f} "
+                     f"| {statistics.median(r['restart_gpu_h'] for r in ours):,.1f} | {gained:,.0f} | "
+                     f"{'-' if None in over else f'{statistics.median(over):.2f}'} |")
     return lines
 
 
@@ -132,17 +150,19 @@ def geomean(values: list[float]) -> float:
 
 def split(runs: dict, slices: list[tuple]) -> list[str]:
     """The default's AJCT and partial nodes against best-fit under EASY, split into queue rule and placement."""
-    def ratio(field: str, a: tuple, b: tuple) -> float:
-        return geomean([statistics.median(r[field] for r in runs[(*s, *a)])
-                        / statistics.median(r[field] for r in runs[(*s, *b)]) for s in slices])
-    lines = ["| ratio (geometric mean over slices of the seeds' medians) | AJCT | mean partial nodes |",
-             "|---|---:|---:|"]
+    def ratio(field: str, a: tuple, b: tuple) -> str:
+        """The geometric mean over the slices where both medians are above 0 (and how many those are)."""
+        pairs = [(statistics.median(r[field] for r in runs[(*s, *a)]),
+                  statistics.median(r[field] for r in runs[(*s, *b)])) for s in slices]
+        kept = [x / y for x, y in pairs if x > 0 and y > 0]
+        return f"{geomean(kept):.3f}" + ("" if len(kept) == len(pairs) else f" ({len(kept)} slices)")
+    lines = ["| ratio (geometric mean over slices of the seeds' medians) | AJCT | mean partial nodes "
+             "| whole-node wait |", "|---|---:|---:|---:|"]
     for name, a, b in (("default / best-fit EASY (all)", DEFAULT, EASY),
                        ("best-fit same slack / best-fit EASY (the queue rule)", SAME_RULE, EASY),
                        ("default / best-fit same slack (the placement)", DEFAULT, SAME_RULE)):
-        partial = ratio("mean_partial_nodes", a, b) if all(
-            min(r["mean_partial_nodes"] for r in runs[(*s, *b)]) > 0 for s in slices) else math.nan
-        lines.append(f"| {name} | {ratio('ajct_s', a, b):.3f} | {partial:.3f} |")
+        lines.append(f"| {name} | {ratio('ajct_s', a, b)} | {ratio('mean_partial_nodes', a, b)} "
+                     f"| {ratio('whole_node_wait_s', a, b)} |")
     return lines
 
 
@@ -170,13 +190,18 @@ def burst_cost(runs: dict, capped: list[tuple]) -> list[str]:
     return lines
 
 
-def main(results_dir: str) -> None:
+def load(results_dir: str) -> list[dict]:
+    """A finished sweep's rows, each with its task's command line (``argv``)."""
     base = Path(results_dir)
-    plan = json.loads((base / "plan.json").read_text())
-    rows = json.loads((base / "results.json").read_text())
-    argv = {t["index"]: t["argv"] for t in plan["tasks"]}
+    argv = {t["index"]: t["argv"] for t in json.loads((base / "plan.json").read_text())["tasks"]}
+    return [{**row, "argv": argv[row["task"]]} for row in json.loads((base / "results.json").read_text())]
+
+
+def main(results_dirs: list[str]) -> None:
+    rows = [row for d in results_dirs for row in load(d)]
     runs: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
+        row["whole_node_wait_s"] = wait(row, "whole-node") or 0.0
         runs[(*key(row), row["policy"], float(row["slack"]))].append(row)
     wheres = list(dict.fromkeys(key(r) for r in rows))
     verdicts = []
@@ -185,15 +210,21 @@ def main(results_dir: str) -> None:
         nodes = runs[(*where, *DEFAULT)][0]["nodes"]
         print(f"\n### {window}: {nodes} nodes of 8 GPUs, --migratable {share:g}, --migration-delay {delay:g}, "
               f"--migrations-burst {burst}\n")
-        print("\n".join(table(runs, argv, where)))
-        if runs.get((*where, *EASY)):
-            verdicts.append((where, held(runs[(*where, *DEFAULT)], runs[(*where, *EASY)])))
-    print("\n### Targets: the default against best-fit under EASY\n")
-    names = list(verdicts[0][1]) if verdicts else []
-    print("| slice | migratable | delay | burst | " + " | ".join(names) + " |")
-    print("|---|---:|---:|---|" + "---|" * len(names))
-    for (window, share, delay, burst), verdict in verdicts:
-        print(f"| {window} | {share:g} | {delay:g} | {burst} | " + " | ".join(verdict.values()) + " |")
+        print("\n".join(table(runs, where)))
+        for config, name in (CONFIGS[0], CONFIGS[3]):
+            if runs.get((*where, *EASY)) and runs.get((*where, *config)):
+                verdicts.append((where, name, held(runs[(*where, *config)], runs[(*where, *EASY)])))
+    print("\n### Targets against best-fit under EASY (yes: the median and all seeds but at most one)\n")
+    names = list(verdicts[0][2]) if verdicts else []
+    print("| slice | migratable | delay | burst | config | " + " | ".join(names) + " |")
+    print("|---|---:|---:|---|---|" + "---|" * len(names))
+    for (window, share, delay, burst), name, verdict in verdicts:
+        print(f"| {window} | {share:g} | {delay:g} | {burst} | {name} | " + " | ".join(verdict.values()) + " |")
+    for config, name in (CONFIGS[0], CONFIGS[3]):
+        tally = Counter(k for _, n, v in verdicts if n == name for k, ok in v.items() if ok == "yes")
+        slices = sum(1 for _, n, _ in verdicts if n == name)
+        if slices:
+            print(f"\n{name}: held on " + ", ".join(f"{k} {tally[k]}/{slices}" for k in names) + " slices.")
     for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
         slices = [w for w in wheres if w[1:] == (share, delay, burst)
                   and all(runs.get((*w, *c)) for c in (DEFAULT, EASY, SAME_RULE))]
@@ -201,6 +232,8 @@ def main(results_dir: str) -> None:
             print(f"\n### Queue rule against placement (--migratable {share:g}, --migration-delay {delay:g}, "
                   f"{len(slices)} slices)\n")
             print("\n".join(split(runs, slices)))
+    print("\n### The price of moving: the default (medians over seeds)\n")
+    print("\n".join(price(runs, wheres)))
     caps = [w for w in wheres if w[3] != UNCAPPED and (*w[:3], UNCAPPED) in {x[:4] for x in wheres}]
     if caps:
         print("\n### What the burst cap costs the default (capped / unlimited, medians over seeds)\n")
@@ -210,4 +243,4 @@ def main(results_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent / "results"))
+    main(sys.argv[1:] or [str(Path(__file__).resolve().parent / "results")])
