@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: devcluster.py
+from dblogs import DbServers, new_log, servers  # noqa: E402
 from devcluster import RELEASES, Layout, session_cluster, use_cluster  # noqa: E402
 from harness import DaemonProcess, cancel, jobs_named  # noqa: E402
 
@@ -60,13 +61,33 @@ def name(request: pytest.FixtureRequest, cluster: dict[str, str]) -> Iterator[st
     cancel(j.id for j in jobs_named(prefix) if j.state in ("PENDING", "RUNNING", "CONFIGURING"))
 
 
+@pytest.fixture(scope="session")
+def db_servers() -> Iterator[DbServers]:
+    with servers() as found:
+        yield found
+
+
 @pytest.fixture
-def daemons(tmp_path: Path, cluster: dict[str, str]) -> Iterator[Callable[..., DaemonProcess]]:
-    """Makes daemon processes under tmp_path (not started); every one is killed afterwards."""
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
+    """The decision log of the test's daemons: by default None, a SQLite file of each daemon's own; a test
+    parametrized ``indirect=["log"]`` with "mariadb" or "postgresql" gets a fresh log on this run's server
+    (tests/dblogs.py)."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "sqlite":
+        yield None
+        return
+    with new_log(request.getfixturevalue("db_servers"), kind, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, cluster: dict[str, str], log: str | None) -> Iterator[Callable[..., DaemonProcess]]:
+    """Makes daemon processes under tmp_path (not started), on the ``log`` when one is given; every one is killed
+    afterwards."""
     made: list[DaemonProcess] = []
 
     def make(**options) -> DaemonProcess:
-        made.append(DaemonProcess(tmp_path / f"daemon{len(made)}", **options))
+        made.append(DaemonProcess(tmp_path / f"daemon{len(made)}", **({"db": log} if log else {}), **options))
         return made[-1]
 
     yield make

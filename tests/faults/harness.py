@@ -64,17 +64,19 @@ class DaemonProcess:
     With ``hostname``, it runs beside that controller (devcluster.beside): in a UTS namespace of that name, its
     pid still the daemon's own."""
 
-    def __init__(self, workdir: Path, *, lease: int = 60, interval: float = 1.0, db: Path | None = None,
+    def __init__(self, workdir: Path, *, lease: int = 60, interval: float = 1.0, db: Path | str | None = None,
                  extra_env: Mapping[str, str] | None = None, hostname: str | None = None) -> None:
         self.workdir = workdir
         self.hostname = hostname
         workdir.mkdir(parents=True, exist_ok=True)
-        self.db = db or workdir / "log.db"
+        #: the decision log's URL; ``db`` names a SQLite file (by default workdir/log.db) or is a URL
+        self.url = db if isinstance(db, str) else f"sqlite:///{db or workdir / 'log.db'}"
+        self.db = Path(self.url.removeprefix("sqlite:///"))  # the SQLite file (of a SQLite log)
         self.socket = workdir / "run" / "compass.sock"
         self.interval = interval
         config = workdir / "compass.toml"
         config.write_text("")  # nothing from /etc/compass: the environment below says everything
-        self.env = {**os.environ, "COMPASS_CONFIG": str(config), "COMPASS_DB": f"sqlite:///{self.db}",
+        self.env = {**os.environ, "COMPASS_CONFIG": str(config), "COMPASS_DB": self.url,
                     "COMPASS_SOCKET": str(self.socket), "COMPASS_ANCHORS": str(workdir / "anchors"),
                     "COMPASS_LEASE": str(lease), "COMPASS_METRICS_TEXTFILE": str(workdir / "metrics.prom"),
                     # never the machine's /run/compass/hook.conf; a test that drives the hook names its own
@@ -206,7 +208,7 @@ def expand(nodes: str) -> tuple[str, ...]:
     return tuple(hostlist_expand(nodes)) if nodes else ()
 
 
-def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> list[str]:
+def log_disagreements(db: Path | str, jobs: Iterable[SlurmJob], once: bool = True) -> list[str]:
     """Where the decision log and Slurm disagree, for ``jobs``: empty when they agree.
 
     With ``once``, each job was placed at most once (a re-plan is a new decision with its
@@ -216,7 +218,7 @@ def log_disagreements(db: Path, jobs: Iterable[SlurmJob], once: bool = True) -> 
     """
     from compass_slurm.service.store import PLACES, Store
 
-    with Store.open(f"sqlite:///{db}", create=False) as store:
+    with Store.open(_url(db), create=False) as store:
         # every record that says where a job runs (not a refused one): the latest must be where it ran
         decisions = [d for d in store.decisions() if d.action in PLACES]
     by_job: dict[str, list] = {}
@@ -272,14 +274,15 @@ def held(prefix: str) -> list[str]:
     return [j.id for j in jobs_named(prefix) if "Held" in j.reason or j.reason == "JobHeldAdmin"]
 
 
-def integrity(db: Path) -> list[str] | None:
-    """PRAGMA integrity_check's complaints ([] when sound), and whether every cycle's records landed whole."""
+def integrity(db: Path | str) -> list[str]:
+    """PRAGMA integrity_check's complaints ([] when sound; a server has no such check), and whether every cycle's
+    records landed whole."""
     from sqlalchemy import text
 
     from compass_slurm.service.store import Store
 
-    with Store.open(f"sqlite:///{db}", create=False) as store:
-        problems = store.integrity_check()
+    with Store.open(_url(db), create=False) as store:
+        problems = store.integrity_check() or []
         with store.engine.connect() as conn:
             # A cycle's placements are one transaction, written before Slurm hears of them; the rest of it,
             # its sample among them, is another (no cycle here is skipped). A cycle without its sample is one
@@ -289,3 +292,8 @@ def integrity(db: Path) -> list[str] | None:
                                      " OR id IN (SELECT cycle FROM errors))"))
             problems += [f"{n} cycles without their sample" for (n,) in torn if n]
     return problems
+
+
+def _url(db: Path | str) -> str:
+    """A decision log's URL: ``db`` itself, or the SQLite file it names."""
+    return db if isinstance(db, str) else f"sqlite:///{db}"

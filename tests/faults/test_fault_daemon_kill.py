@@ -1,4 +1,5 @@
-"""The daemon SIGKILLed during a cycle and during a database write."""
+"""The daemon SIGKILLed during a cycle and during a database write; the restarts on a SQLite, a MariaDB and a
+PostgreSQL log."""
 
 from __future__ import annotations
 
@@ -28,15 +29,16 @@ def test_killed_during_a_cycle_the_lease_starts_every_job(daemons, name):
     # No daemon any more: what it pinned starts now, the rest when their lease runs out.
     until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 2 * lease + 20, "every job running without the daemon")
     assert held(name) == []
-    assert integrity(daemon.db) == []
+    assert integrity(daemon.url) == []
     # It logged the cycle's decisions before telling Slurm any: those Slurm never heard ran where Slurm chose.
     # The next daemon finds them and logs where they run.
     daemon.start().wait_cycles(2)
-    assert log_disagreements(daemon.db, jobs_named(name)) == []
+    assert log_disagreements(daemon.url, jobs_named(name)) == []
 
 
-@pytest.mark.parametrize("leases", ["running", "run-out"])
-def test_killed_during_a_cycle_and_restarted_while_slurmctld_is_away(daemons, name, leases):
+@pytest.mark.parametrize("leases, log", [("running", "sqlite"), ("run-out", "sqlite"), ("running", "mariadb"),
+                                         ("running", "postgresql")], indirect=["log"])
+def test_killed_during_a_cycle_and_restarted_while_slurmctld_is_away(daemons, name, leases, log):
     """The next daemon's first cycles are skipped (slurmctld away) and logged, so the killed cycle is no longer the
     latest one when it can read Slurm; meanwhile the leases ran out and Slurm started jobs where it chose. Each
     job still runs where its latest record says, and none is placed twice (a decision Slurm never heard is
@@ -57,10 +59,11 @@ def test_killed_during_a_cycle_and_restarted_while_slurmctld_is_away(daemons, na
     until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 2 * lease + 60, "every job running")
     daemon.wait_cycles(3)
     assert held(name) == []
-    assert log_disagreements(daemon.db, jobs_named(name)) == []
+    assert log_disagreements(daemon.url, jobs_named(name)) == []
 
 
-def test_killed_during_database_writes_restarts_cleanly(daemons, name):
+@pytest.mark.parametrize("log", ["sqlite", "mariadb", "postgresql"], indirect=True)
+def test_killed_during_database_writes_restarts_cleanly(daemons, name, log):
     lease = 300  # longer than the test: every job that runs was placed by one of the daemon's lives
     daemon = daemons(lease=lease)
     jobs: list[str] = []
@@ -76,12 +79,12 @@ def test_killed_during_database_writes_restarts_cleanly(daemons, name):
         until(lambda: daemon.text().count("INFO placed job") >= placed + 8, 90, "the decisions of this cycle",
               poll=0.002)
         daemon.kill()
-        assert integrity(daemon.db) == [], f"life {life}"
+        assert integrity(daemon.url) == [], f"life {life}"
     daemon.start()  # the last life sees everything through
     until(lambda: all_in(name, {"RUNNING"}, len(jobs)), 60, "every job running")  # noqa
     daemon.wait_cycles(2)
     assert daemon.running()
     assert held(name) == []
-    assert integrity(daemon.db) == []
+    assert integrity(daemon.url) == []
     # a life killed before Slurm started its jobs left them to the next one, which may decide again
-    assert log_disagreements(daemon.db, jobs_named(name), once=False) == []
+    assert log_disagreements(daemon.url, jobs_named(name), once=False) == []

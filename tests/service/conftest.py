@@ -1,105 +1,27 @@
-"""The decision log's backends for tests: SQLite files, and real MariaDB and PostgreSQL servers (scripts/dev-db).
-
-Each server starts once per test run, on first use, in a directory of this run, and stops at the end; each
-test gets a log of its own on it (``log_url``: a database on MariaDB, a schema on PostgreSQL), dropped
-afterwards. A server that cannot start skips
-its backend's tests with the reason, except under CI=true, where they fail: CI must never skip them quietly.
-"""
+"""The decision log's backends for the store's tests (tests/dblogs.py): ``log_url`` is an empty log on SQLite,
+MariaDB and PostgreSQL in turn; each server starts once per test run."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
-REPO = Path(__file__).resolve().parents[2]
-DEV_DB = REPO / "scripts" / "dev-db"
-BACKENDS = ("sqlite", "mariadb", "postgresql")
-SERVERS = BACKENDS[1:]
-
-
-class DbServers:
-    """The servers of this test run: started on first use; a failure is kept, so it is tried once."""
-
-    def __init__(self) -> None:
-        # under /tmp and searchable: the servers run as their own accounts (mysql, postgres) when root
-        self.root = Path(tempfile.mkdtemp(prefix="compass-test-db-"))
-        self.root.chmod(0o755)
-        self.urls: dict[str, str] = {}
-        self.failed: dict[str, str] = {}
-        self.started: list[str] = []
-
-    def url(self, kind: str) -> str:
-        if kind not in self.urls and kind not in self.failed:
-            began = time.monotonic()
-            done = subprocess.run([sys.executable, str(DEV_DB), "start", kind, "--dir", str(self.root / kind)],
-                                  capture_output=True, text=True, timeout=600)
-            if done.returncode == 0:
-                self.urls[kind] = done.stdout.strip().splitlines()[-1]
-                self.started.append(kind)
-                print(f"\n{kind} started in {time.monotonic() - began:.1f} s", file=sys.stderr)
-            else:
-                said = (done.stderr or done.stdout).strip().splitlines()
-                self.failed[kind] = f"{kind} could not start: {said[-1] if said else f'exit {done.returncode}'}"
-        if kind in self.failed:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{self.failed[kind]} (CI=true: a backend is never skipped there)", pytrace=False)
-            pytest.skip(self.failed[kind])
-        return self.urls[kind]
-
-    def stop(self) -> None:
-        for kind in self.started:
-            subprocess.run([sys.executable, str(DEV_DB), "stop", kind, "--dir", str(self.root / kind)],
-                           capture_output=True, timeout=120)
-        shutil.rmtree(self.root, ignore_errors=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: dblogs.py
+from dblogs import BACKENDS, DbServers, new_log, servers  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def db_servers() -> Iterator[DbServers]:
-    servers = DbServers()
-    try:
-        yield servers
-    finally:
-        servers.stop()
-
-
-def _admin(url: str):
-    """An engine on the server's own database that runs each statement by itself (CREATE DATABASE needs that)."""
-    return create_engine(url, isolation_level="AUTOCOMMIT")
+    with servers() as found:
+        yield found
 
 
 @pytest.fixture(params=BACKENDS)
 def log_url(request, tmp_path: Path) -> Iterator[str]:
     """A URL of an empty decision log: a new SQLite file, or a new database on a test server."""
-    kind = request.param
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'log' / 'compass.db'}"
-        return
-    server = make_url(request.getfixturevalue("db_servers").url(kind))
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = _admin(server)
-    if kind == "postgresql":
-        # a schema of its own, first on the search path: a database each would cost PostgreSQL a checkpoint
-        made, gone = f"CREATE SCHEMA {name}", f"DROP SCHEMA {name} CASCADE"
-        url = server.update_query_dict({"options": f"-csearch_path={name}"})
-    else:
-        made, gone = f"CREATE DATABASE {name}", f"DROP DATABASE {name}"
-        url = server.set(database=name)
-    with admin.connect() as conn:
-        conn.execute(text(made))
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(gone))
-        admin.dispose()
+    servers = request.getfixturevalue("db_servers") if request.param != "sqlite" else None
+    with new_log(servers, request.param, tmp_path) as url:
+        yield url

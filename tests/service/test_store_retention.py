@@ -1,4 +1,4 @@
-"""Retention on real databases (SQLite, MariaDB, PostgreSQL: ``log_url``, see conftest.py): Store.prune deletes
+"""Retention on real databases (SQLite, MariaDB, PostgreSQL: ``log_url``, see tests/dblogs.py): Store.prune deletes
 whole old cycles in bounded batches and keeps what a restart reads; the daemon's Pruner; the indexes it needs
 reach an existing log."""
 

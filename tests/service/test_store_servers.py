@@ -1,4 +1,4 @@
-"""The test servers' own rule (conftest.py): a server that cannot start skips its backend's tests, except under
+"""The test servers' own rule (tests/dblogs.py): a server that cannot start skips its backend's tests, except under
 CI=true, where they fail; it is tried once per run. And scripts/dev-db's own promises."""
 
 from __future__ import annotations
