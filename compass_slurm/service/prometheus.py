@@ -25,7 +25,7 @@ GAUGES = (
     ("compass_partial_nodes", "nodes with some but not all GPUs allocated", "partial"),
     ("compass_phi_star", "fewest partial nodes any placement of the running jobs could have", "phi_star"),
     ("compass_sif", "scheduler-induced fragmentation (partial - Phi*) / N", "sif"),
-    ("compass_sif_bound", "the 2/N bound on SIF while WCC holds", "sif_bound"),
+    ("compass_sif_bound", "the bound on SIF while WCC holds: 2K/N over K node groups (2/N on a uniform cluster)", "sif_bound"),
     ("compass_wcc", "1 when the workload composition condition holds", "wcc"),
     ("compass_queue_length", "pending GPU jobs", "queue_len"),
     ("compass_pending_gpus", "GPUs the pending jobs ask for", "pending_gpus"),
