@@ -23,7 +23,8 @@ from ..engine.rate_limit import RateLimit
 from ..slurm.backend import Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, update_argv
 from ..slurm.errors import SlurmError
 from ..slurm.state import SlurmJob
-from ..slurm.translate import Observation, Pending, id_order
+from ..slurm.requests import id_order
+from ..slurm.translate import Observation, Pending
 from .cycle import Books, CycleReport, Placed, fmt, log, per_node
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord

@@ -53,7 +53,9 @@ from ..engine.scheduler import Scheduler
 from ..slurm import hostlist
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
-from ..slurm.translate import Observation, Pending, Request, Translations, Translator, id_order
+from ..slurm.requests import Request, id_order
+from ..slurm.translate import Observation, Pending, Translator
+from ..slurm.translation_cache import Translations
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
 from .cycle import Books, CycleReport, Placed, fmt, log
@@ -324,6 +326,10 @@ class Daemon:
                 replanned.add(ids[at])
         by_id = dict(zip(ids, pending))
         left = self.books.left.keys() | self.books.leaving.keys()
+        # The identity contract: for a job that did not change, the parsers return the same SlurmJob and the
+        # translation cache the same Pending (its engine job and eligible set): the Scheduler keeps the entry of
+        # a job handed again with the same objects (Scheduler.requeue), the policy the node indexes of the same
+        # eligible set. A new object for an unchanged job costs its work again; tests/slurm/test_job_identity.py.
         queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
                               map(not_, map(held.__contains__, ids))))
         if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
@@ -336,10 +342,10 @@ class Daemon:
         def started(decision: Decision) -> None:
             measured.append(fragmentation(policy))
             p, c = by_id[decision.job], policy.cluster  # its CPUs and memory, which the engine does not count
-            translator.decide(p.slurm, p.job, (c.nodes[i].name for _, i in c.instances_of(p.job.id)))
+            translator.claims.decide(p.slurm, p.job, (c.nodes[i].name for _, i in c.instances_of(p.job.id)))
 
         scheduler.on_start = started
-        scheduler.refine = lambda job, eligible: translator.narrowed(by_id[job.id].slurm, job, eligible)
+        scheduler.refine = lambda job, eligible: translator.claims.narrowed(by_id[job.id].slurm, job, eligible)
         try:
             scheduler.expect(self._expected_ends(obs, policy, now))
             scheduler.requeue(queue)

@@ -18,7 +18,8 @@ from operator import attrgetter, is_not
 from ..engine.model import Decision, EngineError, Job, Migration, Node
 from ..engine.policies.base import Policy
 from ..slurm.state import SlurmJob
-from ..slurm.translate import Observation, adoption_order, id_order
+from ..slurm.requests import adoption_order, id_order
+from ..slurm.translate import Observation
 from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import PINS, PLACES, DecisionRecord
 

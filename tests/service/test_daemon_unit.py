@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from compass_slurm import collector
 from compass_slurm.cli import cli
-from compass_slurm.slurm import translate
+from compass_slurm.slurm import requests
 from compass_slurm.config import Config
 from compass_slurm.service.control import ControlServer, request
 from compass_slurm.service import daemon as daemon_module
@@ -31,7 +31,7 @@ from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
 from compass_slurm.slurm.state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from compass_slurm.service.store import Store, StoreError
-from compass_slurm.slurm.translate import Request
+from compass_slurm.slurm.requests import Request
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "slurm" / "mixed-16x8"
 
@@ -1018,7 +1018,7 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     ({}, None),  # no GPUs
 ])
 def test_slurm_requests_map_to_instances(kw, expected):
-    assert translate.request(SlurmJob("1", "u", "PENDING", "gpu", **kw), 8) == expected
+    assert requests.request(SlurmJob("1", "u", "PENDING", "gpu", **kw), 8) == expected
 
 
 class Watched(SnapshotBackend):

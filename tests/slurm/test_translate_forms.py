@@ -9,7 +9,8 @@ import pytest
 from compass_slurm.slurm import translate
 from compass_slurm.slurm.hostlist import HostlistError, expand_ranges
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
-from compass_slurm.slurm.translate import Request, Translator
+from compass_slurm.slurm.requests import Request, id_order, request
+from compass_slurm.slurm.translate import Translator
 
 NOW = 1.0e9
 LEASE = 60
@@ -53,7 +54,7 @@ def test_a_throttled_array_places_only_its_free_slots_and_keeps_the_rest_leased(
     obs = observe([running, job("7_[1-5]", array_job="7", array_pending="1-5", array_throttle=2,
                                 reason="JobArrayTaskLimit")])
     assert [p.job.id for p in obs.pending] == ["7_1"]
-    assert sorted(obs.waiting, key=translate.id_order) == ["7_2", "7_3", "7_4", "7_5"]
+    assert sorted(obs.waiting, key=id_order) == ["7_2", "7_3", "7_4", "7_5"]
     assert "at most 2 tasks of 7" in obs.waiting["7_2"]
 
 
@@ -61,7 +62,7 @@ def test_array_task_ranges():
     assert expand_ranges("0-3,7,10-16:3") == [0, 1, 2, 3, 7, 10, 13, 16]
     with pytest.raises(HostlistError):
         expand_ranges("5-1")
-    assert translate.id_order("7_10") > translate.id_order("7_9") > translate.id_order("7")
+    assert id_order("7_10") > id_order("7_9") > id_order("7")
 
 
 @pytest.mark.parametrize("kw, expected", [
@@ -71,7 +72,7 @@ def test_array_task_ranges():
     ({"gpus_per_job": 16, "gpus_per_node": None}, Request(2, 8, False)),
 ])
 def test_an_exclusive_job_owns_whole_nodes(kw, expected):
-    assert translate.request(job("1", exclusive=True, **kw), 8) == expected
+    assert request(job("1", exclusive=True, **kw), 8) == expected
 
 
 def test_an_exclusive_job_is_eligible_only_where_nothing_runs():
@@ -127,11 +128,11 @@ def test_a_job_started_between_the_job_read_and_the_node_read_crowds_its_node_fo
     assert obs.crowded == frozenset({"n1"})
     seven = next(p for p in obs.pending if p.job.id == "7")
     assert seven.eligible is None  # as read: every node; the decision leaves n1 out
-    narrowed = translator.narrowed(seven.slurm, seven.job, seven.eligible)
+    narrowed = translator.claims.narrowed(seven.slurm, seven.job, seven.eligible)
     assert narrowed == frozenset({"n2", "n3", "n4"})
-    assert translator.narrowed(seven.slurm, seven.job, seven.eligible) is narrowed  # the policy keeps its indexes
+    assert translator.claims.narrowed(seven.slurm, seven.job, seven.eligible) is narrowed  # the policy keeps its indexes
     only_n1 = frozenset({"n1"})
-    assert translator.narrowed(seven.slurm, seven.job, only_n1) == frozenset()
+    assert translator.claims.narrowed(seven.slurm, seven.job, only_n1) == frozenset()
     # The next read sees the job running there: nothing is crowded.
     started = SlurmJob("8", "bob", "RUNNING", "gpu", nodes=("n1",), gpus_alloc={"n1": 6}, gpus_per_job=6)
     assert Translator(replace(state, jobs=(*state.jobs, started)), lease=LEASE).observe().crowded == frozenset()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
-from compass_slurm.slurm.translate import Observation, Translations, Translator
+from compass_slurm.slurm.translate import Observation, Translator
+from compass_slurm.slurm.translation_cache import Translations
 
 NOW = 1.0e9
 LEASE = 60

@@ -1,0 +1,113 @@
+"""Request mapping (spec section 1): what a Slurm job asks for, as the engine's w x g instances.
+
+G is the largest GPU node of the job's partitions, k the job's GPUs in all, w Slurm's node count for it:
+
+- ``--gpus-per-node=g`` on w nodes: w instances of g, on distinct nodes when w > 1 and g < G;
+- k in all (``--gpus``, or ``--gpus-per-task`` times tasks): the engine's one rule for GPU
+  counts (``engine/shape.py``, which the simulator uses too): w instances of k/w when w > 1
+  divides k and k/w fits a node, else one instance of k <= G, else k/G whole nodes, else the
+  largest divisor d <= G of k as k/d instances on distinct nodes (12 GPUs: 2 x 6, told to
+  Slurm as ``NumNodes=2 TresPerNode=gres:gpu:6``).
+- ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
+  job is that many instances of G, on nodes where nothing else runs.
+
+Arrays: the record of the tasks Slurm has not split off yet (``A_[0-5]``) stands for one
+pending job per task (``A_0`` ... ``A_5``); placing a task splits it off in Slurm. Running
+allocations become instances too (``observed``), and jobs are ordered as Slurm orders them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from ..engine.model import Job
+from ..engine.shape import instance_shape
+from .errors import SlurmParseError
+from .hostlist import expand_ranges
+from .state import SlurmJob
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job asks for in engine terms."""
+
+    instances: int
+    gpus: int
+    distinct_nodes: bool
+
+
+def request(job: SlurmJob, capacity: int) -> Request | None:
+    """The job's w x g request on nodes of ``capacity`` GPUs; None when it is not a GPU job or not expressible."""
+    req = _shared_request(job, capacity)
+    if req is not None and job.exclusive:
+        return Request(req.instances, capacity, False)  # whole nodes, one per instance
+    return req
+
+
+def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
+    if job.gpus_per_node and not job.gpus_per_job:
+        w, g = job.num_nodes, job.gpus_per_node
+        return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
+    if job.gpus_requested <= 0 or capacity <= 0:
+        return None
+    shape = instance_shape(job.gpus_requested, capacity, job.num_nodes)
+    return Request(shape.instances, shape.gpus, shape.distinct_nodes)
+
+
+def engine_job(job: SlurmJob, req: Request, migratable: str = "marker") -> Job:
+    """The job for the engine; ``migratable`` is the config's mode (see SlurmJob.may_migrate)."""
+    return Job(job.id, req.instances, req.gpus, migratable=job.may_migrate(migratable),
+               distinct_nodes=req.distinct_nodes, user=job.user or None)
+
+
+def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int,
+             migratable: str = "marker") -> tuple[Job, tuple[str, ...]]:
+    """A running allocation as instances: the requested size when the per-node counts fit it, else their gcd."""
+    req = request(job, capacity)
+    counts = list(alloc.values())
+    if req is not None and all(n % req.gpus == 0 for n in counts):
+        gpus = req.gpus
+    else:
+        gpus = math.gcd(*counts)
+    nodes = tuple(name for name, n in alloc.items() for _ in range(n // gpus))
+    distinct = req is not None and req.distinct_nodes and gpus == req.gpus and len(nodes) == len(alloc)
+    return Job(job.id, len(nodes), gpus, migratable=job.may_migrate(migratable), distinct_nodes=distinct,
+               user=job.user or None), nodes
+
+
+
+def adoption_order(allocations: Iterable[tuple[Job, tuple[str, ...]]]) -> list[tuple[Job, tuple[str, ...]]]:
+    """The order running allocations are adopted in: larger instances first, then by job id.
+
+    Anchors get their slots before 1-GPU instances fill the nodes (which would make them
+    outside ABS); the daemon's sync and ``compass status`` adopt in this one order.
+    """
+    return sorted(allocations, key=lambda jn: (-jn[0].gpus, id_order(jn[0].id)))
+
+
+def priority_order(jobs: Iterable[SlurmJob]) -> list[SlurmJob]:
+    """Slurm's order: highest priority first, then oldest submission, then lowest id."""
+    return sorted(jobs, key=priority_key)
+
+
+def priority_key(job: SlurmJob) -> tuple[int, int, tuple[int, int, str]]:
+    return -job.priority, job.submit_time, id_order(job.id)
+
+
+def id_order(job_id: str) -> tuple[int, int, str]:
+    """Job ids in number order; the tasks of one array in task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1, job_id)
+
+
+def array_tasks(job: SlurmJob) -> list[SlurmJob]:
+    """A pending array record that still holds several tasks, as one job per task (any other job as itself)."""
+    if not job.array_pending:
+        return [job]
+    try:
+        tasks = expand_ranges(job.array_pending)
+    except SlurmParseError:
+        return [job]  # not a task list we can read: the record stays one job, left to Slurm
+    return [replace(job, id=f"{job.array_job}_{task}", array_pending="") for task in tasks]
