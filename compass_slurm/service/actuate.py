@@ -25,7 +25,7 @@ from ..slurm.errors import SlurmError
 from ..slurm.state import SlurmJob
 from ..slurm.requests import id_order
 from ..slurm.translate import Observation, Pending
-from .cycle import Books, CycleReport, Placed, fmt, log, per_node
+from .bookkeeping import Books, CycleReport, Placed, fmt, log, per_node
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
 from .sync import pinned_to

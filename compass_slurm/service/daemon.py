@@ -55,10 +55,10 @@ from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.requests import Request, id_order
 from ..slurm.translate import Observation, Pending, Translator
-from ..slurm.translation_cache import Translations
+from ..slurm.translation_cache import TranslationCache
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
-from .cycle import Books, CycleReport, Placed, fmt, log
+from .bookkeeping import Books, CycleReport, Placed, fmt, log
 from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .spool import for_log
@@ -105,7 +105,7 @@ class Daemon:
         #: the latest translated Slurm state, for the control socket's questions
         self.observation: Observation | None = None
         #: what unchanged jobs translated to last cycle (taken as it was, not worked out again)
-        self.translations = Translations()
+        self.translation_cache = TranslationCache()
         #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
         self.seen_pending: frozenset[str] = frozenset()
         #: GPU jobs running at the last cycle, and the jobs holding nodes at the last look: one that was in
@@ -199,7 +199,7 @@ class Daemon:
         try:
             state = self.backend.read_state()
             translator = Translator(state, self.config.partitions, self.config.lease,
-                                    migratable=self.config.migratable, known=self.translations)
+                                    migratable=self.config.migratable, known=self.translation_cache)
             obs = translator.observe()
             self.seen_pending = obs.pending_managed
             self.seen_running = frozenset(obs.running)
@@ -265,7 +265,7 @@ class Daemon:
         waiting, running = waiting_ids(obs), obs.running
         pending = set(waiting)
         try:
-            cut = self.recorder.cut_short()
+            cut = self.recorder.unfinished_cycle_jobs()
             places = self.recorder.latest_places([*waiting, *running, *cut])
             # whole records only where they are needed: a pending job's (taken over or re-planned), and those of the
             # jobs that may have run elsewhere: running on other nodes, or ended since a cycle cut short

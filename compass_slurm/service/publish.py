@@ -32,7 +32,7 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import EngineError
 from ..engine.policies.base import Policy
 from ..slurm.translate import Observation
-from .cycle import CycleReport, log
+from .bookkeeping import CycleReport, log
 from .prometheus import Totals, write_textfile
 from .spool import Entry, Spool
 from .store import DecisionRecord, ErrorRecord, Place, SampleRecord, Store, StoreError
@@ -119,9 +119,9 @@ class Recorder:
         """The decisions of these ids, oldest first (raises StoreError likewise)."""
         return self._ready().decisions_with_ids(ids)
 
-    def cut_short(self) -> list[str]:
+    def unfinished_cycle_jobs(self) -> list[str]:
         """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""
-        return self._ready().cut_short()
+        return self._ready().unfinished_cycle_jobs()
 
     def may_change(self, report: CycleReport) -> bool:
         """Whether the cycle may change jobs: not while the store is down and the spool full or failing, since no

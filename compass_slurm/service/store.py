@@ -840,7 +840,7 @@ class Store:
                 out += (DecisionRecord(**row) for row in conn.execute(query).mappings())
         return out
 
-    def cut_short(self) -> list[str]:
+    def unfinished_cycle_jobs(self) -> list[str]:
         """The jobs given a place by the cycles logged after the latest one that ended (wrote its sample): a
         daemon killed mid-cycle logged decisions Slurm may never have heard; cycles skipped since decide none."""
         ended = select(samples_table.c.cycle).order_by(samples_table.c.id.desc()).limit(1).scalar_subquery()
@@ -958,8 +958,8 @@ class Store:
         explain`` never sees half of one), until none is left or ``budget_s`` seconds have passed.
 
         Kept whatever their age: the latest record naming where each job in ``keep`` runs (the jobs Slurm has:
-        a restart reads it, :meth:`latest_places`), the latest sample (:meth:`cut_short` starts from it), and
-        the cycles those name. Records written outside a cycle go by their own time.
+        a restart reads it, :meth:`latest_places`), the latest sample (:meth:`unfinished_cycle_jobs` starts from
+        it), and the cycles those name. Records written outside a cycle go by their own time.
         """
         started, keep = clock(), set(keep)
         with self._guard("prune"), self.engine.connect() as conn:

@@ -20,7 +20,7 @@ from ..engine.policies.base import Policy
 from ..slurm.state import SlurmJob
 from ..slurm.requests import adoption_order, id_order
 from ..slurm.translate import Observation
-from .cycle import Books, CycleReport, Placed, counts, fmt, log, per_node
+from .bookkeeping import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import PINS, PLACES, DecisionRecord
 
 ALLOC = attrgetter("alloc")

@@ -39,7 +39,7 @@ from .nodesets import NodeSets, Unhonoured
 from .nodesets import fits as fits_instances
 from .requests import Request, array_tasks, engine_job, id_order, observed, priority_key, request
 from .state import SlurmJob, SlurmNode, SlurmState
-from .translation_cache import OTHER, PENDING, RUNNING, UNSEEN, Task, Translations
+from .translation_cache import OTHER, PENDING, RUNNING, UNSEEN, Task, TranslationCache
 
 #: pending reasons under which Slurm would start the job as soon as it is pointed at free nodes
 STARTABLE_REASONS = frozenset({"", "None", "BeginTime", "Resources", "Priority", "ReqNodeNotAvail"})
@@ -127,7 +127,7 @@ class Translator:
     """
 
     def __init__(self, state: SlurmState, partitions: Iterable[str] = (), lease: float | None = None, *,
-                 migratable: str = "marker", known: Translations | None = None) -> None:
+                 migratable: str = "marker", known: TranslationCache | None = None) -> None:
         self.state = state
         self.lease = lease
         self.migratable = migratable
@@ -144,7 +144,7 @@ class Translator:
         self._capacities: dict[tuple[str, str | None, str], int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
-        self.known = known if known is not None else Translations()
+        self.known = known if known is not None else TranslationCache()
         self.known.begin((tuple(self.partitions.items()),
                           tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()), migratable, lease,
                           self.nodesets))

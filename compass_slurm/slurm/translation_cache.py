@@ -87,7 +87,7 @@ def _spliced(order: list[Task], removed: list[Task], added: list[Task]) -> list[
     return out
 
 
-class Translations:
+class TranslationCache:
     """The latest translation, kept between the daemon's cycles and brought up to date by what changed.
 
     The parsers hand back the same SlurmJob object for a job whose fields did not change, so

@@ -184,21 +184,21 @@ def test_latest_places_are_each_job_s_last_record_naming_its_nodes(store: Store)
     assert [r.id for r in store.decisions_with_ids(reversed(ids))] == ids  # oldest first, over several queries
 
 
-def test_cut_short_names_the_jobs_placed_since_the_last_cycle_that_ended(store: Store) -> None:
+def test_unfinished_cycle_jobs_names_the_jobs_placed_since_the_last_cycle_that_ended(store: Store) -> None:
     with store.cycle():
         store.record_decision(decision("101", at=None))
         store.record_sample(sample(at=None))
-    assert store.cut_short() == []
+    assert store.unfinished_cycle_jobs() == []
     with store.cycle():  # killed after writing its decisions ahead: no sample
         store.record_decision(decision("102", at=None))
         store.record_decision(decision("103", at=None, action="failed"))
         store.record_decision(decision("104", at=None))
     with store.cycle():  # the next daemon's first cycle, skipped: slurmctld away
         store.record_error(ErrorRecord("slurm", "cycle skipped"))
-    assert store.cut_short() == ["102", "104"]
+    assert store.unfinished_cycle_jobs() == ["102", "104"]
     with store.cycle():
         store.record_sample(sample(at=None))
-    assert store.cut_short() == []
+    assert store.unfinished_cycle_jobs() == []
 
 
 def test_samples_and_errors_filter_by_time(store: Store) -> None:

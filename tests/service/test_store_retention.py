@@ -106,7 +106,7 @@ def test_the_latest_sample_stays_so_a_restart_finds_the_last_cycle_that_ended(st
     last = logged_cycle(store, OLD + timedelta(minutes=1), [decision("2")])
     store.prune(NOW)
     assert [s.cycle for s in store.samples()] == [last]
-    assert store.cut_short() == []  # no decision since the last ended cycle
+    assert store.unfinished_cycle_jobs() == []  # no decision since the last ended cycle
 
 
 def test_batches_are_bounded_and_a_cycle_goes_whole(store: Store) -> None:

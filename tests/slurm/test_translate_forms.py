@@ -128,11 +128,12 @@ def test_a_job_started_between_the_job_read_and_the_node_read_crowds_its_node_fo
     assert obs.crowded == frozenset({"n1"})
     seven = next(p for p in obs.pending if p.job.id == "7")
     assert seven.eligible is None  # as read: every node; the decision leaves n1 out
-    narrowed = translator.claims.narrowed(seven.slurm, seven.job, seven.eligible)
+    claims = translator.claims
+    narrowed = claims.narrowed(seven.slurm, seven.job, seven.eligible)
     assert narrowed == frozenset({"n2", "n3", "n4"})
-    assert translator.claims.narrowed(seven.slurm, seven.job, seven.eligible) is narrowed  # the policy keeps its indexes
+    assert claims.narrowed(seven.slurm, seven.job, seven.eligible) is narrowed  # the policy keeps its indexes
     only_n1 = frozenset({"n1"})
-    assert translator.claims.narrowed(seven.slurm, seven.job, only_n1) == frozenset()
+    assert claims.narrowed(seven.slurm, seven.job, only_n1) == frozenset()
     # The next read sees the job running there: nothing is crowded.
     started = SlurmJob("8", "bob", "RUNNING", "gpu", nodes=("n1",), gpus_alloc={"n1": 6}, gpus_per_job=6)
     assert Translator(replace(state, jobs=(*state.jobs, started)), lease=LEASE).observe().crowded == frozenset()

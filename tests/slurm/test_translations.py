@@ -1,4 +1,4 @@
-"""Translations kept between cycles: a cycle that reuses them observes exactly what a fresh translation does."""
+"""The translation cache kept between cycles: a cycle that reuses it observes exactly what a fresh translation does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 from compass_slurm.slurm.translate import Observation, Translator
-from compass_slurm.slurm.translation_cache import Translations
+from compass_slurm.slurm.translation_cache import TranslationCache
 
 NOW = 1.0e9
 LEASE = 60
@@ -42,8 +42,8 @@ def state(jobs, nodes=None, read_at: float = NOW) -> SlurmState:
 
 
 def check(states: list[SlurmState], **kw) -> list[Observation]:
-    """Observe ``states`` in turn with one Translations; each must equal a fresh translation."""
-    known, out = Translations(), []
+    """Observe ``states`` in turn with one TranslationCache; each must equal a fresh translation."""
+    known, out = TranslationCache(), []
     for s in states:
         kept = Translator(s, lease=LEASE, known=known, **kw).observe()
         assert facts(kept) == facts(Translator(s, lease=LEASE, **kw).observe())
@@ -90,7 +90,7 @@ def test_a_priority_recalculation_keeps_each_job_s_translation_in_the_new_order(
     # changed beyond its priority is translated anew.
     jobs = [pending("1", priority=30), pending("2", priority=20), pending("3_[0-1]", array_job="3",
                                                                           array_pending="0-1", priority=10)]
-    known = Translations()
+    known = TranslationCache()
     first = Translator(state(jobs), lease=LEASE, known=known).observe()
     repriced = [jobs[0].with_priority(5), jobs[1].with_priority(40), replace(jobs[2].with_priority(50), cpus=2)]
     s = state(repriced)
@@ -105,7 +105,7 @@ def test_a_priority_recalculation_keeps_each_job_s_translation_in_the_new_order(
 @pytest.mark.parametrize("change", [{"migratable": "never"}, {"partitions": ["other"]}])
 def test_a_changed_config_starts_afresh(change):
     jobs = [pending("1", comment="compass:migratable"), pending("2")]
-    known = Translations()
+    known = TranslationCache()
     Translator(state(jobs), lease=LEASE, known=known).observe()
     s = state(jobs)
     kept = Translator(s, lease=LEASE, known=known, **change).observe()
@@ -131,7 +131,7 @@ def test_a_kept_task_waits_for_its_begin_until_the_read_reaches_it():
 
 
 def test_equal_eligible_node_keys_share_one_token_until_the_context_changes():
-    known = Translations()
+    known = TranslationCache()
     known.begin("one")
     a, b = known.token(("gpu", 4, 1000)), known.token(("gpu", 8, 1000))
     assert a != b and known.token(("gpu", 4, 1000)) == a

@@ -1,7 +1,8 @@
-"""What one daemon cycle saw and did (``CycleReport``), and what the daemon remembers between cycles (``Books``).
+"""The daemon's bookkeeping: what one cycle saw and did (``CycleReport``), what the daemon remembers between
+cycles (``Books``, ``Placed``), and the GPUs per node of a job as the policy holds it.
 
-Shared by the cycle's steps: sync (mirror Slurm into the policy), decide, actuate
-(tell Slurm) and publish (log, metrics, anchors).
+Shared by the cycle's steps, which are in daemon.py: sync (mirror Slurm into the policy),
+decide, actuate (tell Slurm) and publish (log, metrics, anchors).
 """
 
 from __future__ import annotations
