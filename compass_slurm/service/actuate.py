@@ -22,8 +22,8 @@ from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
 from ..slurm.backend import Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, update_argv
 from ..slurm.errors import SlurmError
-from ..slurm.state import SlurmJob
 from ..slurm.requests import id_order
+from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending
 from .bookkeeping import Books, CycleReport, Placed, fmt, log, per_node
 from .publish import Recorder

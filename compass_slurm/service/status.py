@@ -20,8 +20,8 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, Node, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import per_burst, per_hour
-from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.requests import Request, adoption_order, array_tasks, priority_order, request
+from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.translate import Translator
 
 #: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)

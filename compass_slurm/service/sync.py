@@ -17,8 +17,8 @@ from operator import attrgetter, is_not
 
 from ..engine.model import Decision, EngineError, Job, Migration, Node
 from ..engine.policies.base import Policy
-from ..slurm.state import SlurmJob
 from ..slurm.requests import adoption_order, id_order
+from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation
 from .bookkeeping import Books, CycleReport, Placed, counts, fmt, log, per_node
 from .store import PINS, PLACES, DecisionRecord

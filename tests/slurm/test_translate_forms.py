@@ -8,8 +8,8 @@ import pytest
 
 from compass_slurm.slurm import translate
 from compass_slurm.slurm.hostlist import HostlistError, expand_ranges
-from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 from compass_slurm.slurm.requests import Request, id_order, request
+from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 from compass_slurm.slurm.translate import Translator
 
 NOW = 1.0e9
