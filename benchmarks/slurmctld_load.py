@@ -1,0 +1,208 @@
+"""What slurmctld pays for compass: its RPC time and CPU under a steady GPU job stream, with plain Slurm and then with
+the job_submit/lua hook and the daemon, on the 64-node dev cluster.
+
+    .venv/bin/python benchmarks/slurmctld_load.py [--release 22.05] [--rate 2] [--minutes 10] [--seed 1] [--json]
+
+Two phases, one after the other, on a dev cluster of 64 nodes x 8 GPUs that the script lays out itself
+(tests/devcluster.py; COMPASS_DEV_DIR and COMPASS_DEV_PORT pick it): ``plain``, without JobSubmitPlugins and
+without a daemon; then ``compass``, with the project's hook and a daemon at the site's defaults (5-s cycles,
+the look every 0.5 s). Each phase submits the same seeded stream, ``--rate`` jobs a second for ``--minutes``
+(1, 2, 4 or 8 GPUs, sleeping 30-60 s, as tests/starvation_scenario.py's stream), after ``sdiag --reset``; at
+its end it reads ``sdiag`` and slurmctld's CPU time (/proc). It reports per phase the RPC counts and times by
+type, slurmctld's CPU seconds, the mean submit RPC time, and sbatch's wall-time p50/p99; and the share of the
+compass phase's RPC time taken by the RPC types the plain phase never saw (the daemon's reads, its look, its
+updates: the stream sends the same in both), against the targets: the daemon at most 10 % of slurmctld's RPC
+time, the hook at most +10 % on the submit RPC's mean time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import quantiles
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS), str(TESTS / "faults")]
+from devcluster import Layout, dev, use_cluster  # noqa: E402
+from harness import DaemonProcess, cancel  # noqa: E402
+
+NODES, GPUS = 64, 8
+SIZES = (1, 1, 1, 1, 2, 2, 4, 8)
+SLEEP_S = (30, 60)
+SUBMIT = "REQUEST_SUBMIT_BATCH_JOB"
+_RPC = re.compile(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)")
+
+
+@dataclass
+class Rpc:
+    count: int
+    total_us: int
+
+    @property
+    def mean_us(self) -> float:
+        return self.total_us / self.count if self.count else 0.0
+
+
+@dataclass
+class Phase:
+    name: str
+    jobs: int
+    seconds: float
+    ctld_cpu_s: float
+    rpcs: dict[str, Rpc] = field(default_factory=dict)
+    sbatch_s: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def rpc_total_us(self) -> int:
+        return sum(r.total_us for r in self.rpcs.values())
+
+    def beyond(self, plain: Phase) -> int:
+        """RPC time of the types the plain phase never saw: what the hook's and the daemon's side added (the
+        daemon's reads, its look, its updates; the stream itself sends the same in both phases)."""
+        return sum(r.total_us for name, r in self.rpcs.items() if name not in plain.rpcs)
+
+    def sbatch_p(self, q: int) -> float:
+        cuts = quantiles(self.sbatch_s, n=100, method="inclusive") if len(self.sbatch_s) > 1 else self.sbatch_s * 99
+        return cuts[q - 1]
+
+    def as_json(self) -> dict:
+        out = asdict(self)
+        out.pop("sbatch_s")
+        out["rpcs"] = {k: {"count": v.count, "total_us": v.total_us, "mean_us": round(v.mean_us, 1)}
+                       for k, v in sorted(self.rpcs.items(), key=lambda kv: -kv[1].total_us)}
+        out.update(rpc_total_us=self.rpc_total_us,
+                   sbatch_p50_s=round(self.sbatch_p(50), 4), sbatch_p99_s=round(self.sbatch_p(99), 4))
+        return out
+
+
+def sdiag_rpcs() -> dict[str, Rpc]:
+    """`sdiag`'s RPC statistics by message type."""
+    text = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    section = text.split("by message type", 1)[1].split("by user", 1)[0]
+    return {m.group(1): Rpc(int(m.group(2)), int(m.group(4))) for line in section.splitlines()
+            if (m := _RPC.match(line))}
+
+
+def ctld_cpu_s() -> float:
+    """slurmctld's user + system CPU seconds so far."""
+    pid = int((Path(os.environ["COMPASS_DEV_DIR"]) / "pid" / "slurmctld.pid").read_text())
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stream(seed: int, rate: float, minutes: float) -> list[tuple[float, int, int]]:
+    """(when, GPUs, seconds) of each job: one every 1/rate s."""
+    rng = random.Random(seed)
+    return [(i / rate, rng.choice(SIZES), rng.randint(*SLEEP_S)) for i in range(int(rate * minutes * 60))]
+
+
+def submit_all(jobs: list[tuple[float, int, int]], tag: str) -> tuple[list[str], list[float]]:
+    """Submit each job at its time (a few threads, so one slow sbatch delays no other); ids and wall times."""
+    ids: list[str] = []
+    walls: list[float] = []
+    lock = threading.Lock()
+    began = time.monotonic()
+
+    def one(k: int, gpus: int, seconds: int) -> None:
+        t0 = time.monotonic()
+        done = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={tag}{k}", f"--gpus={gpus}",
+                               "--nodes=1", "--time=2", "--wrap", f"sleep {seconds}"],
+                              capture_output=True, text=True)
+        with lock:
+            walls.append(time.monotonic() - t0)
+            if done.returncode == 0:
+                ids.append(done.stdout.strip().split(";")[0])
+            else:
+                print(f"sbatch failed: {done.stderr.strip()}", file=sys.stderr)
+
+    threads = []
+    for k, (at, gpus, seconds) in enumerate(jobs):
+        time.sleep(max(0.0, began + at - time.monotonic()))
+        thread = threading.Thread(target=one, args=(k, gpus, seconds))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    return ids, walls
+
+
+def run_phase(name: str, jobs: list[tuple[float, int, int]], release: str, workdir: Path) -> Phase:
+    env = use_cluster(Layout(NODES, GPUS, release, job_submit_lua=name == "compass"))
+    daemon = None
+    if name == "compass":
+        daemon = DaemonProcess(workdir / "daemon", interval=5.0, lease=60,
+                               extra_env={"COMPASS_HOOK_CONFIG": env["COMPASS_HOOK_CONFIG"], "COMPASS_WATCH": "0.5"})
+        daemon.start().wait_cycles(2)
+    try:
+        subprocess.run(["sdiag", "--reset"], capture_output=True, check=True)
+        cpu, began = ctld_cpu_s(), time.monotonic()
+        ids, walls = submit_all(jobs, f"load-{name}-")
+        phase = Phase(name, len(ids), round(time.monotonic() - began, 1), round(ctld_cpu_s() - cpu, 2),
+                      sdiag_rpcs(), walls)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+            Path(env["COMPASS_HOOK_CONFIG"]).unlink(missing_ok=True)
+    cancel(ids)
+    return phase
+
+
+def report(phases: list[Phase], args: argparse.Namespace) -> str:
+    plain, ours = phases
+    out = [f"# slurmctld's load: {args.rate:g} GPU jobs/s for {args.minutes:g} min, {NODES} nodes x {GPUS} GPUs, "
+           f"Slurm {args.release}, seed {args.seed}", "",
+           "| phase | jobs | slurmctld CPU s | RPC time s | submit RPC mean ms | sbatch p50 s | sbatch p99 s |",
+           "|---|---|---|---|---|---|---|"]
+    for p in phases:
+        submit = p.rpcs.get(SUBMIT, Rpc(0, 0))
+        out.append(f"| {p.name} | {p.jobs} | {p.ctld_cpu_s:.1f} | {p.rpc_total_us / 1e6:.2f} | "
+                   f"{submit.mean_us / 1e3:.2f} | {p.sbatch_p(50):.3f} | {p.sbatch_p(99):.3f} |")
+    share = ours.beyond(plain) / ours.rpc_total_us if ours.rpc_total_us else 0.0
+    plain_submit, our_submit = (p.rpcs.get(SUBMIT, Rpc(0, 0)).mean_us for p in phases)
+    hook = our_submit / plain_submit - 1 if plain_submit else 0.0
+    out += ["", f"- the daemon's RPCs: {share:.1%} of slurmctld's RPC time in the compass phase (target at most 10%)",
+            f"- the hook: submit RPC mean {hook:+.1%} over plain Slurm (target at most +10%)", "",
+            "RPCs by type (count, total ms), the compass phase:", ""]
+    for name, rpc in sorted(ours.rpcs.items(), key=lambda kv: -kv[1].total_us)[:15]:
+        mark = " (daemon)" if name not in plain.rpcs else ""
+        before = plain.rpcs.get(name, Rpc(0, 0))
+        out.append(f"- {name}{mark}: {rpc.count} ({before.count} plain), {rpc.total_us / 1e3:.0f} ms "
+                   f"({before.total_us / 1e3:.0f} plain)")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--release", default="22.05", help="Slurm release of the dev cluster (default 22.05)")
+    parser.add_argument("--rate", type=float, default=2.0, help="jobs submitted per second (default 2)")
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of each phase (default 10)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of markdown")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/compass-slurmctld-load"))
+    args = parser.parse_args()
+    if args.rate <= 0 or args.minutes <= 0:
+        parser.error("--rate and --minutes must be above 0")
+    jobs = stream(args.seed, args.rate, args.minutes)
+    phases = [run_phase(name, jobs, args.release, args.workdir) for name in ("plain", "compass")]
+    dev("stop")
+    if args.json:
+        plain, ours = phases
+        print(json.dumps({"conditions": vars(args) | {"workdir": str(args.workdir), "nodes": NODES, "gpus": GPUS},
+                          "phases": [p.as_json() for p in phases],
+                          "daemon_rpc_share": round(ours.beyond(plain) / max(1, ours.rpc_total_us), 4)}, indent=2))
+    else:
+        print(report(phases, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
