@@ -1,21 +1,22 @@
 """The helper daemon: one cycle every ``interval`` seconds, or sooner when woken.
 
-A cycle reads Slurm's state once and then runs four steps:
+A cycle reads Slurm's state once and then runs four steps, each a method of Daemon that does only its own:
 
-- sync (``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
+- sync (``_sync``, with ``sync.py``): remove ended jobs from the policy, adopt GPU allocations the
   daemon did not make (pinned, never moved), mirror node availability;
-- decide (here): the managed pending jobs go to a Scheduler (``engine/scheduler.py``,
+- decide (``_decide``): re-plan stale decisions; the managed pending jobs go to a Scheduler (``engine/scheduler.py``,
   discipline ``queue``: ``backfill`` by default, as the simulator's) in Slurm's priority order, with
   Slurm's time limits as run-time estimates: the highest-priority job that does not fit
-  gets a reservation, and lower jobs start only where they do not delay it;
-- actuate (``actuate.py``): log the decisions (moves included) before Slurm hears of them, so that
-  no job runs where the log does not say, even if the daemon is killed half-way through telling it;
-  pin each decision in Slurm, requeue Compact's migrations
+  gets a reservation, and lower jobs start only where they do not delay it; it returns the decisions,
+  and tells Slurm nothing;
+- actuate (``_actuate``, with ``actuate.py``): log the decisions (moves included) before Slurm hears of
+  them, so that no job runs where the log does not say, even if the daemon is killed half-way through
+  telling it; pin each decision in Slurm (one it refuses is undone), requeue Compact's migrations
   (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour: by default one per
   managed GPU node, at least 12, re-resolved when the nodes change; and at most ``migrations_burst``
   in any 5 minutes, unlimited by default),
   renew the begin-time leases of managed jobs still waiting;
-- publish (``publish.py``): log the rest (migrations, errors, a sample; a decision Slurm
+- publish (``_publish``, with ``publish.py``): log the rest (migrations, errors, a sample; a decision Slurm
   refused was rewritten as such when it refused) under the same cycle, rewrite the Prometheus
   textfile and the anchors file.
 
@@ -39,7 +40,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import attrgetter, not_
 
@@ -216,23 +217,19 @@ class Daemon:
         policy, moves = self._sync(obs, report, now)
         # Only the leader changes jobs, each step only while its lease lasts; and not while the log and its spool
         # are full (see Recorder.may_change)
-        acting = self.leadership.may_act
-        if acting() and self.recorder.may_change(report):
-            moves += self._decide(obs, translator, policy, report, now)
-            if acting():
-                self.actuator.leave(obs, self.books, report, policy.name)
-            if acting():
-                self.actuator.release_left_held(obs, self.books)
-            if acting():
-                self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now,
-                                      self.dry_run, acting)
-            if acting():
-                self.actuator.renew_leases(obs, self.books, report, now)
-        report.sample = sample(obs, policy, report, time.monotonic() - started)
+        if self.leadership.may_act() and self.recorder.may_change(report):
+            decided = self._decide(obs, translator, policy, report, now)
+            self._actuate(obs, policy, decided, moves, report, now)
+        self._publish(obs, policy, report, time.monotonic() - started, now)
+        return report
+
+    def _publish(self, obs: Observation, policy: Policy, report: CycleReport, seconds: float, now: float) -> None:
+        """Log the cycle (the decisions not logged yet, migrations, errors, its sample), export the metrics and
+        rewrite the anchors file."""
+        report.sample = sample(obs, policy, report, seconds)
         self._finish(report)
         if self.publish:
             publish_anchors(self.config.anchors, policy, self.cycles, now)
-        return report
 
     def _finish(self, report: CycleReport) -> None:
         leads = self.leadership.leads
@@ -283,57 +280,25 @@ class Daemon:
     # -- decide ------------------------------------------------------------------------------
 
     def _decide(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
-                now: float) -> list[Migration]:
-        """Give the managed pending jobs to the Scheduler (``queue``), then tell Slurm what it started.
+                now: float) -> Decided | None:
+        """Give the managed pending jobs to the Scheduler (``queue``); their decisions join the report, and are
+        returned for Slurm to hear of them (``_actuate``). None: the engine failed, and decided nothing.
 
         The queue is Slurm's priority order; run-time estimates are Slurm's time limits
         (running jobs end at their start time plus their limit). Slurm hears each job's place
         only after the whole drain, because Compact may still move a job placed earlier in
         the same drain (e.g. pull it as a filler); those moves cost no requeue and are not
-        returned. Returns the other migrations made on the way.
+        returned with the other migrations made on the way.
         """
         for why in obs.skipped.items():
             log.debug("job %s left to Slurm: %s", *why)
         if obs.crowded:
             log.debug("no new work this cycle on %s: Slurm counts GPUs in use there that no job read holds (a job "
                       "started between the reads)", hostlist.compress(obs.crowded))
-        # Stale decisions leave first, so their GPUs (and any overcommit) are gone before placing. One pass
-        # over the pending jobs also makes the queue: the jobs the policy does not hold (a stale one no longer).
-        # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
-        replanned, short = set(), set()
-        pending, ids = obs.pending, obs.pending_ids
-        placed, held, pins, replan = self.books.placed, policy.cluster.jobs, self.books.pins, self.books.replan
-        if replan:
-            replan.intersection_update(ids)  # those no longer pending are not decided again
-        for at in compress(range(len(ids)), map(placed.__contains__, ids)):
-            p, job_id = pending[at], ids[at]
-            stale = self._stale(p, policy, now, translator, short)
-            if stale is not None:
-                # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
-                # a later one if no room is found now.
-                pins[job_id] = placed[job_id].decision.nodes
-                policy.remove(job_id)
-                del placed[job_id]
-                replan.add(job_id)
-                log.info("job %s: re-planning, %s", job_id, stale)
-        self.books.short = short
-        if pins:
-            self._let_go_pins(obs)
-            for at in compress(range(len(ids)), map(pins.__contains__, ids)):
-                if pending is obs.pending:
-                    pending = list(pending)
-                pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
-                replanned.add(ids[at])
-        by_id = dict(zip(ids, pending))
-        left = self.books.left.keys() | self.books.leaving.keys()
-        # The identity contract: for a job that did not change, the parsers return the same SlurmJob and the
-        # translation cache the same Pending (its engine job and eligible set): the Scheduler keeps the entry of
-        # a job handed again with the same objects (Scheduler.requeue), the policy the node indexes of the same
-        # eligible set. A new object for an unchanged job costs its work again; tests/slurm/test_job_identity.py.
-        queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
-                              map(not_, map(held.__contains__, ids))))
-        if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
-            queue = [entry for entry in queue if entry[0].id not in left]
+        self._replan_stale(obs, policy, translator, now)
+        pending, replanned = self._let_go(obs, translator)
+        by_id = dict(zip(obs.pending_ids, pending))
+        queue = self._queue(obs, pending, policy)
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
             self.scheduler = Scheduler(policy, self.config.queue, explain=True, slack=self.config.slack)
@@ -354,13 +319,13 @@ class Daemon:
             # The engine may be left half-changed: rebuild it from Slurm next cycle.
             report.error("engine", f"{err}; rebuilding the engine state next cycle")
             self.policy = None
-            return []
+            return None
         report.spend(step.spent)
         if scheduler.reservation is not None:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
-        decided, first, started_elsewhere = [], len(report.decisions), []
+        decided, first, replan = [], len(report.decisions), self.books.replan
         replanned |= replan
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
@@ -373,14 +338,93 @@ class Daemon:
                 action="dry-run" if self.dry_run else "replanned" if p.job.id in replanned else "placed",
             ))
         replan.difference_update(d.job for d in step.decisions)
+        placed_now = {d.job for d in step.decisions}
+        return Decided(decided, first, [m for m in step.migrations if m.job not in placed_now])
+
+    def _replan_stale(self, obs: Observation, policy: Policy, translator: Translator, now: float) -> None:
+        """Stale decisions leave the policy first, so their GPUs (and any overcommit) are gone before placing;
+        their jobs are re-planned."""
+        # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
+        short: set[str] = set()
+        pending, ids = obs.pending, obs.pending_ids
+        placed, pins, replan = self.books.placed, self.books.pins, self.books.replan
+        if replan:
+            replan.intersection_update(ids)  # those no longer pending are not decided again
+        for at in compress(range(len(ids)), map(placed.__contains__, ids)):
+            p, job_id = pending[at], ids[at]
+            stale = self._stale(p, policy, now, translator, short)
+            if stale is not None:
+                # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
+                # a later one if no room is found now.
+                pins[job_id] = placed[job_id].decision.nodes
+                policy.remove(job_id)
+                del placed[job_id]
+                replan.add(job_id)
+                log.info("job %s: re-planning, %s", job_id, stale)
+        self.books.short = short
+
+    def _let_go(self, obs: Observation, translator: Translator) -> tuple[list[Pending], set[str]]:
+        """The pending jobs as the user asked for them where a pin of ours still names their nodes (see
+        ``_unpinned``), and the ids of those jobs (re-planned)."""
+        pending, ids, pins = obs.pending, obs.pending_ids, self.books.pins
+        replanned: set[str] = set()
+        if pins:
+            self._let_go_pins(obs)
+            for at in compress(range(len(ids)), map(pins.__contains__, ids)):
+                if pending is obs.pending:
+                    pending = list(pending)
+                pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
+                replanned.add(ids[at])
+        return pending, replanned
+
+    def _queue(self, obs: Observation, pending: list[Pending], policy: Policy) -> list[tuple]:
+        """The Scheduler's queue: (job, eligible nodes, limit) of the pending jobs the policy does not hold (a
+        stale one no longer), but those left to Slurm, in Slurm's priority order."""
+        # The identity contract: for a job that did not change, the parsers return the same SlurmJob and the
+        # translation cache the same Pending (its engine job and eligible set): the Scheduler keeps the entry of
+        # a job handed again with the same objects (Scheduler.requeue), the policy the node indexes of the same
+        # eligible set. A new object for an unchanged job costs its work again; tests/slurm/test_job_identity.py.
+        queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
+                              map(not_, map(policy.cluster.jobs.__contains__, obs.pending_ids))))
+        left = self.books.left.keys() | self.books.leaving.keys()
+        if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
+            queue = [entry for entry in queue if entry[0].id not in left]
+        return queue
+
+    # -- actuate -----------------------------------------------------------------------------
+
+    def _actuate(self, obs: Observation, policy: Policy, decided: Decided | None, moves: list[Migration],
+                 report: CycleReport, now: float) -> None:
+        """Tell Slurm: the decisions (those it refuses undone), the jobs left to it, the migrations (Compact's of
+        ``moves`` and the drain's), the renewed leases; each only while this daemon may act."""
+        acting = self.leadership.may_act
+        if decided is not None:
+            self._tell(obs, policy, decided, report)
+            moves = moves + decided.migrations
+        if acting():
+            self.actuator.leave(obs, self.books, report, policy.name)
+        if acting():
+            self.actuator.release_left_held(obs, self.books)
+        if acting():
+            self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now,
+                                  self.dry_run, acting)
+        if acting():
+            self.actuator.renew_leases(obs, self.books, report, now)
+
+    def _tell(self, obs: Observation, policy: Policy, decided: Decided, report: CycleReport) -> None:
+        """Tell Slurm the decisions; a refused one is rewritten as ``failed`` and leaves the policy (where did it
+        run, when Slurm started it first), the others are placed."""
         # logged (or spooled) before Slurm hears of them: see publish.py; a decision never goes unlogged
         if not self.leadership.may_act():
-            failures = [FENCED] * len(decided)
+            failures = [FENCED] * len(decided.decisions)
         elif self.recorder.ahead(report):
-            failures = self.actuator.express_all(decided)  # one batch: see Actuator.express_all
+            failures = self.actuator.express_all(decided.decisions)  # one batch: see Actuator.express_all
         else:
-            failures = [UNLOGGED] * len(decided)
-        for at, (p, decision), failure in zip(range(first, first + len(decided)), decided, failures):
+            failures = [UNLOGGED] * len(decided.decisions)
+        started_elsewhere, pins = [], self.books.pins
+        first = decided.first
+        for at, (p, decision), failure in zip(range(first, first + len(decided.decisions)), decided.decisions,
+                                              failures):
             record = report.decisions[at]
             if failure is not None:
                 if REFUSED_FOR_GOOD.search(failure):
@@ -404,8 +448,6 @@ class Daemon:
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
                      _num(record.sif_after))
         report.decisions += started_elsewhere
-        placed_now = {d.job for d in step.decisions}
-        return [m for m in step.migrations if m.job not in placed_now]
 
     def _where(self, obs: Observation, job_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Where ``job_ids`` run (the read says) or ran (Slurm is asked about those not running when read)."""
@@ -511,6 +553,16 @@ class Daemon:
 
 
 # -- small helpers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What decide made of the queue, for actuate: the decisions in the order taken, each with its job (their
+    records are the report's decisions from ``first`` on), and the migrations made on the way."""
+
+    decisions: list[tuple[Pending, Decision]]
+    first: int
+    migrations: list[Migration]
 
 
 _JOB, _ELIGIBLE, _LIMIT = attrgetter("job"), attrgetter("eligible"), attrgetter("slurm.time_limit_s")

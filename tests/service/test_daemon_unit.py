@@ -19,12 +19,13 @@ from click.testing import CliRunner
 
 from compass_slurm import collector
 from compass_slurm.cli import cli
-from compass_slurm.slurm import requests
 from compass_slurm.config import Config
 from compass_slurm.service.control import ControlServer, request
 from compass_slurm.service import daemon as daemon_module
+from compass_slurm.service.bookkeeping import CycleReport
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.publish import anchors_text
+from compass_slurm.slurm import requests
 from compass_slurm.slurm.backend import DryRunBackend, lease_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
@@ -32,6 +33,7 @@ from compass_slurm.slurm.snapshot import SnapshotBackend, save
 from compass_slurm.slurm.state import Look, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmState
 from compass_slurm.service.store import Store, StoreError
 from compass_slurm.slurm.requests import Request
+from compass_slurm.slurm.translate import Translator
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "slurm" / "mixed-16x8"
 
@@ -107,6 +109,22 @@ def update(job_id: str, nodes: str, count: int, gpus: int, gpu: str = "gpu") -> 
 
 
 # -- placing ----------------------------------------------------------------------------------
+
+
+def test_decide_returns_the_decisions_and_tells_slurm_nothing_actuate_tells_it(tmp_path):
+    state = cluster(nodes(2), [pending("10", gpus=4, priority=90), pending("11", per_node=8, priority=50)])
+    daemon, backend, clock = daemon_for(state, tmp_path, policy="compass")
+    daemon.leadership.step()  # as a cycle begins: this daemon leads
+    translator = Translator(state, lease=daemon.config.lease)
+    obs = translator.observe()
+    report = CycleReport(1)
+    policy, moves = daemon._sync(obs, report, clock.now)
+    decided = daemon._decide(obs, translator, policy, report, clock.now)
+    assert [(p.job.id, d.nodes) for p, d in decided.decisions] == [("10", ("n1",)), ("11", ("n2",))]
+    assert [d.action for d in report.decisions] == ["placed", "placed"] and backend.commands == []
+    daemon._actuate(obs, policy, decided, moves, report, clock.now)
+    assert backend.commands == [update("10", "n1", 1, 4), update("11", "n2", 1, 8)]
+    assert set(daemon.books.placed) == {"10", "11"}
 
 
 def test_managed_jobs_are_pinned_in_priority_order_with_exact_commands(tmp_path):
