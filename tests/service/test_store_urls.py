@@ -67,3 +67,14 @@ def test_a_sqlite_file_is_left_to_the_daemon(tmp_path: Path) -> None:
     assert probe(f"sqlite:///{nowhere}") == str(nowhere)
     with pytest.raises(StoreError, match="cannot connect"):
         probe("postgresql+psycopg://u@127.0.0.1:9/x")
+
+
+def test_pymysql_on_a_local_socket_skips_tls_and_still_connects(db_servers) -> None:
+    """PyMySQL's default tries TLS on every connection (30-50 ms to build its context, a CLI command's budget): on
+    a local socket it is off; over TCP the driver's default stands."""
+    from compass_slurm.service.store import _connect_args
+
+    local = make_url(db_servers.url("mariadb"))
+    assert "unix_socket" in local.query and _connect_args(local)["ssl_disabled"] is True
+    assert "ssl_disabled" not in _connect_args(make_url("mysql+pymysql://u@db.example.org/compass"))
+    assert probe(local.render_as_string(hide_password=False)) == local.render_as_string(hide_password=True)
