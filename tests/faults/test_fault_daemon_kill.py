@@ -1,5 +1,6 @@
-"""The daemon SIGKILLed during a cycle and during a database write; the restarts on a SQLite, a MariaDB and a
-PostgreSQL log."""
+"""The daemon SIGKILLed during a cycle and during a database write; the restarts on SQLite logs, and on a MariaDB
+(restarted while slurmctld is away) and a PostgreSQL one (killed during its writes): each server kind once, for
+CI's 40 minutes."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def test_killed_during_a_cycle_the_lease_starts_every_job(daemons, name):
     assert log_disagreements(daemon.url, jobs_named(name)) == []
 
 
-@pytest.mark.parametrize("leases, log", [("running", "sqlite"), ("run-out", "sqlite"), ("running", "mariadb"),
-                                         ("running", "postgresql")], indirect=["log"])
+@pytest.mark.parametrize("leases, log", [("running", "sqlite"), ("run-out", "sqlite"), ("running", "mariadb")],
+                         indirect=["log"])
 def test_killed_during_a_cycle_and_restarted_while_slurmctld_is_away(daemons, name, leases, log):
     """The next daemon's first cycles are skipped (slurmctld away) and logged, so the killed cycle is no longer the
     latest one when it can read Slurm; meanwhile the leases ran out and Slurm started jobs where it chose. Each
@@ -62,7 +63,7 @@ def test_killed_during_a_cycle_and_restarted_while_slurmctld_is_away(daemons, na
     assert log_disagreements(daemon.url, jobs_named(name)) == []
 
 
-@pytest.mark.parametrize("log", ["sqlite", "mariadb", "postgresql"], indirect=True)
+@pytest.mark.parametrize("log", ["sqlite", "postgresql"], indirect=True)
 def test_killed_during_database_writes_restarts_cleanly(daemons, name, log):
     lease = 300  # longer than the test: every job that runs was placed by one of the daemon's lives
     daemon = daemons(lease=lease)

@@ -6,7 +6,7 @@ again, takes control back. Also: a daemon started beside a controller sees that 
 daemon beside each controller on one log, killing the primary slurmctld and its daemon leaves the backup's
 daemon leading: no job decided twice, none lost or left held.
 One cluster of 4 nodes per release for the module: 30 s a release (22.05, 23.11) to 70 s (24.11 on), the
-takeover's wait most of it; so every release runs.
+takeover's wait most of it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from devcluster import (beside, controllers, dev, in_control, releases_under_tes
                         slurmctld_timeout, wait_in_control, wait_state_saved)
 from harness import DaemonProcess, all_in, cancel, jobs_named, kill_ctld, restart_ctld, until  # noqa: E402
 
-pytestmark = pytest.mark.slurm
+# the host's Slurm, a chroot's and the newest: 24.11 and 25.11 spend 70 s each in Slurm's own hand-back, which the
+# newest covers (CI's 40 minutes)
+pytestmark = [pytest.mark.slurm, pytest.mark.releases("22.05", "23.11", "26.05")]
 
 NODES, GPUS = 4, 8
 #: beyond SlurmctldTimeout: the backup notices the silence at its next check, then loads the saved state
@@ -110,7 +112,7 @@ def test_the_backup_dies_and_comes_back(cluster, prefix):
     assert in_control() == primary
 
 
-@pytest.mark.releases("22.05", "26.05")  # the host's Slurm and the newest; the election is the daemons' own
+@pytest.mark.releases("22.05")  # the election is the daemons' own; one release shows it
 @pytest.mark.parametrize("database", ["postgresql"], indirect=True)
 def test_the_backups_daemon_leads_when_the_primary_and_its_daemon_die(cluster, prefix, tmp_path, database):
     from compass_slurm.service import control
