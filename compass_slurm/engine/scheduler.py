@@ -208,7 +208,9 @@ class Scheduler:
         """The queue is ``jobs`` (job, eligible nodes, limit) in this order; queued jobs not named leave it.
 
         A job queued already with the same job, eligible nodes and limit keeps its entry
-        (the daemon hands the same objects for what did not change); the others are submitted.
+        (the daemon hands the same objects for what did not change: the parsers' identity contract,
+        slurm/translation_cache.py, tested in tests/slurm/test_job_identity.py); the others are submitted, which
+        for an unchanged job costs only its resubmission.
         """
         old, self.queue = self.queue, {}
         for job, eligible, limit in jobs:

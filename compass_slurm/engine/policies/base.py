@@ -196,7 +196,9 @@ class Policy(ABC):
 
     def _allowed(self, eligible: Collection[str] | None) -> frozenset[int] | None:
         """The indexes of ``eligible`` (None: every node). Kept for the last frozenset asked about: the daemon
-        hands the same object for every job with the same eligible nodes, thousands of names each."""
+        hands the same object for every job with the same eligible nodes, thousands of names each (the parsers'
+        identity contract, slurm/translation_cache.py, tested in tests/slurm/test_job_identity.py); another
+        object with the same names only costs the indexes again."""
         if eligible is None:
             return None
         last = self._last_allowed
