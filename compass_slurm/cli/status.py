@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..service.status import NodeCell, Status
-    from ..service.store import DecisionRecord, LeaderRow
+    from ..service.leader import Leader
+    from ..service.store import DecisionRecord
 
 #: kind -> (glyph, style): glyphs alone tell the kinds apart when colour is off (NO_COLOR, pipes)
 CELLS = {
@@ -63,7 +64,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
     decisions, note, leader = _from_log(config.db, decision_count)
     if as_json:
         emit_json({"schema_version": SCHEMA_VERSION, **status.as_json(),
-                   "leader": None if leader is None else _leader_json(leader),
+                   "leader": None if leader is None else leader.as_json(),
                    "decisions": None if decisions is None else [d.as_json() for d in decisions],
                    "decisions_note": note})
         return
@@ -72,16 +73,16 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
         out.print(part)
 
 
-def _from_log(db: str, count: int) -> tuple[list[DecisionRecord] | None, str, LeaderRow | None]:
+def _from_log(db: str, count: int) -> tuple[list[DecisionRecord] | None, str, Leader | None]:
     """The latest decisions, or None and why not, and who leads (service/leader.py; None: no one, or no log):
     status works without a decision log."""
+    from ..service.leader import Leader
     from ..service.store import StoreError
     from .options import open_log
 
     try:
         with open_log(db) as store:
-            leader = store.leader()
-            leader = None if leader is None or leader.holder is None else leader
+            leader = Leader.of(store.leader())
             if count == 0:
                 return None, "not asked for", leader
             return store.decisions(limit=count), "", leader
@@ -89,19 +90,12 @@ def _from_log(db: str, count: int) -> tuple[list[DecisionRecord] | None, str, Le
         return None, "not asked for" if count == 0 else err.message, None
 
 
-def _leader_json(row: LeaderRow) -> dict[str, Any]:
-    return {"host": row.host, "pid": row.pid, "since": _iso(row.since), "renewed": _iso(row.renewed),
-            "token": row.token}
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat(timespec="seconds")
 
 
 # -- rendering -----------------------------------------------------------------------------------
 
 
-def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, leader: LeaderRow | None,
+def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, leader: Leader | None,
             width: int) -> list[RenderableType]:
     from rich.text import Text
 
@@ -114,8 +108,8 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, l
              f"queue {queue_text(status.queue, status.slack)} · {budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
-        *([] if leader is None else [Text(f"leader: {leader.host} pid {leader.pid} since {_iso(leader.since)}, "
-                                          f"renewed {_iso(leader.renewed)}", style="bright_black")]),
+        *([] if leader is None else [Text("leader: {host} pid {pid} since {since}, renewed {renewed}".format(
+            **leader.as_json()), style="bright_black")]),
         _group_table(status),
         Text(),
         _legend(status),

@@ -53,16 +53,21 @@ class Leader:
     pid: int
     since: datetime | None
     token: int
+    renewed: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "token": self.token,
-                "since": None if self.since is None else self.since.isoformat(timespec="seconds")}
+        return {"host": self.host, "pid": self.pid, "token": self.token, "since": _iso(self.since),
+                "renewed": _iso(self.renewed)}
 
     @classmethod
     def of(cls, row: LeaderRow | None) -> Leader | None:
         if row is None or row.holder is None:
             return None
-        return cls(row.host or "?", row.pid or 0, row.since, row.token)
+        return cls(row.host or "?", row.pid or 0, row.since, row.token, row.renewed)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat(timespec="seconds")
 
 
 def alive_here(pid: int) -> bool:

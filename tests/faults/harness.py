@@ -131,13 +131,20 @@ class DaemonProcess:
 
     def ping(self) -> int | None:
         """The daemon's cycle count, or None when it does not answer."""
+        return self._answer("cycle")
+
+    def role(self) -> str | None:
+        """"leader" or "standby" (service/leader.py), or None when it does not answer."""
+        return self._answer("role")
+
+    def _answer(self, key: str):
         from compass_slurm.service import control
 
         try:
             reply = control.request(self.socket, {"op": "ping"}, 2.0)
         except control.ControlUnavailable:
             return None
-        return reply.get("cycle") if reply.get("ok") else None
+        return reply.get(key) if reply.get("ok") else None
 
     def wait_cycles(self, n: int, timeout: float = 60) -> int:
         """Wait until ``n`` more cycles ran; returns the count reached."""

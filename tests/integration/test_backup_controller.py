@@ -115,14 +115,7 @@ def test_the_backup_dies_and_comes_back(cluster, prefix):
 @pytest.mark.releases("22.05")  # the election is the daemons' own; one release shows it
 @pytest.mark.parametrize("database", ["postgresql"], indirect=True)
 def test_the_backups_daemon_leads_when_the_primary_and_its_daemon_die(cluster, prefix, tmp_path, database):
-    from compass_slurm.service import control
     from compass_slurm.service.store import Store
-
-    def role(daemon: DaemonProcess) -> str | None:
-        try:
-            return control.request(daemon.socket, {"op": "ping"}, 2.0).get("role")
-        except control.ControlUnavailable:
-            return None
 
     def managed(name: str) -> str:
         return sbatch(name, "--comment=compass", "--begin=now+300")  # only a daemon starts them while we look
@@ -132,10 +125,10 @@ def test_the_backups_daemon_leads_when_the_primary_and_its_daemon_die(cluster, p
                           extra_env={"COMPASS_DB": database.url, "COMPASS_LOG_SPOOL": str(tmp_path / host / "spool")})
             for host in (primary, backup))
     a.start()
-    until(lambda: role(a) == "leader", 30, "the primary's daemon leads")
+    until(lambda: a.role() == "leader", 30, "the primary's daemon leads")
     b.start()
     try:
-        until(lambda: role(b) == "standby", 30, "the backup's daemon stands by")
+        until(lambda: b.role() == "standby", 30, "the backup's daemon stands by")
         before = [managed(f"{prefix}before") for _ in range(3)]
         until(lambda: all_in(prefix, {"RUNNING"}, 3), 60, "the leader places the jobs")
         # a change of ours makes slurmctld save its state again now: the save after the starts may be past already
@@ -145,7 +138,7 @@ def test_the_backups_daemon_leads_when_the_primary_and_its_daemon_die(cluster, p
         kill_ctld()
         a.kill()
         wait_in_control(backup, limit)
-        until(lambda: role(b) == "leader", 30, "the backup's daemon leads")
+        until(lambda: b.role() == "leader", 30, "the backup's daemon leads")
         after = [managed(f"{prefix}after") for _ in range(2)]
         seen = until(lambda: all_in(prefix, {"RUNNING"}, 5), 90, "every job runs, the new ones placed by it")
         assert sorted(seen) == sorted(before + after)

@@ -49,15 +49,6 @@ def placed_by(daemon: DaemonProcess) -> Counter:
     return Counter(line.split()[6] for line in daemon.text().splitlines() if " INFO placed job " in line)
 
 
-def role(daemon: DaemonProcess) -> str | None:
-    from compass_slurm.service import control
-
-    try:
-        return control.request(daemon.socket, {"op": "ping"}, 2.0).get("role")
-    except control.ControlUnavailable:
-        return None
-
-
 @pytest.mark.releases("22.05")  # the election is the daemons' own; one release shows it
 def test_two_daemons_on_one_server_log_one_leads_through_an_outage_and_a_kill(idle_cluster, tmp_path, database):
     url = database.url
@@ -67,10 +58,10 @@ def test_two_daemons_on_one_server_log_one_leads_through_an_outage_and_a_kill(id
                                       extra_env={"COMPASS_DB": url, "COMPASS_LOG_SPOOL": str(tmp_path / name / "spool")})
     a, b = daemons["ctl-a"], daemons["ctl-b"]
     a.start()
-    until(lambda: role(a) == "leader", 30, "the first daemon leads")
+    until(lambda: a.role() == "leader", 30, "the first daemon leads")
     b.start()
     try:
-        until(lambda: role(b) == "standby", 30, "the second stands by")
+        until(lambda: b.role() == "standby", 30, "the second stands by")
         tag = f"lead-{database.kind}-{int(time.time())}-"
 
         first = submit(idle_cluster, f"{tag}one-", (2, 4, 1))
@@ -85,13 +76,13 @@ def test_two_daemons_on_one_server_log_one_leads_through_an_outage_and_a_kill(id
         database.start()
         running(f"{tag}out-", 2, 60, "the jobs submitted while the database was down are placed")
 
-        leader, other = (a, b) if role(a) == "leader" else (b, a)
-        assert role(other) == "standby"
+        leader, other = (a, b) if a.role() == "leader" else (b, a)
+        assert other.role() == "standby"
         leader.kill()  # kill -9
         killed = time.monotonic()
         last = submit(idle_cluster, f"{tag}kill-", (4, 2))
         running(f"{tag}kill-", 2, TAKEOVER_S, "the standby leads and places within 40 s of the kill")
-        assert time.monotonic() - killed <= TAKEOVER_S and role(other) == "leader"
+        assert time.monotonic() - killed <= TAKEOVER_S and other.role() == "leader"
         assert all(placed_by(other)[j] == 1 for j in last)
 
         with Store.open(url, create=False) as store:
