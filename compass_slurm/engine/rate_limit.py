@@ -8,11 +8,10 @@ a budget that grows with the cluster (README, "The named setting between the bou
 and requeues"). Both resolve the setting here, the daemon again whenever its nodes change.
 
 A second, shorter window caps bursts: ``migrations_burst`` migrations in any
-``BURST_WINDOW`` (5 minutes), a whole number, ``"unlimited"`` (the default: only the
-hour counts, as before the setting existed) or a share of the hourly budget such as
-``"10%"`` (rounded up, so it follows a per-node budget; a share of an unlimited
-budget is no cap). Without it a daemon taking
-over a fragmented cluster may spend the whole hour's budget in its first cycle, each
+``BURST_WINDOW`` (5 minutes), a whole number, ``"unlimited"`` (only the hour counts) or a
+share of the hourly budget such as ``"10%"`` (the default; rounded up, so it follows a
+per-node budget; a share of an unlimited budget is no cap). Without it a daemon taking
+over a fragmented cluster may spend the whole hour's budget in its first cycles, each
 migration a checkpoint-restart (README, "Capping bursts: `migrations_burst`").
 """
 
@@ -34,8 +33,9 @@ PER_NODE_FLOOR = 12
 #: a setting as parsed: a whole number >= 0, UNLIMITED or PER_NODE
 Setting = int | str
 WANTED = f"not a whole number >= 0, {UNLIMITED!r} or {PER_NODE!r}"
-#: the burst cap by default: none beyond the hour's budget, so every figure measured before it holds
-BURST_DEFAULT = UNLIMITED
+#: the burst cap by default: a tenth of the hour's budget per 5 minutes, the smallest round share whose 12
+#: windows still add up to the whole hour (docs/results/README.md, "The burst cap")
+BURST_DEFAULT = "10%"
 BURST_WANTED = f"not a whole number >= 0, {UNLIMITED!r} or a share of the hourly budget such as '10%'"
 
 

@@ -8,7 +8,7 @@ A sweep file (TOML) names the grid; every value may be one value or a list::
     queue = ["backfill", "fifo"]          # default backfill
     slack = [0, 0.5]                      # backfill's slack for whole-node heads (--slack; default the daemon's)
     migrations_per_hour = [12, "per-node"]   # the migration budget: N, "unlimited" or "per-node" (the default)
-    migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" or "unlimited" (the default)
+    migrations_burst = ["unlimited", "10%"]  # its burst cap per 5 minutes: N, "P%" (default "10%") or "unlimited"
     seeds = [1, 2, 3]                     # optional: --seed (the --migratable, --managed and --typed draws)
     perturb = [1, 2, 3]                   # optional: --perturb (a seeded order of same-instant events)
     migratable = [0, 0.25]                # optional: --migratable (the share of jobs that may move)
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import write_atomic
-from ..engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
+from ..engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, UNLIMITED, parse_burst, parse_setting
 
 if TYPE_CHECKING:
     from ..slurm.cli_backend import Runner
@@ -98,8 +98,8 @@ class Task:
     #: migrations per sliding hour, or "unlimited"
     migrations_per_hour: int | str
     argv: tuple[str, ...]
-    #: the burst cap per 5 minutes (a plan saved before the setting has none: the default)
-    migrations_burst: int | str = BURST_DEFAULT
+    #: the burst cap per 5 minutes (a plan saved before the setting has none: it ran uncapped)
+    migrations_burst: int | str = UNLIMITED
     #: backfill's slack for whole-node heads (a plan saved before the setting has none: 0, EASY's rule)
     slack: float = 0.0
     #: --seed, when the sweep has seeds (None: the default seed)
@@ -269,7 +269,7 @@ def parse(doc: Mapping[str, Any], base: Path, name: str, policies: Sequence[str]
         Task(i, label, policy, float(eta), queue, budget,
              (*argv, "--policy", policy, "--eta", f"{eta:g}", "--queue", queue,
               "--slack", f"{slack:g}", "--migrations-per-hour", str(budget),
-              *(() if burst == BURST_DEFAULT else ("--migrations-burst", str(burst))),
+              "--migrations-burst", str(burst),  # named as the slack is: the default may change, a plan must not
               *(() if seed is None else ("--seed", str(seed))),
               *(() if perturb is None else ("--perturb", str(perturb))),
               *(() if share is None else ("--migratable", f"{share:g}")),
@@ -493,7 +493,7 @@ COLUMNS = (
 )
 
 
-#: the burst cap's column, after the budget's, in a sweep that caps bursts
+#: the burst cap's column, after the budget's, in a sweep with a burst cap other than the default
 BURST_COLUMN = ("burst/5 min", "migrations_burst_setting", str)
 #: in a sweep with seeds, after the slack's
 SEED_COLUMN = ("seed", "seed", str)

@@ -122,7 +122,7 @@ def test_a_bad_migration_budget_is_one_line_and_exit_2(isolated: Path, where: st
     assert "'unlimited' or 'per-node'" in error or "negative" in error
 
 
-@pytest.mark.parametrize(("text", "value"), [("", "unlimited"), ("60", 60), ("0", 0), ('"10%"', "10%"),
+@pytest.mark.parametrize(("text", "value"), [("", "10%"), ("60", 60), ("0", 0), ('"10%"', "10%"),
                                            ('" 2.5% "', "2.5%"), ('"Unlimited"', "unlimited")])
 def test_the_burst_cap_is_a_number_a_share_or_unlimited(isolated: Path, text: str, value) -> None:
     isolated.write_text(f"[compass]\nmigrations_burst = {text}\n" if text else "[compass]\n")
@@ -160,16 +160,16 @@ def test_doctor_says_the_budget_and_what_it_comes_to_on_the_managed_nodes(isolat
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
     budget = checks["migration budget"]
     assert (budget["level"], budget["detail"]) == ("pass", "migrations_per_hour = 'per-node': 16 migrations/h "
-                                                           "(per-node) (all partitions)")
+                                                           "(per-node), at most 2 in any 5 min (10%) (all partitions)")
     isolated.write_text('[compass]\nmigrations_per_hour = 12\npartitions = ["gpu"]\n')
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
-    assert checks["migration budget"]["detail"] == "migrations_per_hour = 12: 12 migrations/h (gpu)"
-    isolated.write_text('[compass]\nmigrations_burst = "10%"\n')
+    assert checks["migration budget"]["detail"] == ("migrations_per_hour = 12: 12 migrations/h, "
+                                                    "at most 2 in any 5 min (10%) (gpu)")
+    isolated.write_text('[compass]\nmigrations_burst = "unlimited"\n')
     checks = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}
     assert checks["migration budget"]["detail"] == (
-        "migrations_per_hour = 'per-node', migrations_burst = '10%': 16 migrations/h (per-node), "
-        "at most 2 in any 5 min (10%) (all partitions)")
-
+        "migrations_per_hour = 'per-node', migrations_burst = 'unlimited': 16 migrations/h (per-node) "
+        "(all partitions)")
 
 
 def test_doctor_says_the_slack_beside_the_queue(isolated: Path) -> None:
@@ -187,7 +187,7 @@ def test_the_shipped_example_config_loads() -> None:
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
     assert settings["slack"] == {"value": 0.5, "source": str(etc)}
     assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
-    assert settings["migrations_burst"] == {"value": "unlimited", "source": str(etc)}
+    assert settings["migrations_burst"] == {"value": "10%", "source": str(etc)}
 
 
 def test_policies_lists_every_registered_policy() -> None:

@@ -51,7 +51,7 @@ def test_status_says_the_migration_budget_and_what_it_comes_to(isolated: Path, l
     doc = json_of("status", "--snapshot", str(MIXED))
     assert (doc["migrations_per_hour_setting"], doc["migrations_per_hour"]) == ("unlimited", None)
     assert "unlimited migrations" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
-    assert (doc["migrations_burst_setting"], doc["migrations_burst"]) == ("unlimited", None)  # the default: no cap
+    assert (doc["migrations_burst_setting"], doc["migrations_burst"]) == ("10%", None)  # a share of no limit: none
 
 
 def test_status_says_the_burst_cap_beside_the_budget(isolated: Path) -> None:

@@ -40,7 +40,7 @@ def test_the_default_is_one_per_node_but_at_least_12():
 
 
 def test_the_budget_slides_over_the_hour():
-    rate = RateLimit(3)
+    rate = RateLimit(3, burst="unlimited")
     assert rate.budget(0.0) == 3
     rate.spend(0.0, 2)
     rate.spend(10.0, 1)
@@ -56,7 +56,7 @@ def test_unlimited_spends_nothing():
 
 
 def test_a_per_node_budget_follows_the_nodes_and_keeps_what_was_spent():
-    rate = RateLimit(PER_NODE, 20)
+    rate = RateLimit(PER_NODE, 20, burst="unlimited")
     assert rate.per_hour == 20
     rate.spend(0.0, 15)
     assert rate.budget(1.0) == 5
@@ -95,16 +95,21 @@ def test_a_bad_burst_cap_says_what_it_is_not(value, message):
         parse_burst(value)
 
 
-def test_the_burst_default_is_no_cap_and_a_share_is_of_the_hourly_budget_rounded_up():
-    assert (BURST_DEFAULT, BURST_WINDOW) == ("unlimited", 300.0)
+def test_the_burst_default_is_a_tenth_and_a_share_is_of_the_hourly_budget_rounded_up():
+    assert (BURST_DEFAULT, BURST_WINDOW) == ("10%", 300.0)
     assert per_burst("unlimited", 4096) is None and per_burst(None, 12) is None
     assert per_burst(60, 4096) == 60 and per_burst(60, None) == 60 and per_burst(0, 12) == 0
     assert [per_burst("10%", h) for h in (4096, 59, 12, 1, 0)] == [410, 6, 2, 1, 0]
     assert per_burst("10%", None) is None  # a share of no limit is no limit
 
 
-def test_the_default_burst_cap_keeps_only_the_hour():
-    rate = RateLimit(3)
+def test_the_default_burst_cap_is_a_tenth_of_the_hour():
+    assert (RateLimit(PER_NODE, 4096).per_burst, RateLimit(3).per_burst) == (410, 1)
+    assert RateLimit("unlimited", 100).per_burst is None  # a share of no limit is no limit
+
+
+def test_an_unlimited_burst_cap_keeps_only_the_hour():
+    rate = RateLimit(3, burst="unlimited")
     assert rate.per_burst is None
     rate.spend(0.0, 3)
     assert rate.budget(1.0) == 0 and not rate.recent

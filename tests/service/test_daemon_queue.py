@@ -75,7 +75,7 @@ def test_the_daemon_defaults_are_the_simulators():
     assert simulate.DEFAULT_QUEUE == Config.queue and simulate.DEFAULT_BUDGET == Config.migrations_per_hour
     assert sweep.DEFAULT_BUDGET == Config.migrations_per_hour == "per-node"
     assert sweep.DEFAULT_SLACK == Config.slack == 0.5 and sweep.DEFAULT_QUEUE == Config.queue
-    assert simulate.DEFAULT_BURST == Config.migrations_burst == "unlimited"
+    assert simulate.DEFAULT_BURST == sweep.BURST_DEFAULT == Config.migrations_burst == "10%"
     assert set(CHOICES["queue"]) == set(QUEUES)  # the config cannot import the engine: the names are held equal
 
 

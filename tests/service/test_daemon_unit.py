@@ -794,22 +794,26 @@ def test_a_burst_cap_spreads_the_hours_budget_over_5_minute_windows(tmp_path):
 
 def test_a_burst_share_follows_the_per_node_budget(tmp_path):
     daemon, backend, _ = daemon_for(cluster(nodes(20), []), tmp_path, migrations_burst="10%")
-    assert Config().migrations_burst == "unlimited"
+    assert Config().migrations_burst == "10%"
     assert daemon.cycle().budget == 2 and (daemon.rate.per_hour, daemon.rate.per_burst) == (20, 2)
     backend.state = cluster(nodes(40), [])
     assert daemon.cycle().budget == 4
 
 
 def test_the_default_budget_is_one_migration_per_managed_gpu_node_and_follows_the_nodes(tmp_path):
-    daemon, backend, _ = daemon_for(cluster(nodes(3), []), tmp_path)
-    assert Config().migrations_per_hour == "per-node"
+    assert (Config().migrations_per_hour, Config().migrations_burst) == ("per-node", "10%")
+    capped, _, _ = daemon_for(cluster(nodes(3), []), tmp_path)
+    assert capped.cycle().budget == 2  # the default burst cap: ceil(10% of 12) in any 5 minutes
+    (tmp_path / "hourly").mkdir()
+    daemon, backend, _ = daemon_for(cluster(nodes(3), []), tmp_path / "hourly", migrations_burst="unlimited")
     assert daemon.cycle().budget == 12  # at least 12
     backend.state = cluster(nodes(20), [])
     assert daemon.cycle().budget == 20 and daemon.rate.per_hour == 20
     backend.state = cluster(nodes(16), [])  # four nodes left
     assert daemon.cycle().budget == 16
     (tmp_path / "fixed").mkdir()
-    fixed, _, _ = daemon_for(cluster(nodes(20), []), tmp_path / "fixed", migrations_per_hour=12)
+    fixed, _, _ = daemon_for(cluster(nodes(20), []), tmp_path / "fixed", migrations_per_hour=12,
+                          migrations_burst="unlimited")
     assert fixed.cycle().budget == 12
 
 

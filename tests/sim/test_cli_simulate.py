@@ -54,7 +54,7 @@ def test_json_has_the_contract_keys_per_policy(trace):
             "backfill", 0.5, "per-node", 12)
         assert row["estimate_factor"] == 1.0
         assert (row["migratable"], row["managed"]) == (None, 1.0)
-        assert (row["migrations_burst_setting"], row["migrations_burst"]) == ("unlimited", None)  # no burst cap
+        assert (row["migrations_burst_setting"], row["migrations_burst"]) == ("10%", 2)  # a tenth of 12, rounded up
 
 
 def test_queue_budget_and_shares_reach_the_simulation(trace):

@@ -57,13 +57,13 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
     first = plan.tasks[0]
     assert (first.window, first.policy, first.eta, first.queue, first.migrations_per_hour) == (
         "all", "best-fit", 0.9, "backfill", 0)
-    # the slack always named: the daemon's default (0.5) may change, a plan's runs must not
+    # the slack and the burst cap always named: the daemon's defaults may change, a plan's runs must not
     assert first.argv == ("--trace", str(sweep_dir / "t.csv"), "--policy", "best-fit", "--eta", "0.9", "--queue",
-                          "backfill", "--slack", "0.5", "--migrations-per-hour", "0", "--migration-delay", "4",
-                          "--json")
+                          "backfill", "--slack", "0.5", "--migrations-per-hour", "0", "--migrations-burst", "10%",
+                          "--migration-delay", "4", "--json")
     assert plan.tasks[-1].window == "t 1000d:1001d" and "--window" in plan.tasks[-1].argv
     assert [t.index for t in plan.tasks] == list(range(16))
-    assert {t.migrations_burst for t in plan.tasks} == {"unlimited"}  # no burst cap: command lines as before it
+    assert {t.migrations_burst for t in plan.tasks} == {"10%"}  # the daemon's default
 
 
 def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
@@ -72,7 +72,8 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
     plan = sweep.load(write(sweep_dir, text), POLICIES)
     assert len(plan.tasks) == 2 * 2 * 2 * 3
     assert [t.migrations_burst for t in plan.tasks[:3]] == ["unlimited", "50%", 3]
-    assert "--migrations-burst" not in plan.tasks[0].argv
+    assert plan.tasks[0].argv[-6:] == ("per-node", "--migrations-burst", "unlimited", "--migration-delay", "4",
+                                       "--json")
     assert plan.tasks[1].argv[-6:] == ("per-node", "--migrations-burst", "50%", "--migration-delay", "4", "--json")
     assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node burst=3"
     plan.save()
@@ -91,8 +92,10 @@ def test_the_slack_is_a_coordinate_of_the_grid(sweep_dir):
     plan = sweep.load(write(sweep_dir, text), POLICIES)
     assert len(plan.tasks) == 2 * 2 * 2 * 2
     assert [t.slack for t in plan.tasks[:2]] == [0.0, 0.5]
-    assert plan.tasks[0].argv[-9:-3] == ("--queue", "backfill", "--slack", "0", "--migrations-per-hour", "per-node")
-    assert plan.tasks[1].argv[-9:-3] == ("--queue", "backfill", "--slack", "0.5", "--migrations-per-hour", "per-node")
+    assert plan.tasks[0].argv[-11:-3] == ("--queue", "backfill", "--slack", "0", "--migrations-per-hour", "per-node",
+                                          "--migrations-burst", "10%")
+    assert plan.tasks[1].argv[-11:-3] == ("--queue", "backfill", "--slack", "0.5", "--migrations-per-hour", "per-node",
+                                          "--migrations-burst", "10%")
     assert plan.tasks[1].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node"
     plan.save()
     assert sweep.Plan.load(plan.output / "plan.json") == plan
@@ -213,7 +216,8 @@ def test_sbatch_submits_an_array_and_a_collect_job_after_it(sweep_dir):
     script = (out / "task.sh").read_text().splitlines()
     assert script[2] == 'case "$SLURM_ARRAY_TASK_ID" in'
     assert script[3] == (f"0) exec /opt/venv/bin/compass simulate --trace {sweep_dir}/t.csv --policy best-fit "
-                         "--eta 0.9 --queue backfill --slack 0.5 --migrations-per-hour 0 --migration-delay 4 --json ;;  "
+                         "--eta 0.9 --queue backfill --slack 0.5 --migrations-per-hour 0 --migrations-burst 10% "
+                         "--migration-delay 4 --json ;;  "
                          "# all best-fit eta=0.9 backfill slack=0.5 budget=0")
     assert len(script) == 3 + 16 + 2
     assert (out / "collect.sh").read_text() == (
