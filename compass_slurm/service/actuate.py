@@ -25,7 +25,8 @@ from ..slurm.errors import SlurmError
 from ..slurm.requests import id_order
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending
-from .bookkeeping import Books, CycleReport, Placed, fmt, log, per_node
+from .bookkeeping import CycleReport, fmt, log, per_node
+from .job_states import JobBook, JobState
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
 from .sync import pinned_to
@@ -67,7 +68,7 @@ class Actuator:
                 failures[k] = f"Slurm refused: {result}"
         return failures
 
-    def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], books: Books, rate: RateLimit,
+    def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], book: JobBook, rate: RateLimit,
                 report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False,
                 may_act: Callable[[], bool] = lambda: True) -> None:
         """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed. Each
@@ -84,7 +85,7 @@ class Actuator:
             running = obs.running.get(job_id)
             if running is not None and dict(running.alloc) == target:
                 continue  # moved and moved back within the cycle
-            repoint = job_id in books.placed
+            repoint = job_id in book.placed
             job = policy.cluster.jobs[job_id]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
             decision = Decision(job_id, nodes, job.gpus, "compact")
@@ -150,17 +151,18 @@ class Actuator:
                 report.error("migration", f"job {job_id}: {err}")
                 report.decisions[at] = replace(report.decisions[at], action="failed", reason=reason)
                 recorder.refused(report.decisions[at])
-                books.seen.pop(job_id, None)  # the policy moved it, Slurm did not: re-check next cycle
-                if job_id not in books.placed and k not in released:
+                if book.state(job_id) is JobState.RUNNING:  # the policy moved it, Slurm did not: re-check next cycle
+                    book.move(job_id, None)
+                if not repoint and k not in released:
                     unrelease.append(job_id)
             else:
                 # Pending again until Slurm restarts it: keep its new place as a decision to verify.
-                books.placed[job_id] = Placed(decision, policy.cluster.jobs[job_id], now)
+                book.move(job_id, JobState.PLACED, decision=decision, job=policy.cluster.jobs[job_id], at=now)
             rate.spend(now, len(job_moves))
             for m in job_moves:
                 report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
             log.info("migrated job %s to %s: %s", job_id, fmt(target), status)
-        books.unreleased.update(self._release(unrelease))
+        book.owe_release(self._release(unrelease))
 
     def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
@@ -173,36 +175,35 @@ class Actuator:
             log.debug("release of job %s after a failed migration: %s", job_id, why)
         return list(refused)
 
-    def release_left_held(self, obs: Observation, books: Books) -> None:
+    def release_left_held(self, obs: Observation, book: JobBook) -> None:
         """Release the jobs a failed migration left held, once Slurm shows them pending; forget those gone."""
         due = []
-        for job_id in sorted(books.unreleased, key=id_order):
+        for job_id in sorted(book.release_due, key=id_order):
             job = obs.slurm_jobs.get(job_id)
             if job is not None and not job.pending:
                 continue  # still completing: its hold comes when it is pending again
             if job is None or not job.held:
-                books.unreleased.discard(job_id)
+                book.released(job_id)
             else:
                 due.append(job_id)
         refused = set(self._release(due))
         for job_id in due:
             if job_id not in refused:
-                books.unreleased.discard(job_id)
+                book.released(job_id)
                 log.info("released job %s, left held by a failed migration", job_id)
 
-    def renew_leases(self, obs: Observation, books: Books, report: CycleReport, now: float) -> None:
+    def renew_leases(self, obs: Observation, book: JobBook, report: CycleReport, now: float) -> None:
         """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.
 
         Array tasks past their throttle are renewed too: Slurm would start them by itself when a slot
         frees. One bad job (one that ended meanwhile, say) never costs the others their lease.
         """
         waiting = set(obs.pending_ids)
-        waiting -= books.placed.keys()
-        waiting -= books.left.keys()
+        waiting -= book.placed.keys()
+        waiting -= book.in_state(JobState.LEFT).keys()
         waiting |= obs.waiting.keys()
-        leases = books.leases
-        for job_id in leases.keys() - waiting:
-            del leases[job_id]
+        leases = book.leases
+        book.end_leases(leases.keys() - waiting)
         lease = self.lease
         if lease < 1:
             return
@@ -211,29 +212,30 @@ class Actuator:
         due = sorted(waiting - leases.keys() | set(compress(leases, map(old.__contains__, leases.values()))),
                      key=id_order)
         renewed = self._each([(lease_argv(batch, lease), batch) for batch in _chunks(due)], report, "lease")
-        books.leases.update(dict.fromkeys(renewed, now))
+        book.renew(renewed, now)
 
-    def leave(self, obs: Observation, books: Books, report: CycleReport, policy: str) -> None:
+    def leave(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
         """Leave to Slurm the jobs the daemon cannot honour (``obs.left``) and those whose pin Slurm refused
-        (``books.leaving``): their lease is lifted (and the refused pin cleared), so that they start as they
+        (LEAVING): their lease is lifted (and the refused pin cleared), so that they start as they
         would without the daemon; each is logged once, action ``left``. Jobs left that Slurm no longer has
         pending are forgotten."""
-        for job_id in [j for j in books.left if (s := obs.slurm_jobs.get(j)) is None or not s.pending]:
-            del books.left[job_id]
-        leaving = books.leaving
-        for job_id in obs.left.keys() - books.left.keys() - leaving.keys():
+        left, leaving = book.in_state(JobState.LEFT), book.in_state(JobState.LEAVING)
+        book.forget_many([j for j in left if (s := obs.slurm_jobs.get(j)) is None or not s.pending])
+        for job_id in sorted(obs.left.keys() - left.keys() - leaving.keys(), key=id_order):
             # a job the daemon had pinned before it came to be left (its nodes lost what it asks): unpinned too
-            pinned = books.pins.pop(job_id, None)
-            leaving[job_id] = (obs.left[job_id], pinned is not None and pinned_to(obs.slurm_jobs[job_id], pinned))
+            was = book.get(job_id)
+            pinned = None if was is None else was.pin
+            book.move(job_id, JobState.LEAVING, why=obs.left[job_id],
+                      unpin=pinned is not None and pinned_to(obs.slurm_jobs[job_id], pinned))
         lists = [(leave_argv(batch, unpin), batch) for unpin in (False, True)
-                 for batch in _chunks(sorted((j for j, (_, u) in leaving.items() if u is unpin), key=id_order))]
+                 for batch in _chunks(sorted((j for j, r in leaving.items() if r.unpin is unpin), key=id_order))]
         for job_id in self._each(lists, report, "leave"):
-            why = leaving[job_id][0]
-            books.left[job_id] = why
-            books.leases.pop(job_id, None)
+            why = leaving[job_id].why
+            book.move(job_id, JobState.LEFT, why=why)
             report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
             log.info("job %s left to Slurm: %s", job_id, why)
-        leaving.clear()
+        for job_id in list(leaving):  # Slurm kept its lease: the job waits on, and is left again next cycle
+            book.move(job_id, JobState.WAITING)
 
     def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str) -> list[str]:
         """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from itertools import compress
 from operator import attrgetter, not_
@@ -59,11 +59,12 @@ from ..slurm.translate import Observation, Pending, Translator
 from ..slurm.translation_cache import TranslationCache
 from .actuate import Actuator
 from .control import Handler, Peer, RequestError, require_owner
-from .bookkeeping import Books, CycleReport, Placed, fmt, log
+from .bookkeeping import CycleReport, fmt, log
+from .job_states import JobBook, JobRecord, JobState
 from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .spool import for_log
-from .store import DecisionRecord, Pruner, StoreError
+from .store import PINS, DecisionRecord, Pruner, StoreError
 from .sync import left_queue, mirror, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over, waiting_ids
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
@@ -94,7 +95,8 @@ class Daemon:
         self.policy: Policy | None = None
         #: the queue in front of the policy, kept with it across cycles (only what changed is submitted)
         self.scheduler: Scheduler | None = None
-        self.books = Books()
+        #: every job's record beside the policy, in its named state (job_states.py)
+        self.book = JobBook()
         self.actuator = Actuator(backend, config.lease)
         self.recorder = Recorder(db, for_log(db, config.log_spool, config.spool_max_mb))
         #: which of the daemons sharing the log changes jobs (without a log, or in a dry run: this one)
@@ -119,8 +121,8 @@ class Daemon:
         self.stop = threading.Event()
 
     @property
-    def placed(self) -> dict[str, Placed]:
-        return self.books.placed
+    def placed(self) -> Mapping[str, JobRecord]:
+        return self.book.placed
 
     @property
     def store_errors(self) -> int:
@@ -245,13 +247,13 @@ class Daemon:
                 log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.rate.resize(len(obs.nodes))  # a per-node budget follows the GPU nodes managed
-            self.books.forget()
+            self.book.rebuilt()
             self._take_over(obs, policy, report, now)
         report.budget = self.rate.budget(now)
-        if self.books.unheard and (left := left_queue(obs, self.books)):
+        if self.book.in_state(JobState.REPLANNED) and (left := left_queue(obs, self.book)):
             report.decisions += ran_elsewhere(obs, policy, left, self._where(obs, [r.job_id for r in left]))
-        moves = mirror(policy, obs, self.books, report)
-        refused_pins(obs, self.books)
+        moves = mirror(policy, obs, self.book, report)
+        refused_pins(obs, self.book)
         return policy, moves
 
     def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
@@ -273,7 +275,8 @@ class Daemon:
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
             return
-        take_over(obs, policy, self.books, {j: records[j] for j in waiting if j in records}, now)
+        for job_id in take_over(obs, policy, self.book, {j: records[j] for j in waiting if j in records}, now):
+            self._older_pin(obs, job_id)
         check = [records[j] for j in sorted(records.keys() - pending, key=id_order)]
         report.decisions += ran_elsewhere(obs, policy, check, self._where(obs, [r.job_id for r in check]))
 
@@ -296,7 +299,8 @@ class Daemon:
             log.debug("no new work this cycle on %s: Slurm counts GPUs in use there that no job read holds (a job "
                       "started between the reads)", hostlist.compress(obs.crowded))
         self._replan_stale(obs, policy, translator, now)
-        pending, replanned = self._let_go(obs, translator)
+        pending = self._let_go(obs, translator)
+        replanned = self.book.replanned()
         by_id = dict(zip(obs.pending_ids, pending))
         queue = self._queue(obs, pending, policy)
         measured = [fragmentation(policy)]  # before the drain, then after each start
@@ -325,8 +329,7 @@ class Daemon:
             res = scheduler.reservation
             log.info("job %s reserved: %s at %+.0f s", res.job,
                      fmt({policy.cluster.nodes[i].name: g for i, g in res.nodes.items()}), res.shadow - now)
-        decided, first, replan = [], len(report.decisions), self.books.replan
-        replanned |= replan
+        decided, first = [], len(report.decisions)
         for decision, before, after in zip(step.decisions, measured, measured[1:]):
             p = by_id[decision.job]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(p.job.id))
@@ -337,7 +340,6 @@ class Daemon:
                 partial_before=_partial(before), partial_after=_partial(after), reason=decision.rule,
                 action="dry-run" if self.dry_run else "replanned" if p.job.id in replanned else "placed",
             ))
-        replan.difference_update(d.job for d in step.decisions)
         placed_now = {d.job for d in step.decisions}
         return Decided(decided, first, [m for m in step.migrations if m.job not in placed_now])
 
@@ -346,36 +348,31 @@ class Daemon:
         their jobs are re-planned."""
         # (Maps and compress: one pass in C over 100,000 pending jobs, the placed ones few.)
         short: set[str] = set()
-        pending, ids = obs.pending, obs.pending_ids
-        placed, pins, replan = self.books.placed, self.books.pins, self.books.replan
-        if replan:
-            replan.intersection_update(ids)  # those no longer pending are not decided again
+        pending, ids, placed = obs.pending, obs.pending_ids, self.book.placed
         for at in compress(range(len(ids)), map(placed.__contains__, ids)):
             p, job_id = pending[at], ids[at]
-            stale = self._stale(p, policy, now, translator, short)
+            record = placed[job_id]
+            stale = self._stale(p, record, policy, now, translator, short)
             if stale is not None:
-                # Its pin is ours (see Books.pins): it must not tie the job to those nodes in this cycle, nor in
-                # a later one if no room is found now.
-                pins[job_id] = placed[job_id].decision.nodes
+                # Its pin is ours: it must not tie the job to those nodes in this cycle, nor in a later one if no
+                # room is found now.
+                self.book.move(job_id, JobState.PINNED, pin=record.decision.nodes)
                 policy.remove(job_id)
-                del placed[job_id]
-                replan.add(job_id)
                 log.info("job %s: re-planning, %s", job_id, stale)
-        self.books.short = short
+        self.book.set_short(short)
 
-    def _let_go(self, obs: Observation, translator: Translator) -> tuple[list[Pending], set[str]]:
+    def _let_go(self, obs: Observation, translator: Translator) -> list[Pending]:
         """The pending jobs as the user asked for them where a pin of ours still names their nodes (see
-        ``_unpinned``), and the ids of those jobs (re-planned)."""
-        pending, ids, pins = obs.pending, obs.pending_ids, self.books.pins
-        replanned: set[str] = set()
-        if pins:
+        ``_unpinned``)."""
+        pending, ids = obs.pending, obs.pending_ids
+        if self.book.pinned():
             self._let_go_pins(obs)
-            for at in compress(range(len(ids)), map(pins.__contains__, ids)):
+            pinned = self.book.pinned()
+            for at in compress(range(len(ids)), map(pinned.__contains__, ids)):
                 if pending is obs.pending:
                     pending = list(pending)
-                pending[at] = _unpinned(pending[at], pins[ids[at]], translator)
-                replanned.add(ids[at])
-        return pending, replanned
+                pending[at] = _unpinned(pending[at], pinned[ids[at]], translator)
+        return pending
 
     def _queue(self, obs: Observation, pending: list[Pending], policy: Policy) -> list[tuple]:
         """The Scheduler's queue: (job, eligible nodes, limit) of the pending jobs the policy does not hold (a
@@ -386,7 +383,7 @@ class Daemon:
         # eligible set. A new object for an unchanged job costs its work again; tests/slurm/test_job_identity.py.
         queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
                               map(not_, map(policy.cluster.jobs.__contains__, obs.pending_ids))))
-        left = self.books.left.keys() | self.books.leaving.keys()
+        left = self.book.left_or_leaving()
         if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
             queue = [entry for entry in queue if entry[0].id not in left]
         return queue
@@ -402,14 +399,14 @@ class Daemon:
             self._tell(obs, policy, decided, report)
             moves = moves + decided.migrations
         if acting():
-            self.actuator.leave(obs, self.books, report, policy.name)
+            self.actuator.leave(obs, self.book, report, policy.name)
         if acting():
-            self.actuator.release_left_held(obs, self.books)
+            self.actuator.release_left_held(obs, self.book)
         if acting():
-            self.actuator.migrate(obs, policy, moves, self.books, self.rate, report, self.recorder, now,
+            self.actuator.migrate(obs, policy, moves, self.book, self.rate, report, self.recorder, now,
                                   self.dry_run, acting)
         if acting():
-            self.actuator.renew_leases(obs, self.books, report, now)
+            self.actuator.renew_leases(obs, self.book, report, now)
 
     def _tell(self, obs: Observation, policy: Policy, decided: Decided, report: CycleReport) -> None:
         """Tell Slurm the decisions; a refused one is rewritten as ``failed`` and leaves the policy (where did it
@@ -421,14 +418,15 @@ class Daemon:
             failures = self.actuator.express_all(decided.decisions)  # one batch: see Actuator.express_all
         else:
             failures = [UNLOGGED] * len(decided.decisions)
-        started_elsewhere, pins = [], self.books.pins
+        started_elsewhere, book = [], self.book
         first = decided.first
         for at, (p, decision), failure in zip(range(first, first + len(decided.decisions)), decided.decisions,
                                               failures):
             record = report.decisions[at]
             if failure is not None:
                 if REFUSED_FOR_GOOD.search(failure):
-                    self.books.leaving[p.job.id] = (f"Slurm refused the decision ({failure}); left to Slurm", False)
+                    book.move(p.job.id, JobState.LEAVING, why=f"Slurm refused the decision ({failure}); left to Slurm",
+                              unpin=self._pinned_by_us(obs, p.job.id))
                 policy.remove(p.job.id)
                 after = fragmentation(policy)
                 decided_record = record
@@ -440,10 +438,7 @@ class Daemon:
             else:
                 # when Slurm was told, not when the cycle began: telling it hundreds of jobs takes a while,
                 # and a job told late must not look stale (and be placed again) in the next cycle
-                self.books.placed[p.job.id] = Placed(decision, p.job, self.clock())
-                self.books.leases.pop(p.job.id, None)
-                self.books.unheard.pop(p.job.id, None)
-                pins.pop(p.job.id, None)
+                book.move(p.job.id, JobState.PLACED, decision=decision, job=p.job, at=self.clock())
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", record.action, p.job.id, record.request,
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
                      _num(record.sif_after))
@@ -466,11 +461,34 @@ class Daemon:
 
     def _let_go_pins(self, obs: Observation) -> None:
         """Forget the pins of jobs let go that Slurm started or forgot, or whose nodes someone else has set since."""
-        pins = self.books.pins
-        for job_id, nodes in list(pins.items()):
-            slurm = obs.slurm_jobs.get(job_id)
-            if slurm is None or not slurm.pending or not pinned_to(slurm, nodes):
-                del pins[job_id]
+        book = self.book
+        for job_id, pin in book.pinned().items():
+            slurm, record = obs.slurm_jobs.get(job_id), book.get(job_id)
+            if record.state is JobState.REPLANNED:  # one that Slurm no longer has pending: see left_queue
+                if slurm is not None and slurm.pending and not pinned_to(slurm, pin):
+                    book.move(job_id, JobState.REPLANNED, unheard=record.unheard)
+            elif slurm is None or not slurm.pending:
+                book.move(job_id, None)
+            elif not pinned_to(slurm, pin):
+                book.move(job_id, JobState.REPLANNED)
+
+    def _older_pin(self, obs: Observation, job_id: str) -> None:
+        """A re-planned job whose ReqNodeList is the pin of an earlier decision of ours (the daemon killed while
+        telling Slurm of a later one) keeps that pin as ours: it must not tie the job, nor stay if the job is left."""
+        slurm, record = obs.slurm_jobs[job_id], self.book.get(job_id)
+        try:
+            history = self.recorder.decisions_of(job_id)
+        except StoreError as err:
+            log.warning("job %s: earlier decisions unreadable (%s): its node list is taken as its own", job_id,
+                        err.message)
+            return
+        if any(d.action in PINS and pinned_to(slurm, d.nodes) for d in history):
+            self.book.move(job_id, JobState.REPLANNED, unheard=record.unheard, pin=slurm.required_nodes)
+
+    def _pinned_by_us(self, obs: Observation, job_id: str) -> bool:
+        """Whether the job's ReqNodeList is the daemon's pin (one it knows of, and Slurm still shows it)."""
+        record, slurm = self.book.get(job_id), obs.slurm_jobs.get(job_id)
+        return record is not None and record.pin is not None and slurm is not None and pinned_to(slurm, record.pin)
 
     def _expected_ends(self, obs: Observation, policy: Policy, now: float) -> dict[str, float | None]:
         """When each job the policy holds will have ended by its time limit (None: unlimited or unknown).
@@ -485,13 +503,16 @@ class Daemon:
             ends[job_id] = None if limit is None else now + limit
         return ends
 
-    def _stale(self, p: Pending, policy: Policy, now: float, translator: Translator, short: set[str]) -> str | None:
+    def _stale(self, p: Pending, placed: JobRecord, policy: Policy, now: float, translator: Translator,
+               short: set[str]) -> str | None:
         """Why a placed-but-pending job must be re-planned, or None while its decision still holds. A node
         short of the job's CPUs or memory counts at the second read in a row that says so (the job joins
         ``short`` at the first): a job that started between the job read and the node read looks pending on a
         node whose allocation already holds it (see Backend.read_state), once."""
         c = policy.cluster
-        for name in dict.fromkeys(self.books.placed[p.job.id].decision.nodes):
+        if p.slurm.required_nodes and not pinned_to(p.slurm, placed.decision.nodes):
+            return "someone else set its nodes since"
+        for name in dict.fromkeys(placed.decision.nodes):
             i = c.index[name]
             if not c.available[i]:
                 if translator.slurm_nodes[name].state == "unknown":
@@ -501,11 +522,11 @@ class Daemon:
                 return f"node {name} no longer has what it asks for (GPU type, features)"
             if p.eligible is not None and name not in p.eligible:
                 short.add(p.job.id)
-                if p.job.id in self.books.short:
+                if placed.short:
                     return f"node {name} lacks the CPUs or memory it needs"
             if c.used[i] > c.capacity[i]:
                 return f"node {name} was taken by other jobs"
-        if now - self.books.placed[p.job.id].at > self.stale_after:
+        if now - placed.at > self.stale_after:
             return f"Slurm has not started it in {self.stale_after:.0f} s ({p.slurm.reason or 'no reason given'})"
         return None
 
@@ -540,11 +561,12 @@ class Daemon:
                     "reason": f"this daemon stands by; {'no daemon' if leader is None else leader.host} leads"}
         if job_id in obs.running:
             return {"job": job_id, "state": "running", "gpus_per_node": dict(obs.running[job_id].alloc)}
-        placed = self.books.placed.get(job_id)
+        placed = self.book.placed.get(job_id)
         if placed is not None:
             return {"job": job_id, "state": "placed", "gpus_per_node": placed.decision.gpus_per_node(),
                     "rule": placed.decision.rule}
-        why = self.books.left.get(job_id) or obs.skipped.get(job_id)
+        left = self.book.in_state(JobState.LEFT).get(job_id)
+        why = left.why if left is not None else obs.skipped.get(job_id)
         if why is not None:
             return {"job": job_id, "state": "left to Slurm", "reason": why}
         if job_id in obs.waiting:

@@ -119,6 +119,10 @@ class Recorder:
         """The decisions of these ids, oldest first (raises StoreError likewise)."""
         return self._ready().decisions_with_ids(ids)
 
+    def decisions_of(self, job: str) -> list[DecisionRecord]:
+        """One job's decisions, oldest first (raises StoreError likewise)."""
+        return self._ready().decisions(job=job)
+
     def unfinished_cycle_jobs(self) -> list[str]:
         """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""
         return self._ready().unfinished_cycle_jobs()

@@ -5,7 +5,8 @@ jobs from before it started) are adopted, node availability is mirrored. When th
 set of GPU nodes changes the policy is rebuilt from Slurm alone, and a restarted
 daemon takes over the pins its predecessor logged (``take_over``); the places it
 logged that Slurm never heard are re-planned, and checked against where Slurm ran
-those jobs if it started them first (``left_queue``, ``ran_elsewhere``).
+those jobs if it started them first (``left_queue``, ``ran_elsewhere``). What it learns of each job goes
+into the JobBook (job_states.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ..engine.policies.base import Policy
 from ..slurm.requests import adoption_order, id_order
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation
-from .bookkeeping import Books, CycleReport, Placed, counts, fmt, log, per_node
+from .bookkeeping import CycleReport, counts, fmt, log, per_node
+from .job_states import JobBook, JobState
 from .store import PINS, PLACES, DecisionRecord
 
 ALLOC = attrgetter("alloc")
@@ -33,24 +35,26 @@ def same_nodes(policy: Policy | None, obs: Observation) -> bool:
     return policy is not None and _layout(policy.cluster.nodes) == _layout(obs.nodes)
 
 
-def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) -> list[Migration]:
+def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport) -> list[Migration]:
     """Bring ``policy`` up to date with ``obs``; returns the migrations its Compact then wants."""
     for node in obs.nodes:
         if policy.cluster.available[policy.cluster.index[node.name]] != node.available:
             policy.set_available(node.name, node.available)
             log.info("node %s %s", node.name, "is available again" if node.available else "takes no new work")
     moves: list[Migration] = []
-    placed, seen, running = books.placed, books.seen, obs.running
+    placed, running, move = book.placed, obs.running, book.move
+    seen = book.allocs
     gone = policy.cluster.jobs.keys() - running.keys()  # (set operations and maps: 100,000 jobs a cycle)
     # decided and still pending: kept
     pending = set(obs.pending_ids) if not placed.keys().isdisjoint(gone) else set()
     for job_id in list(filter(gone.__contains__, policy.cluster.jobs)):
         if job_id in placed and job_id in pending:
             continue
-        was = placed.pop(job_id, None)
+        was = placed.get(job_id)
         if was is not None and (slurm := obs.slurm_jobs.get(job_id)) is not None and slurm.pending:
-            books.pins[job_id] = was.decision.nodes  # held back by Slurm since it was decided
-        seen.pop(job_id, None)
+            move(job_id, JobState.PINNED, pin=was.decision.nodes)  # held back by Slurm since it was decided
+        elif was is not None or job_id in seen:
+            move(job_id, None)
         moves += policy.remove(job_id)
         report.departed.append(job_id)
     # Only a job whose allocation is not the very object seen can differ from it (adoption_order sorts them).
@@ -59,13 +63,11 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
                if j in placed or seen.get(j) != running[j].alloc]
     for job, nodes in adoption_order(changed):
         job_id = job.id
-        seen[job_id] = running[job_id].alloc
-        was: Placed | None = None
+        was = placed.get(job_id)
+        move(job_id, JobState.RUNNING, alloc=running[job_id].alloc)
         if job_id in policy.cluster.jobs:
             if per_node(policy, job_id) == counts(job, nodes):
-                placed.pop(job_id, None)
                 continue
-            was = placed.pop(job_id, None)
             if was is not None:
                 report.error("mismatch", f"job {job_id} started on {fmt(counts(job, nodes))}, "
                                          f"not on {fmt(was.decision.gpus_per_node())} as decided")
@@ -73,7 +75,7 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
         try:
             policy.adopt(job, nodes)
         except EngineError as err:
-            del seen[job_id]
+            move(job_id, None)
             report.error("adopt", f"job {job_id}: {err}")
             continue
         report.adopted.append(job_id)
@@ -87,25 +89,28 @@ def mirror(policy: Policy, obs: Observation, books: Books, report: CycleReport) 
     return moves
 
 
-def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str, DecisionRecord],
-              now: float) -> None:
+def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str, DecisionRecord],
+              now: float) -> list[str]:
     """After a (re)start: pending jobs an earlier daemon already pinned are decisions, not new jobs.
 
     ``last`` holds the latest logged record naming a place of each pending job that has one
     (``waiting_ids``). A job counts as pinned by us when that record names exactly the nodes in
     its ReqNodeList; placing it again would log a second decision and re-point a job that Slurm
     is about to start. Any other such record no longer stands: Slurm never heard it (a daemon
-    killed while telling it, possibly several restarts ago), or the pin was undone. The job joins
-    ``books.unheard`` (where it runs is checked against the record) and ``books.replan``.
+    killed while telling it, possibly several restarts ago), or the pin was undone. The job is
+    REPLANNED with the record (where it runs is checked against it); returns those that Slurm has pinned
+    (to nodes the daemon may have decided before: the caller asks the log).
     """
+    replanned = []
     for job_id in obs.skipped.keys() & last.keys():  # held back by Slurm now: the pin is ours all the same
         slurm, record = obs.slurm_jobs.get(job_id), last[job_id]
         if slurm is None or not slurm.pending:
             continue
         if _ours(record, slurm):
-            books.pins[job_id] = record.nodes
+            book.move(job_id, JobState.PINNED, pin=record.nodes)
         else:
-            books.unheard[job_id] = record
+            book.move(job_id, JobState.REPLANNED, unheard=record)
+            replanned.append(job_id)
     for p in obs.pending:
         record = last.get(p.job.id)
         if record is None:
@@ -116,23 +121,25 @@ def take_over(obs: Observation, policy: Policy, books: Books, last: Mapping[str,
             except EngineError as err:
                 log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
                 continue
-            books.placed[p.job.id] = Placed(Decision(p.job.id, record.nodes, p.job.gpus, record.rule), p.job, now)
+            book.move(p.job.id, JobState.PLACED, decision=Decision(p.job.id, record.nodes, p.job.gpus, record.rule),
+                      job=p.job, at=now)
             log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
         else:
-            books.unheard[p.job.id] = record
-            books.replan.add(p.job.id)
+            book.move(p.job.id, JobState.REPLANNED, unheard=record)
+            replanned.append(p.job.id)
+    return [j for j in replanned if obs.slurm_jobs[j].required_nodes]
 
 
-def refused_pins(obs: Observation, books: Books) -> None:
+def refused_pins(obs: Observation, book: JobBook) -> None:
     """The jobs pinned by the daemon that Slurm holds back for a reason the pin itself caused (``PIN_REFUSED``: the
     nodes lack a feature or a resource the job needs that the daemon does not read): left to Slurm, unpinned."""
-    for job_id, nodes in list(books.pins.items()):
+    for job_id, nodes in book.pinned().items():
         slurm = obs.slurm_jobs.get(job_id)
         reason = slurm.reason.split(",")[0].strip() if slurm is not None else ""
         if slurm is not None and slurm.pending and reason in PIN_REFUSED and pinned_to(slurm, nodes):
-            del books.pins[job_id]
-            books.leaving[job_id] = (f"Slurm refused its pin on {','.join(dict.fromkeys(nodes))} ({slurm.reason}); "
-                                     f"unpinned and left to Slurm", True)
+            book.move(job_id, JobState.LEAVING, unpin=True,
+                      why=f"Slurm refused its pin on {','.join(dict.fromkeys(nodes))} ({slurm.reason}); "
+                          f"unpinned and left to Slurm")
 
 
 def waiting_ids(obs: Observation) -> list[str]:
@@ -141,11 +148,14 @@ def waiting_ids(obs: Observation) -> list[str]:
     return [*obs.pending_ids, *held_back]
 
 
-def left_queue(obs: Observation, books: Books) -> list[DecisionRecord]:
-    """The unheard records (``books.unheard``) of the jobs Slurm no longer has pending, taken off the books:
-    Slurm started them by itself, or they ended; check where they ran with ``ran_elsewhere``."""
-    gone = [j for j in books.unheard if (s := obs.slurm_jobs.get(j)) is None or not s.pending]
-    return [books.unheard.pop(j) for j in sorted(gone, key=id_order)]
+def left_queue(obs: Observation, book: JobBook) -> list[DecisionRecord]:
+    """The unheard records of the REPLANNED jobs Slurm no longer has pending, which are forgotten: Slurm started
+    them by itself, or they ended; check where they ran with ``ran_elsewhere``."""
+    replanned = book.in_state(JobState.REPLANNED)
+    gone = sorted((j for j in replanned if (s := obs.slurm_jobs.get(j)) is None or not s.pending), key=id_order)
+    records = [r for j in gone if (r := replanned[j].unheard) is not None]
+    book.forget_many(gone)
+    return records
 
 
 def adopted(policy: Policy, job: Job, nodes: Sequence[str], decided: tuple[str, ...], reason: str) -> DecisionRecord:

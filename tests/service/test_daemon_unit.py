@@ -24,6 +24,7 @@ from compass_slurm.service.control import ControlServer, request
 from compass_slurm.service import daemon as daemon_module
 from compass_slurm.service.bookkeeping import CycleReport
 from compass_slurm.service.daemon import Daemon
+from compass_slurm.service.job_states import JobState
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm import requests
 from compass_slurm.slurm.backend import DryRunBackend, lease_argv
@@ -66,6 +67,16 @@ def cluster(nodes: list[SlurmNode], jobs: list[SlurmJob], reservations: tuple = 
 
 def nodes(count: int, **kw) -> list[SlurmNode]:
     return [node(f"n{i}", **kw) for i in range(1, count + 1)]
+
+
+def pins(daemon: Daemon) -> dict[str, tuple[str, ...]]:
+    """The daemon's pins on jobs it let go (PINNED)."""
+    return {j: r.pin for j, r in daemon.book.in_state(JobState.PINNED).items()}
+
+
+def unheard(daemon: Daemon) -> set[str]:
+    """The jobs whose logged place Slurm never heard, kept to check where Slurm starts them."""
+    return {j for j, r in daemon.book.in_state(JobState.REPLANNED).items() if r.unheard is not None}
 
 
 def recorded(**override: str) -> CliBackend:
@@ -124,7 +135,7 @@ def test_decide_returns_the_decisions_and_tells_slurm_nothing_actuate_tells_it(t
     assert [d.action for d in report.decisions] == ["placed", "placed"] and backend.commands == []
     daemon._actuate(obs, policy, decided, moves, report, clock.now)
     assert backend.commands == [update("10", "n1", 1, 4), update("11", "n2", 1, 8)]
-    assert set(daemon.books.placed) == {"10", "11"}
+    assert set(daemon.book.placed) == {"10", "11"}
 
 
 def test_managed_jobs_are_pinned_in_priority_order_with_exact_commands(tmp_path):
@@ -321,7 +332,7 @@ def test_one_job_slurm_refuses_to_lease_costs_only_its_own_lease(tmp_path):
     assert daemon.actuator.backend.commands == [["scontrol", "update", "JobId=40,41,42", *lease]]
     assert [(e.kind, e.message) for e in report.errors] == [
         ("lease", "job 41: Slurm refused its lease (Job has already finished)")]
-    assert set(daemon.books.leases) == {"40", "42"}
+    assert set(daemon.book.leases) == {"40", "42"}
 
 
 def test_a_lease_failure_naming_no_job_renews_nothing_and_is_not_retried(tmp_path):
@@ -334,7 +345,7 @@ def test_a_lease_failure_naming_no_job_renews_nothing_and_is_not_retried(tmp_pat
     daemon = Daemon(Config(anchors="", lease=60), Unreachable(state, out=None), None)
     report = daemon.cycle()
     assert daemon.actuator.backend.commands == [["scontrol", "update", "JobId=40,41", "StartTime=now+60"]]
-    assert [e.kind for e in report.errors] == ["lease"] and daemon.books.leases == {}
+    assert [e.kind for e in report.errors] == ["lease"] and daemon.book.leases == {}
 
 
 def test_array_tasks_are_placed_one_by_one_and_those_past_the_throttle_keep_their_lease(tmp_path):
@@ -471,13 +482,13 @@ def test_a_decided_job_slurm_holds_back_awhile_is_not_tied_to_its_pin_afterwards
     held_back = pending("50", gpus=8, required_nodes=("n1",), reason="QOSMaxGRESPerUser")
     backend.state = cluster(nodes(3), [held_back])
     clock.now += 10
-    assert daemon.cycle().departed == ["50"] and daemon.books.pins == {"50": ("n1",)}
+    assert daemon.cycle().departed == ["50"] and pins(daemon) == {"50": ("n1",)}
     # The limit clears while n1 runs other work: the pin is ours, so the job goes where there is room.
     backend.state = cluster(nodes(3), [running("60", {"n1": 8}), replace(held_back, reason="Resources")])
     clock.now += 10
     report = daemon.cycle()
     assert [(d.action, d.gpus_per_node) for d in report.decisions] == [("replanned", {"n2": 8})]
-    assert backend.commands[-1] == update("50", "n2", 1, 8) and daemon.books.pins == {}
+    assert backend.commands[-1] == update("50", "n2", 1, 8) and pins(daemon) == {}
 
 
 def test_a_pin_someone_else_set_since_is_the_job_s_own(tmp_path):
@@ -489,7 +500,7 @@ def test_a_pin_someone_else_set_since_is_the_job_s_own(tmp_path):
     # An admin points it at n3 meanwhile: that is not our pin, and the job stays where it was sent.
     backend.state = cluster(nodes(3), [running("60", {"n1": 8}), pending("50", gpus=8, required_nodes=("n3",))])
     clock.now += 10
-    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n3": 8}] and daemon.books.pins == {}
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n3": 8}] and pins(daemon) == {}
 
 
 def test_a_restarted_daemon_knows_its_pins_on_jobs_slurm_holds_back(tmp_path):
@@ -498,7 +509,7 @@ def test_a_restarted_daemon_knows_its_pins_on_jobs_slurm_holds_back(tmp_path):
     first.close()
     held_back = pending("50", gpus=8, required_nodes=("n1",), reason="QOSMaxGRESPerUser")
     second, backend, clock = daemon_for(cluster(nodes(3), [running("60", {"n1": 8}), held_back]), tmp_path)
-    assert second.cycle().decisions == [] and second.books.pins == {"50": ("n1",)}
+    assert second.cycle().decisions == [] and pins(second) == {"50": ("n1",)}
     backend.state = cluster(nodes(3), [running("60", {"n1": 8}), replace(held_back, reason="Priority")])
     clock.now += 10
     assert [(d.action, d.gpus_per_node) for d in second.cycle().decisions] == [("replanned", {"n2": 8})]
@@ -561,7 +572,7 @@ def test_decisions_are_logged_before_slurm_hears_them_and_a_restart_re_plans_the
     second, backend, clock = daemon_for(cluster(nodes(2), [told, state.job("61")]), tmp_path)
     report = second.cycle()
     assert [(d.job_id, d.action, d.gpus_per_node) for d in report.decisions] == [("61", "replanned", {"n2": 8})]
-    assert second.books.replan == set() and "60" in second.books.placed  # taken over, not decided again
+    assert second.book.replanned() == set() and "60" in second.book.placed  # taken over, not decided again
     with Store.open(second.db, create=False) as store:
         assert [d.action for d in store.decisions(job="61")] == ["placed", "replanned"]
         assert [d.action for d in store.decisions(job="60")] == ["placed"]
@@ -634,20 +645,20 @@ def test_a_restart_whose_first_read_fails_still_logs_where_the_unheard_job_runs(
 
 
 def test_an_unheard_job_slurm_starts_while_the_daemon_runs_is_logged_where_it_runs(tmp_path):
-    """After the restart job 61 (logged on n2, never told) finds no room, so its record waits in the books; Slurm
+    """After the restart job 61 (logged on n2, never told) finds no room, so its record waits in the book (REPLANNED); Slurm
     then starts it on n3 by itself (its lease renewal failed, say). The daemon logs where it runs, once."""
     killed_telling_slurm_of_61(tmp_path)
     told = replace(pending("60", gpus=8, priority=9), required_nodes=("n1",))
     foreign = [running("70", {"n2": 8}), running("71", {"n3": 8})]
     second, backend, clock = daemon_for(cluster(nodes(3), [told, pending("61", gpus=8, priority=1), *foreign]),
                                         tmp_path)
-    assert second.cycle().decisions == [] and set(second.books.unheard) == {"61"} and second.books.replan == {"61"}
+    assert second.cycle().decisions == [] and unheard(second) == {"61"} and second.book.replanned() == {"61"}
     backend.state = cluster(nodes(3), [running("60", {"n1": 8}, comment="compass"), foreign[0],
                                        running("61", {"n3": 8}, comment="compass")])
     clock.now += 5
     assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in second.cycle().decisions] == [
         ("61", "adopted", ("n3",), ("n2",))]
-    assert second.cycle().decisions == [] and second.books.unheard == {}
+    assert second.cycle().decisions == [] and unheard(second) == set()
 
 
 def test_an_unheard_job_that_ended_unseen_is_logged_where_it_ran(tmp_path):
@@ -1018,13 +1029,13 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     report = daemon.cycle()
     assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
     assert backend.commands == [["scontrol", "requeuehold", "7"], ["scontrol", "release", "7"]]
-    assert daemon.books.unreleased == {"7"}
+    assert daemon.book.release_due == {"7"}
     held = replace(pending("7", gpus=1, comment="compass:migratable"), reason="JobHeldUser", held=True)
     backend.state = cluster(nodes(3), [held, *jobs[7:]])
     backend.refuse_release = False
     backend.commands.clear()
     daemon.cycle()
-    assert ["scontrol", "release", "7"] in backend.commands and daemon.books.unreleased == set()
+    assert ["scontrol", "release", "7"] in backend.commands and daemon.book.release_due == set()
 
 
 @pytest.mark.parametrize("kw, expected", [
@@ -1200,10 +1211,10 @@ def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slu
     for _ in range(2):
         clock.now += 40
         assert daemon.cycle().decisions == []
-    assert len(backend.commands) == 2 and daemon.books.left
+    assert len(backend.commands) == 2 and daemon.book.in_state(JobState.LEFT)
     backend.state = cluster(nodes(3), [])
     daemon.cycle()
-    assert daemon.books.left == {}  # gone from the queue: forgotten
+    assert not daemon.book.in_state(JobState.LEFT)  # gone from the queue: forgotten
 
 
 def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tmp_path):

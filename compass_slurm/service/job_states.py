@@ -1,0 +1,278 @@
+"""What the daemon knows of each job beside the policy: one record per job, in one named state.
+
+A job with no record is one the daemon holds nothing about (pending and never leased, or running on an
+allocation not checked yet). ``JobBook.move`` makes every change of state, and only the moves in
+``TRANSITIONS`` are made; docs/architecture.md has the table. Two things are not states but marks a
+record carries through them, because they outlive the state they began in:
+
+- the **lease** (``leases``): when the daemon last renewed the job's begin-time lease; any state a
+  waiting job can be in keeps it, placing, leaving to Slurm or a start ends it;
+- the **release owed** (``release_due``): a failed migration may have left the job requeue-held, and
+  the daemon releases it once Slurm shows it pending; the job may run meanwhile (the requeue came late).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+
+from ..engine.model import Decision, Job
+from .store import DecisionRecord
+
+log = logging.getLogger("compass.daemon")
+
+
+class JobState(enum.Enum):
+    #: pending and managed, not decided: only its lease is the daemon's
+    WAITING = "waiting"
+    #: decided (or re-pointed by a migration) and told to Slurm, not started on those nodes yet
+    PLACED = "placed"
+    #: running on the allocation last found equal to the policy's (an unchanged one is not checked again)
+    RUNNING = "running"
+    #: decided before and not placed now (Slurm held it back, or it went stale), its ReqNodeList still the
+    #: daemon's pin: the pin must not tie it there; its next decision is logged ``replanned``
+    PINNED = "pinned"
+    #: its logged place no longer stands (Slurm never heard it: a daemon killed while telling it, or someone else
+    #: set its nodes); its next decision is logged ``replanned``, and while Slurm has not heard a place of it,
+    #: where Slurm starts it by itself is checked against the record (``unheard``); Slurm may still hold an older
+    #: pin of ours (``pin``, found in the log after a restart), which must not tie it either
+    REPLANNED = "replanned"
+    #: to be left to Slurm this cycle (the acting step tells Slurm), and whether the daemon's pin is cleared
+    LEAVING = "leaving"
+    #: left to Slurm for good while it waits (a form the daemon cannot honour, or a pin Slurm refused)
+    LEFT = "left"
+
+
+W, P, R, PIN, RE, LV, LF = JobState
+#: (from, to) -> why; None is "no record". A move to the same state renews its payload.
+TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
+    (None, W): "a managed pending job's lease renewed",
+    (None, P): "decided, or re-pointed by a migration, and Slurm told; or an earlier daemon's pin taken over",
+    (W, P): "decided and Slurm told",
+    (PIN, P): "decided again and Slurm told",
+    (RE, P): "decided again and Slurm told",
+    (R, P): "migrated: requeued onto its new nodes",
+    (P, P): "re-pointed by a migration before it started",
+    (None, R): "its allocation checked against the policy's (adopted where it differed)",
+    (W, R): "Slurm started it by itself (its lease ran out, or it was not the daemon's to place)",
+    (P, R): "started: its allocation checked against the decision",
+    (R, R): "its new allocation checked",
+    (PIN, R): "Slurm started it",
+    (RE, R): "Slurm started it",
+    (LV, R): "Slurm started it before it was left",
+    (LF, R): "Slurm started it",
+    (P, PIN): "Slurm holds it back since it was decided, or its decision went stale",
+    (None, PIN): "an earlier daemon's pin taken over while Slurm holds the job back",
+    (W, PIN): "an earlier daemon's pin taken over while Slurm holds the job back",
+    (RE, PIN): "an earlier daemon's pin taken over while Slurm holds the job back",
+    (None, RE): "an earlier daemon's logged place that Slurm never heard",
+    (W, RE): "an earlier daemon's logged place that Slurm never heard",
+    (RE, RE): "the logged place forgotten with a rebuilt policy (the take-over finds it again), or an older pin "
+              "of ours found in the log, or undone since",
+    (PIN, RE): "someone else set its nodes since: the pin is no longer ours",
+    (None, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
+    (W, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
+    (PIN, LV): "Slurm refused its pin, or the daemon cannot honour it any more",
+    (RE, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
+    (LV, LF): "Slurm lifted its lease (and the pin)",
+    (LV, W): "Slurm refused to lift its lease: tried again while it is left",
+    (W, None): "no longer waiting: its lease ends",
+    (P, None): "ended, cancelled, or not adoptable where Slurm started it; or the policy was rebuilt",
+    (R, None): "ended; or a migration failed (checked again next cycle); or the policy was rebuilt",
+    (PIN, None): "no longer pending",
+    (RE, None): "no longer pending (where it ran is checked against the record)",
+    (LV, None): "no longer pending",
+    (LF, None): "no longer pending",
+}
+#: where the lease is kept: the states of a job that waits for the daemon to place it
+LEASED = frozenset({W, PIN, RE, LV})
+
+
+class InvalidTransition(RuntimeError):
+    """A move ``TRANSITIONS`` does not list: a bug in the daemon."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One job as the daemon knows it; only the fields of its state are set."""
+
+    id: str
+    state: JobState
+    #: PLACED: what Slurm was told, of which job, and when (a job told late in a long cycle is not stale)
+    decision: Decision | None = None
+    job: Job | None = None
+    at: float = 0.0
+    #: PLACED: the last read found its nodes short of its CPUs or memory (re-planned if the next one does too)
+    short: bool = False
+    #: RUNNING: the allocation last found equal to the policy's (the very object read: see sync.mirror)
+    alloc: Mapping[str, int] | None = None
+    #: PINNED (and REPLANNED, when Slurm still holds an older one): the nodes of the daemon's pin
+    pin: tuple[str, ...] | None = None
+    #: REPLANNED: the logged record of a place Slurm never heard (None: it heard, or the record is forgotten)
+    unheard: DecisionRecord | None = None
+    #: LEAVING and LEFT: why it is left to Slurm; LEAVING: whether the daemon's pin is to be cleared
+    why: str = ""
+    unpin: bool = False
+
+
+class JobBook:
+    """Every job's record, indexed by state (the cycle's queries are set operations over 100,000 jobs)."""
+
+    #: raise on a move TRANSITIONS does not list (tests); a daemon logs it and moves all the same
+    strict = False
+
+    def __init__(self) -> None:
+        self._records: dict[str, JobRecord] = {}
+        self._in: dict[JobState, dict[str, JobRecord]] = {s: {} for s in JobState}
+        self._leases: dict[str, float] = {}
+        #: RUNNING's allocations by job id (the very objects read: sync.mirror compares identities)
+        self._allocs: dict[str, Mapping[str, int]] = {}
+        self._release_due: set[str] = set()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def state(self, job_id: str) -> JobState | None:
+        r = self._records.get(job_id)
+        return None if r is None else r.state
+
+    def get(self, job_id: str) -> JobRecord | None:
+        return self._records.get(job_id)
+
+    def in_state(self, state: JobState) -> Mapping[str, JobRecord]:
+        """The records in ``state`` by job id (a live view: do not change it)."""
+        return self._in[state]
+
+    @property
+    def placed(self) -> Mapping[str, JobRecord]:
+        return self._in[P]
+
+    @property
+    def allocs(self) -> Mapping[str, Mapping[str, int]]:
+        return self._allocs
+
+    @property
+    def leases(self) -> Mapping[str, float]:
+        """When each leased job's lease was last renewed."""
+        return self._leases
+
+    @property
+    def release_due(self) -> Set[str]:
+        return self._release_due
+
+    def pinned(self) -> dict[str, tuple[str, ...]]:
+        """The daemon's pins on pending jobs it does not place now: PINNED, and REPLANNED with an older pin."""
+        pins = {j: r.pin for j, r in self._in[PIN].items()}
+        pins.update((j, r.pin) for j, r in self._in[RE].items() if r.pin is not None)
+        return pins
+
+    def replanned(self) -> set[str]:
+        """The jobs whose next decision is logged ``replanned``."""
+        return self._in[PIN].keys() | self._in[RE].keys()
+
+    def left_or_leaving(self) -> set[str]:
+        return self._in[LF].keys() | self._in[LV].keys()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self):
+        return iter(self._records.values())
+
+    # -- the one mutator of states ------------------------------------------------------------
+
+    def move(self, job_id: str, to: JobState | None, *, decision: Decision | None = None, job: Job | None = None,
+             at: float = 0.0, alloc: Mapping[str, int] | None = None, pin: tuple[str, ...] | None = None,
+             unheard: DecisionRecord | None = None, why: str = "", unpin: bool = False) -> None:
+        """Put ``job_id`` in state ``to`` (None: forget it) with that state's payload; the lease survives only
+        into a state of ``LEASED``."""
+        record = self._records.get(job_id)
+        frm = None if record is None else record.state
+        if (frm, to) not in TRANSITIONS:
+            if self.strict:
+                raise InvalidTransition(f"job {job_id}: {_name(frm)} -> {_name(to)}")
+            log.error("job %s: unexpected move %s -> %s (a bug; made all the same)", job_id, _name(frm), _name(to))
+        if record is not None:
+            del self._in[frm][job_id]
+            if frm is R:
+                del self._allocs[job_id]
+        if to is None:
+            if record is not None:
+                del self._records[job_id]
+            self._leases.pop(job_id, None)
+            return
+        if to not in LEASED:
+            self._leases.pop(job_id, None)
+        record = self._records[job_id] = JobRecord(job_id, to, decision, job, at, False, alloc, pin, unheard, why,
+                                                   unpin)
+        self._in[to][job_id] = record
+        if to is R:
+            self._allocs[job_id] = alloc
+
+    def forget_many(self, job_ids: Iterable[str]) -> None:
+        for job_id in list(job_ids):
+            self.move(job_id, None)
+
+    # -- the marks ----------------------------------------------------------------------------
+
+    def renew(self, job_ids: Iterable[str], now: float) -> None:
+        """Their leases were renewed at ``now``; a job with no record comes to be WAITING."""
+        records, leases = self._records, self._leases
+        for job_id in job_ids:
+            if job_id not in records:
+                self.move(job_id, W)
+            leases[job_id] = now
+
+    def end_leases(self, job_ids: Iterable[str]) -> None:
+        """The leases of jobs no longer waiting end; a job that was only WAITING is forgotten."""
+        waiting = self._in[W]
+        for job_id in list(job_ids):
+            if job_id in waiting:
+                self.move(job_id, None)
+            else:
+                self._leases.pop(job_id, None)
+
+    def set_short(self, short: Set[str]) -> None:
+        """Which PLACED jobs' nodes the last read found short of their CPUs or memory."""
+        for job_id, record in self._in[P].items():
+            record.short = job_id in short
+
+    def owe_release(self, job_ids: Iterable[str]) -> None:
+        self._release_due.update(job_ids)
+
+    def released(self, job_id: str) -> None:
+        self._release_due.discard(job_id)
+
+    # -- whole-book steps ---------------------------------------------------------------------
+
+    def rebuilt(self) -> None:
+        """A rebuilt policy starts from Slurm alone: the placed and running jobs are found again, and the
+        unheard records again in the log (the take-over)."""
+        self.forget_many(self._in[P])
+        self.forget_many(self._in[R])
+        for job_id in list(self._in[RE]):
+            self.move(job_id, RE)
+
+    def check(self) -> list[str]:
+        """What breaks the book's own invariants (none: an empty list): the index agrees with the records,
+        leases are only on waiting jobs, each state's payload is set."""
+        bad = []
+        for state, records in self._in.items():
+            for job_id, r in records.items():
+                if self._records.get(job_id) is not r or r.state is not state:
+                    bad.append(f"job {job_id}: indexed as {state.value}, recorded as {r.state.value}")
+        if sum(map(len, self._in.values())) != len(self._records) or self._allocs.keys() != self._in[R].keys():
+            bad.append("a record outside the index")
+        for job_id in self._leases:
+            if self.state(job_id) not in LEASED:
+                bad.append(f"job {job_id}: leased while {_name(self.state(job_id))}")
+        for r in self._records.values():
+            if (r.state is P) != (r.decision is not None) or (r.state is R) != (r.alloc is not None) or (
+                    r.state is PIN and r.pin is None) or (r.pin is not None and r.state not in (PIN, RE)):
+                bad.append(f"job {r.id}: {r.state.value} with the payload of another state")
+        return bad
+
+
+def _name(state: JobState | None) -> str:
+    return "none" if state is None else state.value
