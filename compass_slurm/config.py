@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # The budget's words live with the rate limit that resolves them, a module of plain Python (no policy is loaded).
+from .engine.disciplines import DEFAULT_QUEUE, DEFAULT_SLACK, QUEUES
 from .engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
 from .paths import ETC, RUN
 
@@ -38,12 +39,12 @@ class Config:
     policy: str = "compass-easy"
     #: queue discipline of the daemon's Scheduler, as `compass simulate --queue`: "backfill" (EASY, as Slurm's
     #: sched/backfill: a reservation for the highest-priority job that does not fit) or "fifo" (strict order).
-    queue: str = "backfill"
+    queue: str = DEFAULT_QUEUE
     #: backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to this many times its time
     #: limit past its first reservation (engine/scheduler.py, "Slack"; docs/architecture.md "The queue");
     #: 0: EASY's rule, the head's reservation is never delayed. 0.5 by default: where EASY's rule loses mean JCT
     #: to best-fit, it wins it, and its whole-node jobs still wait less than best-fit's on most windows.
-    slack: float = 0.5
+    slack: float = DEFAULT_SLACK
     #: seconds between daemon cycles.
     interval: float = 5.0
     #: the fewest seconds from one daemon cycle's start to the next one's, whatever wakes it (the look, an ended
@@ -107,11 +108,8 @@ def _settings() -> dict[str, type]:
     return {f.name: f.type for f in fields(Config) if f.name != "sources"}
 
 
-#: settings that take one of a few words ("queue": engine.scheduler.QUEUES, not imported here: the wrapper reads
-#: the config on every submission and must not load the scheduler and its policies; tests/test_config.py holds
-#: them equal)
-CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged"),
-           "queue": ("backfill", "fifo")}
+#: settings that take one of a few words
+CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("managed", "unmanaged"), "queue": QUEUES}
 
 
 #: numbers that must be finite (the others may be inf: never)

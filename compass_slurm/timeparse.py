@@ -1,6 +1,8 @@
-"""Points in time as admins type them: ``--since 90s | 30m | 24h | 7d | 2w`` or an ISO-8601 date.
+"""Durations and points in time as admins type them: ``90s | 30m | 24h | 7d | 2w``, and for ``--since`` also an
+ISO-8601 date. The one duration parser: the simulator's windows read it, the wrapper's ``--begin=now+N<unit>``
+its units.
 
-A duration means "that long before now". An ISO date or date-time without an offset is
+A ``--since`` duration means "that long before now". An ISO date or date-time without an offset is
 local time (as ``journalctl --since`` reads it); ``Z`` or ``+02:00`` make it explicit.
 Every result is a timezone-aware UTC datetime.
 """
@@ -10,24 +12,31 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-import click
-
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+#: seconds per unit (sbatch's unit words begin with these letters: seconds, minutes, hours, days, weeks)
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 
 
 class TimeParseError(ValueError):
     """A time the parser does not understand; the message names the value and the accepted forms."""
 
 
+def parse_duration(text: str, unit_required: bool = False) -> float | None:
+    """The seconds of ``90s``, ``30m``, ``1.5h``, ``7d``, ``2w`` (case and spaces aside; a bare number is seconds
+    unless ``unit_required``); None when ``text`` is not a duration."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None or (unit_required and not match.group(2)):
+        return None
+    return float(match.group(1)) * UNIT_S[match.group(2) or "s"]
+
+
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """The UTC instant ``text`` names: a duration back from ``now`` or an ISO-8601 date."""
     value = text.strip()
-    match = _DURATION.fullmatch(value.lower())
-    if match:
-        amount, unit = match.groups()
+    seconds = parse_duration(value, unit_required=True)
+    if seconds is not None:
         try:
-            return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(**{_UNITS[unit]: float(amount)})
+            return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(seconds=seconds)
         except OverflowError:
             raise TimeParseError(f"invalid time {text!r}: that reaches back before year 1") from None
     try:
@@ -39,20 +48,3 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
         ) from None
     # astimezone() on a naive datetime assumes local time, which is what the docstring promises.
     return moment.astimezone(UTC)
-
-
-class SinceType(click.ParamType):
-    """A click parameter type for ``--since``: bad values exit with code 2 and name the value."""
-
-    name = "DURATION|DATE"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        try:
-            return parse_since(str(value))
-        except TimeParseError as err:
-            self.fail(str(err), param, ctx)
-
-
-SINCE = SinceType()

@@ -46,3 +46,31 @@ def test_a_naive_now_is_not_needed() -> None:
 def test_bad_values_name_themselves(bad: str) -> None:
     with pytest.raises(TimeParseError, match=f"invalid time {bad!r}"):
         parse_since(bad, now=NOW)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("1.5h", 5400.0), ("2d", 172800.0), ("2w", 1209600.0), (" 3H ", 10800.0),
+])
+def test_one_duration_parser_for_since_windows_and_begin(text: str, seconds: float) -> None:
+    from compass_slurm.sim.workloads import parse_window
+    from compass_slurm.timeparse import parse_duration
+
+    assert parse_duration(text) == seconds
+    assert parse_window(f"{text}:") == (seconds, float("inf"))  # the simulator's windows read the same forms
+    assert parse_duration(text, unit_required=True) == (None if text.strip().isdigit() else seconds)
+
+
+@pytest.mark.parametrize("text", ["", "m", "-5s", "5 m", "5y", "1e3"])
+def test_what_is_not_a_duration(text: str) -> None:
+    from compass_slurm.timeparse import parse_duration
+
+    assert parse_duration(text) is None
+
+
+def test_sbatch_begin_words_use_the_same_units() -> None:
+    from compass_slurm.submit.sbatch_args import begin_time
+
+    now = datetime(2024, 5, 1, 12, 0)
+    assert [begin_time(f"now+2{unit}", now) - now for unit in ("", "seconds", "minute", "hours", "day", "weeks")] == [
+        timedelta(seconds=2), timedelta(seconds=2), timedelta(minutes=2), timedelta(hours=2), timedelta(days=2),
+        timedelta(weeks=2)]

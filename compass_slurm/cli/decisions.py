@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..timeparse import SINCE
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_option
-from .options import db_option, read_log
+from .options import SINCE, db_option, read_log
 
 if TYPE_CHECKING:
     from rich.table import Table

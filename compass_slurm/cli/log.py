@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 
 import click
 
-from ..timeparse import SinceType
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, emit_json, json_option
-from .options import db_option, read_slurm, settings, snapshot_option
+from .options import SinceType, db_option, read_slurm, settings, snapshot_option
 
 
 class BeforeType(SinceType):

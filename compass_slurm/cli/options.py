@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ..timeparse import TimeParseError, parse_since
 from .common import UserError
 
 if TYPE_CHECKING:
@@ -68,3 +70,20 @@ def read_slurm(snapshot: str | None) -> SlurmState:
     except SlurmError as err:
         hint = "record one with `compass snapshot save FILE`" if snapshot else SLURM_HINT
         raise UserError(str(err), hint=hint) from None
+
+
+class SinceType(click.ParamType):
+    """A click parameter type for ``--since``: bad values exit with code 2 and name the value."""
+
+    name = "DURATION|DATE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_since(str(value))
+        except TimeParseError as err:
+            self.fail(str(err), param, ctx)
+
+
+SINCE = SinceType()

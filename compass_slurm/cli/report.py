@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from ..service.report import FORMATS
-from ..timeparse import SINCE
 from .common import CONTEXT_SETTINGS, UserError
-from .options import db_option, read_log
+from .options import SINCE, db_option, read_log
 
 
 @click.command("report", context_settings=CONTEXT_SETTINGS)

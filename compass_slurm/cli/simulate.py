@@ -254,7 +254,7 @@ def _constrained(jobs, records, nodes, seed: int):
 
 
 def _queue(queue: str | None, backfill: bool) -> str:
-    from ..engine.scheduler import QUEUES
+    from ..engine.disciplines import QUEUES
 
     if queue is None:
         return DEFAULT_QUEUE

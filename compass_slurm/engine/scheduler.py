@@ -1,6 +1,6 @@
 """The queue in front of a policy: the queue disciplines by name, Compact after every change.
 
-Disciplines (``QUEUES``):
+Disciplines (``QUEUES``, in disciplines.py with the defaults):
 
 - ``fifo``: strict priority order; nothing starts past a job that does not fit.
 - ``backfill``: EASY backfill as Slurm's sched/backfill does it for its first job.
@@ -76,9 +76,8 @@ from dataclasses import dataclass, field, replace
 from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
 from .policies.base import Compaction, Policy
+from .disciplines import EASY_SLACK, QUEUES
 from .rate_limit import remaining
-
-QUEUES = ("fifo", "backfill")
 
 #: How jobs the policy does not manage get their nodes (Slurm's own choice): node indexes or None.
 Foreign = Callable[[ClusterState, Job, "frozenset[int] | None"], "list[int] | None"]
@@ -131,7 +130,7 @@ class Scheduler:
         *,
         explain: bool = False,
         on_start: Callable[[Decision], None] | None = None,
-        slack: float = 0.0,
+        slack: float = EASY_SLACK,
     ) -> None:
         if queue not in QUEUES:
             raise EngineError(f"unknown queue {queue!r}; choose from: {', '.join(QUEUES)}")

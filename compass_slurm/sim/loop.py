@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from ..engine.fragmentation import measure
 from ..engine.model import Node
 from ..engine.policies.base import make_policy
+from ..engine.disciplines import EASY_SLACK
 from ..engine.policies.slurm_like import slurm_nodes
 from ..engine.rate_limit import RateLimit, Setting
 from ..engine.scheduler import Scheduler, Step
@@ -74,7 +75,7 @@ class SimConfig:
     watch: float = 0.0
     #: backfill: 1-GPU jobs may delay a blocked one-node whole-node head up to this many times its
     #: estimate past its first reservation (engine/scheduler.py; 0: EASY's rule)
-    slack: float = 0.0
+    slack: float = EASY_SLACK
     #: a seed: same-instant arrivals and same-instant completions in a seeded random order (None: trace order
     #: and start order)
     perturb: int | None = None

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import write_atomic
+from ..engine.disciplines import DEFAULT_QUEUE, DEFAULT_SLACK, EASY_SLACK, QUEUES
 from ..engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, UNLIMITED, parse_burst, parse_setting
 
 if TYPE_CHECKING:
@@ -63,11 +64,7 @@ if TYPE_CHECKING:
 
 PLAN = "plan.json"
 TASKS = "tasks"
-QUEUES = ("fifo", "backfill")
 DEFAULT_ETA = 0.90
-DEFAULT_QUEUE = "backfill"
-#: the daemon's slack, ``Config.slack`` (the simulator may not import the config: a test holds them equal)
-DEFAULT_SLACK = 0.5
 #: options a task sets itself; in ``options`` they would contradict the grid
 OWN_OPTIONS = frozenset({"--trace", "--synthetic", "--window", "--limit", "--cluster", "--policy", "--eta",
                          "--queue", "--backfill", "--no-backfill", "--slack", "--migrations-per-hour",
@@ -101,7 +98,7 @@ class Task:
     #: the burst cap per 5 minutes (a plan saved before the setting has none: it ran uncapped)
     migrations_burst: int | str = UNLIMITED
     #: backfill's slack for whole-node heads (a plan saved before the setting has none: 0, EASY's rule)
-    slack: float = 0.0
+    slack: float = EASY_SLACK
     #: --seed, when the sweep has seeds (None: the default seed)
     seed: int | None = None
     #: --perturb, when the sweep perturbs ties (None: none)

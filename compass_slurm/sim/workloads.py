@@ -38,6 +38,7 @@ from ..engine.model import Job
 from ..engine.shape import PER_NODE, Shape
 from ..engine.shape import instance_shape as shape_of
 from ..slurm import gres
+from ..timeparse import parse_duration
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus")
 SACCT_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "NNodes", "AllocTRES")
@@ -311,11 +312,9 @@ def _per_node(gpus: int, nodes: int) -> int | None:
 # -- selection and mapping -------------------------------------------------------------------
 
 
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_window(text: str) -> tuple[float, float]:
-    """``"START:END"`` in trace seconds, each with an optional unit (s, m, h, d); either may be empty.
+    """``"START:END"`` in trace seconds, each with an optional unit (s, m, h, d, w: timeparse.py); either may be
+    empty.
 
     ``"2d:9d"`` is the week from day 2; ``":12h"`` the first half day; ``"30d:"`` everything after day 30.
     """
@@ -329,16 +328,14 @@ def parse_window(text: str) -> tuple[float, float]:
 
 
 def _seconds(part: str, default: float, text: str) -> float:
-    part = part.strip().lower()
+    part = part.strip()
     if not part:
         return default
-    unit = part[-1] if part[-1] in _UNIT_S else ""
-    try:
-        value = float(part[: len(part) - len(unit)]) * _UNIT_S[unit]
-    except ValueError:
-        raise ValueError(f"bad window {text!r}: {part!r} is not a time like 90, 30m, 12h or 2d") from None
-    if value < 0:
+    if part.startswith("-"):
         raise ValueError(f"bad window {text!r}: times are seconds from the trace start, not negative")
+    value = parse_duration(part)
+    if value is None:
+        raise ValueError(f"bad window {text!r}: {part!r} is not a time like 90, 30m, 12h or 2d")
     return value
 
 

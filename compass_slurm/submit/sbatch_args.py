@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 
 from ..slurm import gres
+from ..timeparse import UNIT_S
 from .options import BUILTIN, NONE, REQUIRED, OptionTable
 
 #: the wrapper's own flag, stripped before sbatch sees the arguments
@@ -42,7 +43,6 @@ _HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})
 _BEGIN_NOW = re.compile(r"now(?:([+-])(\d+)(seconds?|minutes?|hours?|days?|weeks?)?)?", re.IGNORECASE)
 _BEGIN_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _BEGIN_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{1,2}:\d{2}(?::\d{2})?)?")
-_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 #: named times of day: the next one from now
 _BEGIN_NAMED = {"midnight": time(0), "elevenses": time(11), "noon": time(12), "fika": time(15), "teatime": time(16)}
 
@@ -203,7 +203,7 @@ def begin_time(value: str, now: datetime) -> datetime | None:
     text = value.strip()
     if match := _BEGIN_NOW.fullmatch(text):
         sign, count, unit = match.groups()
-        seconds = int(count or 0) * _UNIT_SECONDS[(unit or "seconds").lower().rstrip("s")]
+        seconds = int(count or 0) * UNIT_S[(unit or "s")[0].lower()]
         return now + timedelta(seconds=-seconds if sign == "-" else seconds)
     lowered = text.lower()
     if lowered in ("today", "tomorrow"):

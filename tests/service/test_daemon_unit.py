@@ -913,7 +913,7 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
     config.write_text('[compass]\nqueue = "easy"\n')
     done = runner.invoke(cli, ["daemon", "--config", str(config), "--once"])
     assert done.exit_code == 2 and "Traceback" not in done.output
-    assert f"queue = 'easy' (from {config}) is not one of backfill, fifo" in done.stderr
+    assert f"queue = 'easy' (from {config}) is not one of fifo, backfill" in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 2  # the error line (and its hint)
 
 

@@ -1,0 +1,18 @@
+"""The Scheduler's queue disciplines (scheduler.py), and the defaults the daemon and the simulator share.
+
+Without imports on purpose: config.py reads it, and the submit hook and wrapper read the config on every
+submission, which must not load the scheduler and its policies.
+"""
+
+#: the queue disciplines: strict priority order, or EASY backfill (a reservation for the first job that does
+#: not fit; later ones start only where they do not delay it)
+QUEUES = ("fifo", "backfill")
+#: the discipline of the daemon and of `compass simulate` by default, as Slurm's own sched/backfill
+DEFAULT_QUEUE = "backfill"
+#: backfill's slack for a blocked one-node whole-node head, the daemon's and the simulator's by default
+#: (config.py "slack" says why 0.5)
+DEFAULT_SLACK = 0.5
+#: the slack of a Scheduler or a simulation whose caller names none, and of a sweep plan saved before the
+#: setting existed: EASY's rule, no job delays the head past its first reservation. It differs from
+#: DEFAULT_SLACK on purpose: the engine is the textbook algorithm unless told otherwise.
+EASY_SLACK = 0.0
