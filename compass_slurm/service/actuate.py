@@ -157,7 +157,8 @@ class Actuator:
                     unrelease.append(job_id)
             else:
                 # Pending again until Slurm restarts it: keep its new place as a decision to verify.
-                book.move(job_id, JobState.PLACED, decision=decision, job=policy.cluster.jobs[job_id], at=now)
+                book.move(job_id, JobState.PLACED, decision=decision, job=policy.cluster.jobs[job_id], at=now,
+                          logged=report.decisions[at])
             rate.spend(now, len(job_moves))
             for m in job_moves:
                 report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))

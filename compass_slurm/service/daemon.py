@@ -356,7 +356,7 @@ class Daemon:
             if stale is not None:
                 # Its pin is ours: it must not tie the job to those nodes in this cycle, nor in a later one if no
                 # room is found now.
-                self.book.move(job_id, JobState.PINNED, pin=record.decision.nodes)
+                self.book.move(job_id, JobState.PINNED, pin=record.decision.nodes, logged=record.logged)
                 policy.remove(job_id)
                 log.info("job %s: re-planning, %s", job_id, stale)
         self.book.set_short(short)
@@ -438,7 +438,7 @@ class Daemon:
             else:
                 # when Slurm was told, not when the cycle began: telling it hundreds of jobs takes a while,
                 # and a job told late must not look stale (and be placed again) in the next cycle
-                book.move(p.job.id, JobState.PLACED, decision=decision, job=p.job, at=self.clock())
+                book.move(p.job.id, JobState.PLACED, decision=decision, job=p.job, at=self.clock(), logged=record)
             log.info("%s job %s (%s, %s) on %s: %s; SIF %s -> %s", record.action, p.job.id, record.request,
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
                      _num(record.sif_after))
@@ -469,8 +469,8 @@ class Daemon:
                     book.move(job_id, JobState.REPLANNED, unheard=record.unheard)
             elif slurm is None or not slurm.pending:
                 book.move(job_id, None)
-            elif not pinned_to(slurm, pin):
-                book.move(job_id, JobState.REPLANNED)
+            elif not pinned_to(slurm, pin):  # where Slurm starts it is checked against the place logged
+                book.move(job_id, JobState.REPLANNED, unheard=record.logged)
 
     def _older_pin(self, obs: Observation, job_id: str) -> None:
         """A re-planned job whose ReqNodeList is the pin of an earlier decision of ours (the daemon killed while

@@ -110,8 +110,12 @@ class JobRecord:
     alloc: Mapping[str, int] | None = None
     #: PINNED (and REPLANNED, when Slurm still holds an older one): the nodes of the daemon's pin
     pin: tuple[str, ...] | None = None
-    #: REPLANNED: the logged record of a place Slurm never heard (None: it heard, or the record is forgotten)
+    #: REPLANNED: the logged record of a place Slurm does not hold (never heard, or someone else set its nodes
+    #: since; None: the record is forgotten)
     unheard: DecisionRecord | None = None
+    #: PLACED and PINNED: the logged record of the decision Slurm holds (REPLANNED's ``unheard`` if it no longer
+    #: does)
+    logged: DecisionRecord | None = None
     #: LEAVING and LEFT: why it is left to Slurm; LEAVING: whether the daemon's pin is to be cleared
     why: str = ""
     unpin: bool = False
@@ -184,7 +188,8 @@ class JobBook:
 
     def move(self, job_id: str, to: JobState | None, *, decision: Decision | None = None, job: Job | None = None,
              at: float = 0.0, alloc: Mapping[str, int] | None = None, pin: tuple[str, ...] | None = None,
-             unheard: DecisionRecord | None = None, why: str = "", unpin: bool = False) -> None:
+             unheard: DecisionRecord | None = None, logged: DecisionRecord | None = None, why: str = "",
+             unpin: bool = False) -> None:
         """Put ``job_id`` in state ``to`` (None: forget it) with that state's payload; the lease survives only
         into a state of ``LEASED``."""
         record = self._records.get(job_id)
@@ -204,8 +209,8 @@ class JobBook:
             return
         if to not in LEASED:
             self._leases.pop(job_id, None)
-        record = self._records[job_id] = JobRecord(job_id, to, decision, job, at, False, alloc, pin, unheard, why,
-                                                   unpin)
+        record = self._records[job_id] = JobRecord(job_id, to, decision, job, at, False, alloc, pin, unheard, logged,
+                                                   why, unpin)
         self._in[to][job_id] = record
         if to is R:
             self._allocs[job_id] = alloc

@@ -52,7 +52,8 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
             continue
         was = placed.get(job_id)
         if was is not None and (slurm := obs.slurm_jobs.get(job_id)) is not None and slurm.pending:
-            move(job_id, JobState.PINNED, pin=was.decision.nodes)  # held back by Slurm since it was decided
+            # held back by Slurm since it was decided
+            move(job_id, JobState.PINNED, pin=was.decision.nodes, logged=was.logged)
         elif was is not None or job_id in seen:
             move(job_id, None)
         moves += policy.remove(job_id)
@@ -107,7 +108,7 @@ def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str
         if slurm is None or not slurm.pending:
             continue
         if _ours(record, slurm):
-            book.move(job_id, JobState.PINNED, pin=record.nodes)
+            book.move(job_id, JobState.PINNED, pin=record.nodes, logged=record)
         else:
             book.move(job_id, JobState.REPLANNED, unheard=record)
             replanned.append(job_id)
@@ -122,7 +123,7 @@ def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str
                 log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
                 continue
             book.move(p.job.id, JobState.PLACED, decision=Decision(p.job.id, record.nodes, p.job.gpus, record.rule),
-                      job=p.job, at=now)
+                      job=p.job, at=now, logged=record)
             log.info("job %s: taking over the earlier decision (%s)", p.job.id, fmt(record.gpus_per_node))
         else:
             book.move(p.job.id, JobState.REPLANNED, unheard=record)
@@ -169,7 +170,8 @@ def ran_elsewhere(obs: Observation, policy: Policy, records: list[DecisionRecord
     """Records of the jobs of ``records`` (each a job's latest place logged) that run, or ran, on other nodes
     (``ran``: where Slurm says, finished jobs too), logged as ``adopted`` where they ran, so that a job's latest
     record names them. Such a job was decided by a daemon killed while telling Slurm (Slurm ran it where it
-    chose once its lease ran out), or Slurm refused the decision because it had started the job meanwhile."""
+    chose once its lease ran out), Slurm refused the decision because it had started the job meanwhile, or
+    someone else pointed the job at other nodes after Slurm heard it."""
     out = []
     for r in records:
         nodes = ran.get(r.job_id)
@@ -188,7 +190,8 @@ def ran_elsewhere(obs: Observation, policy: Policy, records: list[DecisionRecord
     return out
 
 
-_ELSEWHERE = "ran elsewhere than logged (Slurm never heard of the decision, or started the job first); adopted there"
+_ELSEWHERE = ("ran elsewhere than logged (Slurm never heard of the decision, started the job first, or someone else "
+              "set its nodes); adopted there")
 
 
 def pinned_to(job: SlurmJob, nodes: tuple[str, ...]) -> bool:

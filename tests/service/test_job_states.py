@@ -73,8 +73,6 @@ class ToySlurm(Backend):
         self.refusal: str | None = None
         #: killed at this many scontrol commands from now (None: not)
         self.kill_in: int | None = None
-        #: jobs an admin pointed elsewhere since the daemon placed them
-        self.repointed: set[str] = set()
 
     def read_state(self):
         return cluster(self.nodes, list(self.jobs.values()))
@@ -191,7 +189,6 @@ def run(db: str, steps: list[tuple], trace: bool = False) -> None:
             slurm.jobs[job.id] = replace(job, reason="BadConstraints")
         elif kind == "admin pin" and (job := pick(pending_jobs)) and job.num_nodes == 1:
             slurm.pins.pop(job.id, None)
-            slurm.repointed.add(job.id)
             slurm.jobs[job.id] = replace(job, required_nodes=(f"n{args[0] % NODES + 1}",))
         elif kind in ("drain", "resume"):
             at = args[0] - 1
@@ -246,8 +243,7 @@ def check(daemon: Daemon, slurm: ToySlurm, read, report) -> None:
     was_running = {j.id for j in read.jobs if not j.pending}
     with Store.open(daemon.db, create=False) as store:
         for job in slurm.jobs.values():
-            # (not yet for a job an admin re-pointed that Slurm then started there: see issue 30's note)
-            if not job.pending and job.id in was_running and job.id not in slurm.repointed:
+            if not job.pending and job.id in was_running:
                 latest = [d for d in store.decisions(job=job.id) if d.action in (*PLACES, "left")][-1:]
                 assert not latest or latest[0].action == "left" or set(latest[0].nodes) == set(job.nodes), job.id
 
