@@ -29,7 +29,7 @@ from .bookkeeping import CycleReport, fmt, log, per_node
 from .job_states import JobBook, JobState
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
-from .sync import pinned_to
+from .sync import pinned_by_us
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
@@ -224,10 +224,7 @@ class Actuator:
         book.forget_many([j for j in left if (s := obs.slurm_jobs.get(j)) is None or not s.pending])
         for job_id in sorted(obs.left.keys() - left.keys() - leaving.keys(), key=id_order):
             # a job the daemon had pinned before it came to be left (its nodes lost what it asks): unpinned too
-            was = book.get(job_id)
-            pinned = None if was is None else was.pin
-            book.move(job_id, JobState.LEAVING, why=obs.left[job_id],
-                      unpin=pinned is not None and pinned_to(obs.slurm_jobs[job_id], pinned))
+            book.move(job_id, JobState.LEAVING, why=obs.left[job_id], unpin=pinned_by_us(obs, book, job_id))
         lists = [(leave_argv(batch, unpin), batch) for unpin in (False, True)
                  for batch in _chunks(sorted((j for j, r in leaving.items() if r.unpin is unpin), key=id_order))]
         for job_id in self._each(lists, report, "leave"):

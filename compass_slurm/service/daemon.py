@@ -65,7 +65,8 @@ from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
 from .spool import for_log
 from .store import PINS, DecisionRecord, Pruner, StoreError
-from .sync import left_queue, mirror, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over, waiting_ids
+from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over,
+                   waiting_ids)
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
 #: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
@@ -426,7 +427,7 @@ class Daemon:
             if failure is not None:
                 if REFUSED_FOR_GOOD.search(failure):
                     book.move(p.job.id, JobState.LEAVING, why=f"Slurm refused the decision ({failure}); left to Slurm",
-                              unpin=self._pinned_by_us(obs, p.job.id))
+                              unpin=pinned_by_us(obs, book, p.job.id))
                 policy.remove(p.job.id)
                 after = fragmentation(policy)
                 decided_record = record
@@ -484,11 +485,6 @@ class Daemon:
             return
         if any(d.action in PINS and pinned_to(slurm, d.nodes) for d in history):
             self.book.move(job_id, JobState.REPLANNED, unheard=record.unheard, pin=slurm.required_nodes)
-
-    def _pinned_by_us(self, obs: Observation, job_id: str) -> bool:
-        """Whether the job's ReqNodeList is the daemon's pin (one it knows of, and Slurm still shows it)."""
-        record, slurm = self.book.get(job_id), obs.slurm_jobs.get(job_id)
-        return record is not None and record.pin is not None and slurm is not None and pinned_to(slurm, record.pin)
 
     def _expected_ends(self, obs: Observation, policy: Policy, now: float) -> dict[str, float | None]:
         """When each job the policy holds will have ended by its time limit (None: unlimited or unknown).

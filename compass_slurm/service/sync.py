@@ -199,6 +199,12 @@ def pinned_to(job: SlurmJob, nodes: tuple[str, ...]) -> bool:
     return set(job.required_nodes) == set(nodes)
 
 
+def pinned_by_us(obs: Observation, book: JobBook, job_id: str) -> bool:
+    """Whether the job's ReqNodeList is a pin of the daemon's that it knows of (its record's), as Slurm shows it."""
+    record, slurm = book.get(job_id), obs.slurm_jobs.get(job_id)
+    return record is not None and record.pin is not None and slurm is not None and pinned_to(slurm, record.pin)
+
+
 def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
     """Whether the job's ReqNodeList is the pin of its last logged decision."""
     return record.action in PINS and pinned_to(job, record.nodes)
