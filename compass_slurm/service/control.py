@@ -6,7 +6,7 @@ answers ``{"ok": false, "error": "..."}`` and the server keeps serving.
 
 Built-in ops (the daemon registers their handlers):
 
-- ``ping``                     -> ``{"ok": true, "policy": ..., "cycle": n, "role": "leader" | "standby",
+- ``ping``                     -> ``{"ok": true, "policy": ..., "cycle": n, "looks": n, "role": "leader" | "standby",
   "leader": {"host", "pid", "since", "token"} or null}`` (service/leader.py)
 - ``submitted`` ``job``        -> the daemon runs an early cycle for the new job
 - ``job``       ``job``        -> the status of a job the caller owns

@@ -31,7 +31,10 @@ the error recorded: nothing is changed on a partial picture. The control socket'
 ``submitted`` wakes the loop for an early cycle (``Daemon.handlers()``), and so does the
 cheap look every ``watch`` seconds between cycles when it finds a managed pending job the
 last cycle did not see, or that a GPU job the last cycle saw running has left its nodes
-(its GPUs are free: handing them on need not wait for the next ``interval``).
+(its GPUs are free: handing them on need not wait for the next ``interval``). Cycles are
+at least ``min_cycle_spacing`` apart whatever wakes them, and the spacing doubles (up to
+``interval``) while work piles up within it: a stream of submissions costs slurmctld one
+read per interval, not one per job (``Daemon._wait``).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ class Daemon:
         self.rate = RateLimit(config.migrations_per_hour, burst=config.migrations_burst)
         self.stale_after = max(30.0, 3 * config.interval)
         self.cycles = 0
+        #: looks run since the start (each costs slurmctld a read of every job, as a cycle's job read does)
+        self.looks = 0
         #: the latest translated Slurm state, for the control socket's questions
         self.observation: Observation | None = None
         #: what unchanged jobs translated to last cycle (taken as it was, not worked out again)
@@ -117,6 +122,8 @@ class Daemon:
         self.seen_running: frozenset[str] = frozenset()
         self.looked_holding: frozenset[str] = frozenset()
         self.watching = True
+        #: the fewest seconds from this cycle's start to the next one's (``_wait``: doubled while work piles up)
+        self.spacing = config.min_cycle_spacing
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -146,23 +153,46 @@ class Daemon:
             if (obs := self.observation) is not None and self.leadership.leads:  # retention, between cycles;
                 # the jobs Slurm has keep places
                 pruner.between_cycles(lambda: obs.slurm_jobs.keys() | obs.running.keys())
-            self._wait(interval, started + self.config.min_cycle_spacing)
+            self._wait(interval, started + self.spacing)
             self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
         pruner.close()
         self.close()
 
     def _wait(self, interval: float, earliest: float = 0.0) -> None:
-        """Until ``interval`` seconds from now, or sooner when woken; never before ``earliest`` (monotonic, the
-        minimum spacing of cycles) whatever woke it: only ``stop`` ends the wait then."""
+        """Until ``interval`` seconds from now, or sooner when woken (a poke, or news the look finds); never before
+        ``earliest`` (monotonic: the spacing of cycles), whatever woke it: only ``stop`` ends the wait then.
+
+        No look inside the spacing: whatever it found could start no cycle sooner, and each look costs slurmctld
+        a read of every job. Work already waiting when the spacing ends means news comes faster than cycles (a
+        stream of submissions): the next spacing doubles, up to ``interval``, so a stream is served by one cycle
+        per interval rather than one per job; a spacing that ends with nothing waiting falls back to
+        ``min_cycle_spacing``, so a lone job on a quiet cluster still starts a cycle at once."""
         deadline = time.monotonic() + interval
-        while (left := deadline - time.monotonic()) > 0:
-            watch = self.config.watch if self.watching else 0.0
-            if self.wake.wait(min(left, watch) if watch > 0 else left) or (watch > 0 and self._news()):
-                break
-        self.stop.wait(max(0.0, earliest - time.monotonic()))
+        if self.stop.wait(max(0.0, earliest - time.monotonic())):
+            return
+        busy = self.wake.is_set() or self._looked()
+        self.spacing = self._next_spacing(busy, interval)
+        while not busy and (left := deadline - time.monotonic()) > 0:
+            busy = self.wake.wait(min(left, self._watch) if self._watch > 0 else left) or self._looked()
+
+    def _next_spacing(self, busy: bool, interval: float) -> float:
+        """The spacing after the next cycle: doubled while work piles up within it (at most ``interval``, at
+        least ``min_cycle_spacing``), else ``min_cycle_spacing``."""
+        least = self.config.min_cycle_spacing
+        return max(least, min(2 * self.spacing, interval)) if busy else least
+
+    @property
+    def _watch(self) -> float:
+        """Seconds between looks; 0: no look (none configured, or the backend has none)."""
+        return self.config.watch if self.watching else 0.0
+
+    def _looked(self) -> bool:
+        """Whether a look now (when looks are on) finds work for a cycle."""
+        return self._watch > 0 and self._news()
 
     def _news(self) -> bool:
         """Whether the cheap look finds work for a cycle: a new managed pending job, or freed GPUs."""
+        self.looks += 1
         try:
             look = self.backend.look()
         except SlurmError as err:
@@ -529,9 +559,11 @@ class Daemon:
     # -- the control socket's questions ------------------------------------------------------
 
     def handlers(self) -> dict[str, Handler]:
-        """Answers for compass_slurm.service.control.ControlServer: ping, submitted (wakes a cycle), job."""
+        """Answers for compass_slurm.service.control.ControlServer: ping (with the cycles and looks run, which
+        benchmarks/slurmctld_load.py reads), submitted (wakes a cycle), job."""
         return {
-            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles, **self._role()},
+            "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles, "looks": self.looks,
+                                       **self._role()},
             "submitted": self._submitted,
             "job": self._job_status,
         }

@@ -133,6 +133,10 @@ class DaemonProcess:
         """The daemon's cycle count, or None when it does not answer."""
         return self._answer("cycle")
 
+    def looks(self) -> int | None:
+        """The looks it ran between cycles, or None when it does not answer."""
+        return self._answer("looks")
+
     def role(self) -> str | None:
         """"leader" or "standby" (service/leader.py), or None when it does not answer."""
         return self._answer("role")

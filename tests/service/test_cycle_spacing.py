@@ -1,5 +1,6 @@
 """Cycles are at least min_cycle_spacing apart, whatever wakes them: a burst of the control socket's
-``submitted`` from a user's process costs at most the cycles that spacing allows (its pokes coalesce)."""
+``submitted`` from a user's process costs at most the cycles that spacing allows (its pokes coalesce); while news
+comes faster than cycles the spacing doubles up to the interval, and a quiet spacing brings it back."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from compass_slurm.service.control import ControlServer
 from compass_slurm.service.control_client import request
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.slurm.snapshot import SnapshotBackend
+from compass_slurm.slurm.state import Look
 
 from tests.service.test_daemon_unit import cluster, nodes, pending
 
@@ -52,13 +54,37 @@ def _burst(path: Path) -> float:
 
 
 class Counting(SnapshotBackend):
+    """Counts the cycles' reads and the looks; each look finds a new managed job while ``streaming`` is set."""
+
     def __init__(self, state) -> None:
         super().__init__(state, out=None)
         self.reads: list[float] = []
+        self.looks = 0
+        self.streaming = threading.Event()
 
     def read_state(self):
         self.reads.append(time.monotonic())
         return super().read_state()
+
+    def look(self):
+        self.looks += 1
+        new = {f"new{self.looks}"} if self.streaming.is_set() else set()
+        return Look(frozenset(new), frozenset())
+
+
+def _running(daemon: Daemon, interval: float) -> threading.Thread:
+    loop = threading.Thread(target=daemon.run, args=(interval,), daemon=True)
+    loop.start()
+    return loop
+
+
+def _gaps(reads: list[float]) -> list[float]:
+    return [b - a for a, b in zip(reads, reads[1:])]
+
+
+def _spaced(gaps: list[float], expected: list[float]) -> bool:
+    """Whether the gaps are the spacings expected: never less, and more only by a cycle and a look (a loaded host)."""
+    return len(gaps) >= len(expected) and all(e * 0.99 <= g < e + 0.15 for g, e in zip(gaps, expected))
 
 
 def test_a_burst_of_pokes_from_a_user_costs_only_the_cycles_the_spacing_allows():
@@ -69,15 +95,14 @@ def test_a_burst_of_pokes_from_a_user_costs_only_the_cycles_the_spacing_allows()
     rundir.chmod(0o755)  # another uid's client can reach the socket
     try:
         with ControlServer(rundir / "compass.sock", daemon.handlers()) as server:
-            loop = threading.Thread(target=daemon.run, args=(3600.0,), daemon=True)
-            loop.start()
+            loop = _running(daemon, 3600.0)
             took = _burst(server.path)
             time.sleep(spacing * 1.5)  # the cycle the last pokes asked for
             daemon.shutdown()
             loop.join(10)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
-    gaps = [b - a for a, b in zip(backend.reads, backend.reads[1:])]
+    gaps = _gaps(backend.reads)
     assert len(backend.reads) >= 2, "the pokes woke a cycle"
     assert min(gaps) >= spacing * 0.99, gaps
     # the first cycle, then at most one per spacing while the burst lasted, and the one its last pokes asked for
@@ -88,3 +113,55 @@ def test_a_burst_of_pokes_from_a_user_costs_only_the_cycles_the_spacing_allows()
 def test_the_spacing_is_a_setting(tmp_path, env, expected):
     (tmp_path / "config.toml").write_text("")
     assert load_config(tmp_path / "config.toml", environ=env).min_cycle_spacing == expected
+
+
+SPACING, INTERVAL = 0.1, 0.8
+
+
+def _started(watch: float, streaming: bool) -> tuple[Daemon, Counting, threading.Thread]:
+    """A daemon at SPACING and INTERVAL, running; each of its looks finds a new job while ``streaming``."""
+    backend = Counting(cluster(nodes(2), [pending("7", gpus=1)]))
+    if streaming:
+        backend.streaming.set()
+    daemon = Daemon(Config(anchors="", watch=watch, min_cycle_spacing=SPACING), backend, None)
+    return daemon, backend, _running(daemon, INTERVAL)
+
+
+def _stopped(daemon: Daemon, loop: threading.Thread) -> None:
+    daemon.shutdown()
+    loop.join(10)
+
+
+def test_a_stream_of_news_doubles_the_spacing_up_to_the_interval_and_no_look_falls_inside_it():
+    daemon, backend, loop = _started(watch=0.05, streaming=True)
+    time.sleep(3.0)
+    _stopped(daemon, loop)
+    gaps = _gaps(backend.reads)
+    assert _spaced(gaps, [0.1, 0.2, 0.4] + [INTERVAL] * (len(gaps) - 3)), gaps
+    assert backend.looks == len(gaps), "one look per spacing, at its end: none inside it"
+
+
+def test_a_quiet_spacing_brings_it_back_so_a_lone_job_starts_a_cycle_at_once():
+    daemon, backend, loop = _started(watch=0.05, streaming=True)
+    time.sleep(1.5)  # the stream has pushed the spacing to the interval
+    backend.streaming.clear()
+    time.sleep(2 * INTERVAL)  # a quiet spacing, then the interval's own cycles
+    assert daemon.spacing == SPACING
+    quiet = len(backend.reads)
+    while len(backend.reads) == quiet:  # an interval's cycle has just begun
+        time.sleep(0.005)
+    daemon.poke()  # a lone job: served once the spacing ends, not at the next interval
+    time.sleep(INTERVAL / 2)
+    _stopped(daemon, loop)
+    assert _spaced(_gaps(backend.reads[quiet:quiet + 2]), [SPACING]), _gaps(backend.reads[quiet:])
+
+
+def test_without_looks_the_pokes_alone_set_the_spacing():
+    daemon, backend, loop = _started(watch=0.0, streaming=False)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # a poke every 10 ms for a second
+        daemon.poke()
+        time.sleep(0.01)
+    _stopped(daemon, loop)
+    assert backend.looks == 0
+    assert _spaced(_gaps(backend.reads), [0.1, 0.2, 0.4]), _gaps(backend.reads)

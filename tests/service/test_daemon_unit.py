@@ -941,6 +941,7 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
             assert daemon.cycles == 2  # woken long before the 60 s interval
             reply = request(path, {"op": "ping"}, 2.0)
             leader = reply.pop("leader")
+            assert reply.pop("looks") == daemon.looks
             assert reply == {"ok": True, "policy": Config.policy, "cycle": 2, "role": "leader"}
             assert (leader["host"], leader["pid"], leader["token"]) == (socket.gethostname(), os.getpid(), 1)
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
