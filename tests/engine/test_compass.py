@@ -626,3 +626,28 @@ def test_candidates_name_the_best_node_of_every_tier_the_rule_chooses_among():
     # A partition restriction limits the candidates too.
     assert policy.candidates(Job("e", 1, 1), {"n3"}) == ("n3 (empty)",)
     assert make_policy("best-fit", [Node("n0", 8)]).candidates(Job("x", 1, 1)) == ()
+
+
+@pytest.mark.parametrize(("migratable", "node", "rule"), [
+    (True, "n1", "1-GPU instance on the fullest partial pool node"),
+    (False, "n0", "may not move: best raw fit, there outside ABS: 1-GPU instance in slotted-node residue "
+                  "(work-conserving)"),
+])
+def test_compass_easy_puts_a_job_that_may_not_move_where_best_fit_would(migratable, node, rule):
+    # n0: a 4-GPU and a 2-GPU slot (2 GPUs of residue, no vacancy); n1: a pool node with 3 ones. ABS sends a
+    # 1-GPU job to the pool node, where Compact could later tidy it up; one that may never move goes to the
+    # fullest node that fits, n0, beside the slots.
+    policy = make_policy("compass-easy", cluster(3))
+    for job, where in [one("four", 4, "n0"), one("two", 2, "n0"), ones("pool", "n1", 3)]:
+        policy.adopt(job, where)
+    decision = policy.place(Job("j", 1, 1, migratable=migratable))
+    assert (decision.nodes, decision.rule) == ((node,), rule)
+    policy.check()
+
+
+def test_compass_easy_explains_a_job_that_may_not_move_by_best_fit_s_tiers():
+    policy = make_policy("compass-easy", cluster(3))
+    for job, where in [one("four", 4, "n0"), one("two", 2, "n0"), ones("pool", "n1", 3)]:
+        policy.adopt(job, where)
+    assert policy.candidates(Job("j", 1, 1, migratable=False)) == ("n0 (2 free)", "n1 (5 free)", "n2 (8 free)")
+    assert policy.candidates(Job("j", 1, 1)) == ("n1 (pool room 5)", "n2 (empty)")

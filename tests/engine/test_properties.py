@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,3 +147,28 @@ def test_compass_easy_keeps_the_bound_while_a_job_waits_and_all_is_in_abs(events
             assert_bound(policy)
 
     run("compass-easy", [Node(f"n{i}", 8) for i in range(n)], events, bound_when_claimed)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(distinct=True), st.integers(2, 6), st.sampled_from(["fifo", "backfill"]))
+def test_compass_easy_places_jobs_that_may_not_move_as_best_fit_does(events, n, queue):
+    """Issue 32: ABS keeps room for moves that a pinned job never makes, so compass-easy places such a job where
+    best fit would; with no job movable the two make the very same decisions, event by event."""
+    pinned = [(kind, replace(what, migratable=False) if kind == "arrive" else what) for kind, what in events]
+    decided = {}
+    for name in ("compass-easy", "best-fit"):
+        scheduler = Scheduler(make_policy(name, [Node(f"n{i}", 8) for i in range(n)]), queue)
+        arrivals: list[Job] = []
+        steps = []
+        for t, (kind, what) in enumerate(pinned):
+            if kind == "arrive":
+                arrivals.append(what)
+                step = scheduler.arrive(what, now=float(t), limit=float(10 + t % 7))
+            elif arrivals[what].id in scheduler.running or arrivals[what].id in scheduler.queue:
+                step = scheduler.depart(arrivals[what].id, now=float(t))
+            else:
+                continue
+            assert not step.migrations
+            steps.append([(d.job, d.nodes) for d in step.decisions])
+        decided[name] = steps
+    assert decided["compass-easy"] == decided["best-fit"]

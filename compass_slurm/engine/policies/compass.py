@@ -7,8 +7,10 @@ Three registered variants share this code:
 - ``compass-wc``: work-conserving; a job that ABS refuses but raw GPU counts fit is
   placed outside ABS, and Compact brings it back into ABS when it can.
 
-``compass-easy`` is ``compass-wc`` that migrates only while a job waits and, under a
-finite budget, re-homes an orphan only where the move removes a partial node.
+``compass-easy`` is ``compass-wc`` that migrates only while a job waits, under a finite
+budget re-homes an orphan only where the move removes a partial node, and places a job
+that may not move where best fit would (Compact could never tidy it up later): with no
+job movable it places exactly as best fit does.
 
 Every move of a running instance is returned as a Migration. Instances of jobs
 that are not migratable are pinned: nothing here moves them. A move that would
@@ -45,6 +47,8 @@ class Rule(Enum):
 SLOT_RULES = frozenset({Rule.SLOT, Rule.NEW_SLOT})
 #: rules outside ABS (compass-wc's fallback)
 OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
+#: how a job that may not move was placed (compass-easy); its ABS role follows
+PINNED_RULE = "may not move: best raw fit"
 
 
 class Mobile(NamedTuple):
@@ -77,6 +81,8 @@ class Compass(Policy):
     on_demand: ClassVar[bool] = False
     #: under a finite budget, re-home an orphan only where the move removes a partial node
     frugal: ClassVar[bool] = False
+    #: place a job that may not move where best fit would: ABS's rules keep room for moves that never come
+    pinned_best_fit: ClassVar[bool] = False
 
     def __init__(self, nodes, **config) -> None:
         super().__init__(nodes, **config)
@@ -134,8 +140,10 @@ class Compass(Policy):
         chosen: list[int] = []
         rules: list[Rule] = []
         pulls: list[Migration] = []
+        pinned = self.pinned_best_fit and not job.migratable
         for k in range(job.instances):
-            spot = self._spot(job.gpus, allowed, set(chosen) if job.distinct_nodes else set())
+            exclude = set(chosen) if job.distinct_nodes else set()
+            spot = self._best_raw_fit(job.gpus, allowed, exclude) if pinned else self._spot(job.gpus, allowed, exclude)
             if spot is None:
                 self._undo_place(job.id, k, pulls)
                 return None
@@ -147,6 +155,8 @@ class Compass(Policy):
             chosen.append(spot[0])
             rules.append(spot[1])
         rule = "; ".join(dict.fromkeys(r.value for r in rules))
+        if pinned:
+            rule = f"{PINNED_RULE}, there {rule}"
         if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
             self._confined[job.id] = allowed
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
@@ -183,20 +193,25 @@ class Compass(Policy):
 
         For an anchor, the lowest node of every residue D >= w*(g), then an empty node;
         for a 1-GPU instance, a vacancy, the lowest pool node of every room, then an empty
-        node, in rule order. O(G) lookups.
+        node, in rule order; for a job that may not move under compass-easy, the lowest node
+        of every free-GPU count that fits, as best fit. O(G) lookups.
         """
         gpus = job.gpus
         allowed = self._allowed(eligible)
         a, names = self.abs, self.cluster.nodes
         gids = self._groups_for(gpus, None)
         out: list[str] = []
-        if gpus >= 2:
+        if self.pinned_best_fit and not job.migratable:
+            free = self.cluster.free
+            tiers = [(free.bucket(f), f"{f} free") for f in range(gpus, free.max_key + 1)]
+        elif gpus >= 2:
             tiers = [(a.residue[g].bucket(d), f"D={d}") for g in gids
                      for d in range(slot_width(gpus, a.cap[g]), a.cap[g] + 1)]
         else:
             tiers = [(a.vacant[g], "vacancy") for g in gids]
             tiers += [(a.pool_room[g].bucket(r), f"pool room {r}") for g in gids for r in range(1, a.cap[g])]
-        tiers += [(a.empty[g], "empty") for g in gids]
+        if job.migratable or not self.pinned_best_fit:
+            tiers += [(a.empty[g], "empty") for g in gids]
         for members, label in tiers:
             i = _pick(members, allowed, set())
             if i is not None:
@@ -232,6 +247,34 @@ class Compass(Policy):
         if i is not None:
             return i, Rule.NEW_POOL, None
         return self._outside_abs(gpus, allowed, exclude) if within is None else None
+
+    def _best_raw_fit(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
+        """The node best fit picks (fewest free GPUs that fit, then the lowest index), with the ABS role the
+        instance takes there: what an observed allocation would take (``_adopted``)."""
+        free = self.cluster.free
+        for f in range(gpus, free.max_key + 1):
+            i = _pick(free.bucket(f), allowed, exclude)
+            if i is not None:
+                return self._role_on(i, gpus)
+        return None
+
+    def _role_on(self, i: int, gpus: int) -> Spot:
+        """The ABS role an instance of ``gpus`` GPUs already on node i takes (counted in its free GPUs, not yet
+        in ABS), named by the rule that would have chosen it: a slot where the residue holds its width, a filler
+        in a vacancy, a one where a GPU is left, else outside ABS."""
+        a = self.abs
+        kind = a.kind(i)
+        if gpus >= 2:
+            cap = self.cluster.capacity[i]
+            if gpus <= cap and kind != "pool" and a.residue_of(i) >= slot_width(gpus, cap):
+                return i, Rule.NEW_SLOT if kind == "empty" else Rule.SLOT, None
+            return i, Rule.EXTRA, None
+        slot = next((s for s in a.slots[i] if s.vacancy > 0), None)
+        if slot is not None:
+            return i, Rule.VACANCY, slot
+        if a.residue_of(i) < 1:
+            return i, Rule.EXTRA, None
+        return i, {"empty": Rule.NEW_POOL, "pool": Rule.POOL}.get(kind, Rule.ORPHAN), None
 
     def _groups_for(self, gpus: int, within: int | None) -> list[int]:
         """The groups an instance of ``gpus`` GPUs may go to: those big enough, or only ``within``."""
@@ -304,24 +347,8 @@ class Compass(Policy):
 
     def _adopted(self, job: Job, nodes: list[int]) -> None:
         """Fit an observed allocation into the closest ABS state; what cannot fit is an extra."""
-        c, a = self.cluster, self.abs
         for k, i in enumerate(nodes):
-            key = (job.id, k)
-            cap = c.capacity[i]
-            if job.gpus >= 2:
-                width = slot_width(job.gpus, cap) if job.gpus <= cap else cap + 1
-                if a.kind(i) != "pool" and a.residue_of(i) >= width:
-                    a.add_slot(i, width, key)
-                else:
-                    a.add_extra(i, key)
-                continue
-            slot = next((s for s in a.slots[i] if s.vacancy > 0), None)
-            if slot is not None:
-                a.add_filler(i, slot, key)
-            elif a.residue_of(i) >= 1:  # room on an empty, pool or slotted node
-                a.add_one(i, key)
-            else:
-                a.add_extra(i, key)
+            self._attach((job.id, k), self._role_on(i, job.gpus))
 
     # -- Compact -------------------------------------------------------------------------------
 
@@ -789,9 +816,10 @@ class CompassWorkConserving(Compass):
 @register
 class CompassEasy(CompassWorkConserving):
     name = "compass-easy"
-    summary = "work-conserving COMPASS that migrates only while a job waits (for EASY backfill)"
+    summary = "work-conserving COMPASS that migrates only while a job waits (for EASY backfill); jobs that may not move go best fit"
     on_demand = True
     frugal = True
+    pinned_best_fit = True
 
 
 def _best_fit(
