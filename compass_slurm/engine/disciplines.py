@@ -9,10 +9,10 @@ submission, which must not load the scheduler and its policies.
 QUEUES = ("fifo", "backfill")
 #: the discipline of the daemon and of `compass simulate` by default, as Slurm's own sched/backfill
 DEFAULT_QUEUE = "backfill"
-#: backfill's slack for a blocked one-node whole-node head, the daemon's and the simulator's by default
-#: (config.py "slack" says why 0.5)
-DEFAULT_SLACK = 0.5
 #: the slack of a Scheduler or a simulation whose caller names none, and of a sweep plan saved before the
-#: setting existed: EASY's rule, no job delays the head past its first reservation. It differs from
-#: DEFAULT_SLACK on purpose: the engine is the textbook algorithm unless told otherwise.
+#: setting existed: EASY's rule, no job delays the head past its first reservation. The engine is the
+#: textbook algorithm unless told otherwise.
 EASY_SLACK = 0.0
+#: backfill's slack for a blocked one-node whole-node head, the daemon's and the simulator's by default: EASY's
+#: rule too, a name of its own because it is a site's choice (config.py "slack" says why not 0.5 any more)
+DEFAULT_SLACK = EASY_SLACK

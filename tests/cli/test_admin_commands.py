@@ -185,7 +185,7 @@ def test_the_shipped_example_config_loads() -> None:
     settings = json_of("config", "show", "--config", str(etc))["settings"]
     assert settings["policy"] == {"value": "compass-easy", "source": str(etc)}
     assert settings["queue"] == {"value": "backfill", "source": str(etc)}
-    assert settings["slack"] == {"value": 0.5, "source": str(etc)}
+    assert settings["slack"] == {"value": 0, "source": str(etc)}
     assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
     assert settings["migrations_burst"] == {"value": "10%", "source": str(etc)}
 

@@ -68,12 +68,12 @@ def test_status_says_the_burst_cap_beside_the_budget(isolated: Path) -> None:
 
 def test_status_says_the_slack_beside_the_queue(isolated: Path) -> None:
     doc = json_of("status", "--snapshot", str(MIXED))
-    assert (doc["queue"], doc["slack"]) == ("backfill", 0.5)  # the default
+    assert (doc["queue"], doc["slack"]) == ("backfill", 0.0)  # the default: EASY's rule, nothing to say
+    assert " · queue backfill · " in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
+    isolated.write_text('[compass]\nslack = 0.5\n')
+    assert json_of("status", "--snapshot", str(MIXED))["slack"] == 0.5
     header = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout.splitlines()[0]
     assert " · queue backfill (slack 0.5) · " in header
-    isolated.write_text('[compass]\nslack = 0\n')  # EASY's rule, nothing to say
-    assert json_of("status", "--snapshot", str(MIXED))["slack"] == 0.0
-    assert " · queue backfill · " in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
     isolated.write_text('[compass]\nslack = 0.5\nqueue = "fifo"\n')  # slack acts under backfill only
     header = invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout.splitlines()[0]
     assert " · queue fifo · " in header

@@ -63,5 +63,5 @@ def test_an_array_job_runs_the_grid_and_the_collect_job_merges_what_finished(dev
     assert sorted(f["task"] for f in failed) == [4, 5, 6, 7]
     assert all(f["window"] == "empty" and "no jobs to simulate" in f["reason"] for f in failed)
     log = (out / "collect.log").read_text()
-    assert "| early | best-fit |" in log and "failed: task 4 (empty best-fit eta=0.9 backfill slack=0.5 budget=12)" in log
+    assert "| early | best-fit |" in log and "failed: task 4 (empty best-fit eta=0.9 backfill slack=0 budget=12)" in log
     assert (out / "sweep.png").stat().st_size > 0

@@ -74,21 +74,22 @@ def test_the_daemon_defaults_are_the_simulators():
 
     assert simulate.DEFAULT_QUEUE == Config.queue and simulate.DEFAULT_BUDGET == Config.migrations_per_hour
     assert sweep.DEFAULT_BUDGET == Config.migrations_per_hour == "per-node"
-    assert sweep.DEFAULT_SLACK == Config.slack == 0.5 and sweep.DEFAULT_QUEUE == Config.queue
+    assert sweep.DEFAULT_SLACK == Config.slack == 0.0 and sweep.DEFAULT_QUEUE == Config.queue
     assert simulate.DEFAULT_BURST == sweep.BURST_DEFAULT == Config.migrations_burst == "10%"
     assert CHOICES["queue"] is QUEUES
 
 
 def test_the_engine_s_own_slack_is_easy_s_rule_where_its_caller_names_none():
     """The one named difference (engine/disciplines.py): a Scheduler, a simulation (SimConfig) and an old sweep
-    plan without a slack are EASY's rule; the daemon, `compass simulate` and a new sweep use DEFAULT_SLACK."""
+    plan without a slack are EASY's rule; the daemon, `compass simulate` and a new sweep use DEFAULT_SLACK, which
+    is EASY's rule too since issue 32 measured what a slack costs whole-node jobs."""
     import inspect
 
     from compass_slurm.engine.disciplines import DEFAULT_SLACK, EASY_SLACK
     from compass_slurm.sim import sweep
     from compass_slurm.sim.loop import SimConfig
 
-    assert EASY_SLACK == 0.0 != DEFAULT_SLACK
+    assert EASY_SLACK == 0.0 == DEFAULT_SLACK
     assert inspect.signature(Scheduler).parameters["slack"].default == EASY_SLACK
     assert SimConfig.slack == EASY_SLACK and sweep.Task.slack == EASY_SLACK
     assert Config.slack == DEFAULT_SLACK

@@ -48,10 +48,10 @@ def test_json_has_the_contract_keys_per_policy(trace):
         assert row["instance_mapping"] == {"divisor": 1, "single": 3}  # 12 GPUs -> 2 x 6
         assert row["skipped_rows"] == 0
         assert row["mean_wait_by_class_s"].keys() == row["p99_wait_by_class_s"].keys() == CLASSES
-        # the daemon's defaults: backfill with a slack of half a whole-node head's estimate, one migration per
-        # node per sliding hour but at least 12 (2 nodes: 12), estimates as given
+        # the daemon's defaults: backfill under EASY's rule (no slack), one migration per node per sliding hour
+        # but at least 12 (2 nodes: 12), estimates as given
         assert (row["queue"], row["slack"], row["migrations_per_hour_setting"], row["migrations_per_hour"]) == (
-            "backfill", 0.5, "per-node", 12)
+            "backfill", 0.0, "per-node", 12)
         assert row["estimate_factor"] == 1.0
         assert (row["migratable"], row["managed"]) == (None, 1.0)
         assert (row["migrations_burst_setting"], row["migrations_burst"]) == ("10%", 2)  # a tenth of 12, rounded up

@@ -59,7 +59,7 @@ def test_the_grid_is_every_combination_in_a_fixed_order(sweep_dir):
         "all", "best-fit", 0.9, "backfill", 0)
     # the slack and the burst cap always named: the daemon's defaults may change, a plan's runs must not
     assert first.argv == ("--trace", str(sweep_dir / "t.csv"), "--policy", "best-fit", "--eta", "0.9", "--queue",
-                          "backfill", "--slack", "0.5", "--migrations-per-hour", "0", "--migrations-burst", "10%",
+                          "backfill", "--slack", "0", "--migrations-per-hour", "0", "--migrations-burst", "10%",
                           "--migration-delay", "4", "--json")
     assert plan.tasks[-1].window == "t 1000d:1001d" and "--window" in plan.tasks[-1].argv
     assert [t.index for t in plan.tasks] == list(range(16))
@@ -75,7 +75,7 @@ def test_the_burst_cap_is_a_coordinate_of_the_grid(sweep_dir):
     assert plan.tasks[0].argv[-6:] == ("per-node", "--migrations-burst", "unlimited", "--migration-delay", "4",
                                        "--json")
     assert plan.tasks[1].argv[-6:] == ("per-node", "--migrations-burst", "50%", "--migration-delay", "4", "--json")
-    assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill slack=0.5 budget=per-node burst=3"
+    assert plan.tasks[2].label() == "all best-fit eta=0.9 backfill slack=0 budget=per-node burst=3"
     plan.save()
     assert sweep.Plan.load(plan.output / "plan.json") == plan
     result = CliRunner().invoke(cli, ["simulate", "--sweep", str(sweep_dir / "s.toml")])
@@ -176,7 +176,7 @@ def test_a_local_sweep_merges_what_ran_and_names_what_failed(sweep_dir):
     assert all("no jobs to simulate" in f["reason"] for f in failed)
     errors = result.stderr.splitlines()
     assert errors[-1] == f"compass: 8 of 16 tasks failed; the others are merged in {out}"
-    assert errors[0].startswith("compass: task 8 failed (t 1000d:1001d best-fit eta=0.9 backfill slack=0.5 budget=0): ")
+    assert errors[0].startswith("compass: task 8 failed (t 1000d:1001d best-fit eta=0.9 backfill slack=0 budget=0): ")
     table = (out / "table.md").read_text()
     assert result.stdout == table and table.count("\n| all | ") == 8 and "failed: task 15 " in table
     assert (out / "sweep.png").stat().st_size > 0
@@ -216,9 +216,9 @@ def test_sbatch_submits_an_array_and_a_collect_job_after_it(sweep_dir):
     script = (out / "task.sh").read_text().splitlines()
     assert script[2] == 'case "$SLURM_ARRAY_TASK_ID" in'
     assert script[3] == (f"0) exec /opt/venv/bin/compass simulate --trace {sweep_dir}/t.csv --policy best-fit "
-                         "--eta 0.9 --queue backfill --slack 0.5 --migrations-per-hour 0 --migrations-burst 10% "
+                         "--eta 0.9 --queue backfill --slack 0 --migrations-per-hour 0 --migrations-burst 10% "
                          "--migration-delay 4 --json ;;  "
-                         "# all best-fit eta=0.9 backfill slack=0.5 budget=0")
+                         "# all best-fit eta=0.9 backfill slack=0 budget=0")
     assert len(script) == 3 + 16 + 2
     assert (out / "collect.sh").read_text() == (
         f"#!/bin/sh\nexec /opt/venv/bin/python -m compass_slurm.sim.sweep collect {out}/plan.json\n")
