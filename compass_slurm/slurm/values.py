@@ -16,7 +16,8 @@ _COMPOUND = {"drained": ("idle", "DRAIN"), "draining": ("mixed", "DRAIN"), "drai
              "maint": ("idle", "MAINTENANCE"), "reserved": ("idle", "RESERVED"), "resv": ("idle", "RESERVED"),
              "planned": ("idle", "PLANNED"), "alloc": ("allocated", None), "comp": ("completing", None),
              "drng": ("mixed", "DRAIN")}
-_HELD = {"JobHeldUser", "JobHeldAdmin"}
+#: pending reasons of a held job (``job_requeued_in_held_state``: requeue-held, still completing or pending again)
+_HELD = {"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"}
 #: [days-]hours:minutes:seconds, or fewer parts (minutes:seconds, minutes), as scontrol prints durations
 _DURATION = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 #: minutes at or above this are Slurm's INFINITE / NO_VAL markers, not time limits
