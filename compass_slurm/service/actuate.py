@@ -2,10 +2,12 @@
 
 A placement pins the job with ``scontrol update JobId=.. ReqNodeList=.. NumNodes=..
 TresPerNode=gres:gpu:g StartTime=now``. A migration of a running job is a requeue onto
-its new nodes (``requeuehold``, update, ``release``); a decided job that has not started
-yet is simply re-pointed. Each migration Slurm accepted is also a decision (action
-``migrated``: the new nodes, the ``from`` nodes, the reason), so a job's latest decision
-always names where it runs. Managed jobs still waiting keep their begin-time lease
+its new nodes over cycles: ``requeuehold`` in one, then, in the first cycle whose read shows
+the job pending again (its steps ended), the update and ``release``; no cycle waits for it.
+A decided job that has not started yet is simply re-pointed. Each migration is also a
+decision (action ``migrated``: the new nodes, the ``from`` nodes, the reason), logged before
+Slurm hears of it and rewritten as ``failed`` when Slurm refuses it, so a job's latest
+decision always names where it runs. Managed jobs still waiting keep their begin-time lease
 (``StartTime=now+<lease>``), renewed every half lease, so Slurm starts them itself
 only if the daemon is gone. Every Slurm refusal is returned or recorded, never raised.
 """
@@ -13,8 +15,8 @@ only if the daemon is gone. Every Slurm refusal is returned or recorded, never r
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import compress
 
 from ..engine.model import Decision, Migration
@@ -29,12 +31,16 @@ from .bookkeeping import CycleReport, fmt, log, per_node
 from .job_states import JobBook, JobState
 from .publish import Recorder
 from .store import DecisionRecord, MigrationRecord
-from .sync import pinned_by_us
+from .sync import REQUEUE, pinned_by_us
 
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
-#: seconds a requeued job may take to be pending again (its steps ending) before its migration fails
-REQUEUE_WAIT_S = 30.0
+#: the reason of a migration's record that re-points a job placed but not started
+REPOINTED = "compact: re-pointed before it started"
+#: why a requeued job's earlier record is rewritten: moved again before Slurm heard of that place
+SUPERSEDED = "compact: moved again before it was re-pinned there"
+#: how Slurm hears of a job's move (``_Move.kind``): requeued (running), re-pointed (placed), re-pinned later (requeued)
+_REQUEUE, _REPOINT, _AGAIN = "requeue", "re-point", "again"
 
 
 class Actuator:
@@ -51,14 +57,8 @@ class Actuator:
         failures: list[str | None] = [None] * len(decided)
         lines, at = [], []
         for k, (p, decision) in enumerate(decided):
-            gpus_per_node = decision.gpus_per_node()
-            sizes = set(gpus_per_node.values())
-            if len(sizes) != 1:
-                failures[k] = f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that"
-                continue
             try:
-                lines.append(update_argv(p.job.id, list(gpus_per_node), sizes.pop(), p.slurm.gpu_type,
-                                         start_now=True))
+                lines.append(_pin_argv(p.job.id, decision.gpus_per_node(), p.slurm.gpu_type))
             except SlurmError as err:
                 failures[k] = f"Slurm refused: {err}"
                 continue
@@ -69,101 +69,137 @@ class Actuator:
         return failures
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], book: JobBook, rate: RateLimit,
-                report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False,
-                may_act: Callable[[], bool] = lambda: True) -> None:
-        """Requeue every moved running job onto its new nodes; a placed-but-pending one is re-pointed. Each
-        move's decision is logged before Slurm hears of it, and rewritten as failed where Slurm refuses.
-        ``may_act`` is asked again after the requeues' waits: a daemon whose lead ran out meanwhile (see
-        leader.py) does not re-point them, and only releases what it held, so that no job is left held."""
+                report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False) -> None:
+        """Carry the migrations on across cycles, all told Slurm in one go: every moved running job requeue-held by
+        one command (REQUEUED: the policy holds it on its new nodes), a moved placed-but-pending one re-pointed, and
+        the jobs requeued earlier that Slurm shows pending now re-pinned and released (see ``_requeued``). No cycle
+        waits for a requeued job's steps to end. Each move's decision is logged before Slurm hears of it, and
+        rewritten as failed where Slurm refuses; a requeued job whose migration fails is released as it is."""
+        planned = self._plan(obs, policy, moves, book, report, dry_run)
+        recorder.ahead(report)
+        for m in planned:
+            rate.spend(now, m.count)
+            if m.kind == _AGAIN:  # re-pinned where it goes now once Slurm shows it pending; the place before never was
+                was = book.get(m.job)
+                recorder.refused(replace(was.logged, action="failed", reason=SUPERSEDED))
+                book.move(m.job, JobState.REQUEUED, decision=m.decision, job=policy.cluster.jobs[m.job],
+                          logged=report.decisions[m.at])
+        due, lost = _requeued(obs, book)
+        failures = _Failures(report, recorder, book)
+        for job_id, why in lost.items():
+            failures.add(book.get(job_id).logged, why)
+        pins = self._pins(due, book, failures)
+        lines = [line for job_id in pins for line in pins[job_id]]
+        repoint = [m for m in planned if m.kind == _REPOINT and m.why is None]
+        lines += [m.update for m in repoint]
+        requeue = [m.job for m in planned if m.kind == _REQUEUE and m.why is None]
+        if requeue:
+            lines.append(requeue_hold_argv(requeue))
+        results = iter(self.backend.scontrol_lines(lines) if lines else ())
+        for job_id, job_lines in pins.items():
+            self._repinned(job_id, [next(results) for _ in job_lines], book, report, failures, now)
+        for m in repoint:
+            self._repointed(m, next(results), policy, book, report, failures, now)
+        refused = _refused(next(results), requeue) if requeue else {}
+        for m in planned:
+            if m.why is not None or m.job in refused:
+                failures.add(report.decisions[m.at], m.why or refused[m.job], at=m.at, release=m.kind == _REQUEUE)
+            elif m.kind == _REQUEUE:
+                book.move(m.job, JobState.REQUEUED, decision=m.decision, job=policy.cluster.jobs[m.job],
+                          logged=report.decisions[m.at])
+                log.info("requeued job %s, to be re-pinned to %s", m.job, fmt(m.target))
+        failures.settle(self._release)
+
+    def _plan(self, obs: Observation, policy: Policy, moves: list[Migration], book: JobBook, report: CycleReport,
+              dry_run: bool) -> list[_Move]:
+        """This cycle's moves, one per job, each with its record in the report (not logged yet) and its kind: a
+        running job is requeued, a placed-but-pending one re-pointed, a requeued one re-pinned elsewhere later."""
         by_job: dict[str, list[Migration]] = {}
         for m in moves:
             if m.job in policy.cluster.jobs:
                 by_job.setdefault(m.job, []).append(m)
+        requeued = book.in_state(JobState.REQUEUED)
         planned = []
         for job_id, job_moves in by_job.items():
             target = per_node(policy, job_id)
+            was = requeued.get(job_id)
             running = obs.running.get(job_id)
-            if running is not None and dict(running.alloc) == target:
+            if (was.decision.gpus_per_node() if was is not None else running and dict(running.alloc)) == target:
                 continue  # moved and moved back within the cycle
-            repoint = job_id in book.placed
+            kind = _REPOINT if job_id in book.placed else _REQUEUE if was is None else _AGAIN
             job = policy.cluster.jobs[job_id]
             nodes = tuple(policy.cluster.nodes[i].name for _, i in policy.cluster.instances_of(job_id))
             decision = Decision(job_id, nodes, job.gpus, "compact")
-            planned.append((job_moves, target, repoint, decision, len(report.decisions)))
+            planned.append(_Move(job_id, target, kind, decision, len(report.decisions), len(job_moves)))
             report.decisions.append(DecisionRecord.of(
                 decision, job, policy.name, action="dry-run" if dry_run else "migrated",
-                from_nodes=_left(nodes, job_moves),
-                reason="compact: re-pointed before it started" if repoint else "compact: requeued",
+                from_nodes=was.logged.from_nodes if was is not None else _left(nodes, job_moves),
+                reason=REPOINTED if kind == _REPOINT else REQUEUE,
             ))
-        recorder.ahead(report)
-        failed: dict[int, str] = {}  # by place in ``planned``: why
-        updates: dict[int, list[str]] = {}
-        for k, (_, target, _, decision, _) in enumerate(planned):
+            if kind == _REPOINT:
+                try:
+                    planned[-1].update = _pin_argv(job_id, target, obs.slurm_jobs[job_id].gpu_type)
+                except SlurmError as err:
+                    planned[-1].why = str(err)
+        return planned
+
+    def _pins(self, due: Mapping[str, SlurmJob], book: JobBook, failures: _Failures) -> dict[str, list[list[str]]]:
+        """The lines that re-pin each requeued job Slurm shows pending to its new nodes, then release it (when held:
+        sent whatever the update's fate, since held is worse); one Slurm cannot be told of fails, and is released."""
+        pins = {}
+        for job_id, slurm in due.items():
+            record = book.get(job_id)
             try:
-                gpus = set(target.values())
-                if len(gpus) != 1:
-                    raise SlurmError(f"per-node GPU counts {fmt(target)} differ; Slurm cannot express that")
-                updates[k] = update_argv(decision.job, list(target), gpus.pop(), obs.slurm_jobs[decision.job].gpu_type,
-                                         start_now=True)  # checked before acting
+                update = _pin_argv(job_id, record.decision.gpus_per_node(), slurm.gpu_type)
             except SlurmError as err:
-                failed[k] = str(err)
-        # Every running job moved is requeued by one command, and waited for at once: the waits overlap.
-        requeue = [k for k in updates if not planned[k][2]]
-        if requeue:
-            ids = [planned[k][3].job for k in requeue]
-            refused = _refused(self.backend.scontrol_lines([requeue_hold_argv(ids)])[0], ids)
-            for k in requeue:
-                job_id = planned[k][3].job
-                why = refused.get(job_id)
-                if why is None:
-                    try:
-                        self.backend.wait_requeued(job_id, REQUEUE_WAIT_S)
-                        continue
-                    except SlurmError as err:
-                        why = str(err)
-                failed[k] = why
-                del updates[k]
-        if updates and not may_act():  # failed, so released below
-            failed.update(dict.fromkeys(updates, "this daemon's lead ran out before the job was re-pointed"))
-            updates = {}
-        # The updates, each requeued job's followed by its release (sent whatever the update's fate: held is worse).
-        sent = list(updates)
-        lines = [line for k in sent for line in
-                 ([updates[k]] if planned[k][2] else [updates[k], release_argv(planned[k][3].job)])]
-        results = iter(self.backend.scontrol_lines(lines) if lines else ())
-        released = set()
-        for k in sent:
-            why = next(results)
-            if not planned[k][2]:
-                release = next(results)
-                if release is None:
-                    released.add(k)
-                why = why or release
-            if why is not None:
-                failed[k] = why
-        unrelease: list[str] = []
-        for k, (job_moves, target, repoint, decision, at) in enumerate(planned):
-            job_id = decision.job
-            status, reason = "done", "compact"
-            if k in failed:
-                err = failed[k]
-                status, reason = "failed", f"compact; Slurm refused: {err}"
-                report.error("migration", f"job {job_id}: {err}")
-                report.decisions[at] = replace(report.decisions[at], action="failed", reason=reason)
-                recorder.refused(report.decisions[at])
-                if book.state(job_id) is JobState.RUNNING:  # the policy moved it, Slurm did not: re-check next cycle
-                    book.move(job_id, None)
-                if not repoint and k not in released:
-                    unrelease.append(job_id)
-            else:
-                # Pending again until Slurm restarts it: keep its new place as a decision to verify.
-                book.move(job_id, JobState.PLACED, decision=decision, job=policy.cluster.jobs[job_id], at=now,
-                          logged=report.decisions[at])
-            rate.spend(now, len(job_moves))
-            for m in job_moves:
-                report.migrations.append(MigrationRecord.of(m, reason=reason, status=status))
-            log.info("migrated job %s to %s: %s", job_id, fmt(target), status)
-        book.owe_release(self._release(unrelease))
+                failures.add(record.logged, str(err), release=slurm.held)
+                continue
+            pins[job_id] = [update, release_argv(job_id)] if slurm.held else [update]
+        return pins
+
+    def _repinned(self, job_id: str, results: list[str | None], book: JobBook, report: CycleReport,
+                  failures: _Failures, now: float) -> None:
+        """A requeued job re-pinned and released (PLACED, its migration done), or its migration failed."""
+        record = book.get(job_id)
+        why = next(filter(None, results), None)
+        if why is not None:
+            failures.add(record.logged, why, released=len(results) > 1 and results[1] is None, release=len(results) > 1)
+            return
+        book.move(job_id, JobState.PLACED, decision=record.decision, job=record.job, at=now, logged=record.logged)
+        report.migrations += _migrations(record.logged, "compact", "done")
+        log.info("migrated job %s to %s: re-pinned and released", job_id, fmt(record.decision.gpus_per_node()))
+
+    def _repointed(self, m: _Move, why: str | None, policy: Policy, book: JobBook, report: CycleReport,
+                   failures: _Failures, now: float) -> None:
+        """A placed job re-pointed before it started (PLACED on its new nodes, its migration done), or refused."""
+        if why is not None:
+            failures.add(report.decisions[m.at], why, at=m.at)
+            return
+        book.move(m.job, JobState.PLACED, decision=m.decision, job=policy.cluster.jobs[m.job], at=now,
+                  logged=report.decisions[m.at])
+        report.migrations += _migrations(report.decisions[m.at], "compact", "done")
+        log.info("migrated job %s to %s: re-pointed before it started", m.job, fmt(m.target))
+
+    def release_requeued(self, records: Sequence[DecisionRecord], book: JobBook, report: CycleReport,
+                         recorder: Recorder, why: str) -> None:
+        """Release where they are the requeued jobs of these migration ``records``, their migrations failed
+        (``why``): a rebuilt engine state did not take them over (this daemon no longer leads, its log cannot say,
+        or the nodes logged no longer hold the job)."""
+        failures = _Failures(report, recorder, book)
+        for record in records:
+            failures.add(record, why, release=True)
+        failures.settle(self._release)
+
+    def release_on_stop(self, book: JobBook, recorder: Recorder) -> None:
+        """A daemon that stops releases its requeued jobs where they are; the record of each released is
+        rewritten as failed, that of each Slurm refuses (still completing) kept, for the next daemon to take the
+        requeue over."""
+        records = [r.logged for r in book.in_state(JobState.REQUEUED).values()]
+        refused = set(self._release([r.job_id for r in records]))
+        for record in records:
+            if record.job_id not in refused:
+                recorder.refused(_failed(record, "the daemon stopped before it was re-pinned"))
+        book.forget_many([r.job_id for r in records])
 
     def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
@@ -179,8 +215,9 @@ class Actuator:
     def release_left_held(self, obs: Observation, book: JobBook) -> None:
         """Release the jobs a failed migration left held, once Slurm shows them pending; forget those gone."""
         due = []
+        found = obs.find(book.release_due) if book.release_due else {}  # (one not managed is no slurm_jobs')
         for job_id in sorted(book.release_due, key=id_order):
-            job = obs.slurm_jobs.get(job_id)
+            job = found.get(job_id)
             if job is not None and not job.pending:
                 continue  # still completing: its hold comes when it is pending again
             if job is None or not job.held:
@@ -248,6 +285,94 @@ class Actuator:
                 report.error(kind, f"job {job_id}: Slurm refused its {kind} ({why})")
             done += [j for j in job_ids if j not in refused]
         return done
+
+
+@dataclass(slots=True)
+class _Move:
+    """One job's moves of this cycle: its new GPUs per node, how Slurm hears of them (``kind``), the decision, its
+    record's place in the report, how many instances moved, and the re-point's update or why it cannot be made."""
+
+    job: str
+    target: dict[str, int]
+    kind: str
+    decision: Decision
+    at: int
+    count: int
+    update: list[str] | None = None
+    why: str | None = None
+
+
+class _Failures:
+    """A cycle's failed migrations: each one's record rewritten as failed and its instances' migrations logged
+    failed; the job forgotten where the policy moved it and Slurm did not (the next cycle checks it again); the jobs a
+    requeue may have left held released, before the log says their migration failed (``settle``)."""
+
+    def __init__(self, report: CycleReport, recorder: Recorder, book: JobBook) -> None:
+        self.report, self.recorder, self.book = report, recorder, book
+        self.unreleased: list[str] = []
+        self.rewrites: list[DecisionRecord] = []
+
+    def add(self, record: DecisionRecord, why: str, at: int | None = None, release: bool = False,
+            released: bool = False) -> None:
+        """``record`` (the report's ``at``-th, when this cycle's) failed for ``why``; with ``release`` the job may be
+        held, and is released unless it was (``released``)."""
+        job_id = record.job_id
+        failed = _failed(record, f"Slurm refused: {why}")
+        if at is not None:
+            self.report.decisions[at] = failed
+        self.rewrites.append(failed)
+        self.report.error("migration", f"job {job_id}: {why}")
+        self.report.migrations += _migrations(record, failed.reason, "failed")
+        if self.book.state(job_id) in (JobState.RUNNING, JobState.REQUEUED):
+            self.book.move(job_id, None)
+        if release and not released:
+            self.unreleased.append(job_id)
+        log.info("migrated job %s to %s: failed", job_id, fmt(record.gpus_per_node))
+
+    def settle(self, release: Callable[[list[str]], list[str]]) -> None:
+        """Release the jobs that may be held (those Slurm refuses now are released once it shows them pending),
+        then rewrite the records: a daemon killed in between finds a held job's requeue logged, and takes it over."""
+        self.book.owe_release(release(self.unreleased))
+        for record in self.rewrites:
+            self.recorder.refused(record)
+
+
+def _failed(record: DecisionRecord, why: str) -> DecisionRecord:
+    """A migration's ``record`` rewritten: it failed, for ``why``."""
+    return replace(record, action="failed", reason=f"compact; {why}")
+
+
+def _requeued(obs: Observation, book: JobBook) -> tuple[dict[str, SlurmJob], dict[str, str]]:
+    """The jobs requeued in earlier cycles as the read shows them: pending (due: re-pinned and released now), and
+    those whose migration is lost, with why: gone, or running again unheld (someone released it first). One still
+    held and completing waits, however long its steps take to end: the policy keeps its new nodes meanwhile."""
+    requeued = book.in_state(JobState.REQUEUED)
+    found = obs.find(requeued.keys()) if requeued else {}
+    due, lost = {}, {}
+    for job_id in sorted(requeued, key=id_order):
+        slurm = found.get(job_id)
+        if slurm is None:
+            lost[job_id] = "Slurm no longer has the job"
+        elif slurm.pending:
+            due[job_id] = slurm
+        elif not slurm.held:
+            lost[job_id] = f"{slurm.state} again, released by someone else before it was re-pinned"
+    return due, lost
+
+
+def _pin_argv(job_id: str, gpus_per_node: Mapping[str, int], gpu_type: str | None) -> list[str]:
+    """The update that pins a job to its nodes, the same GPUs on each, starting now (SlurmError: Slurm cannot be told
+    that)."""
+    sizes = set(gpus_per_node.values())
+    if len(sizes) != 1:
+        raise SlurmError(f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that")
+    return update_argv(job_id, list(gpus_per_node), sizes.pop(), gpu_type, start_now=True)
+
+
+def _migrations(record: DecisionRecord, reason: str, status: str) -> list[MigrationRecord]:
+    """The instances a migration's ``record`` moves, each from where it was (``from_nodes``) to its new node."""
+    return [MigrationRecord(job_id=record.job_id, instance=i, src=src, dst=dst, reason=reason, status=status)
+            for i, (src, dst) in enumerate(zip(record.from_nodes, record.nodes)) if src != dst]
 
 
 def _chunks(job_ids: list[str]) -> list[list[str]]:

@@ -69,7 +69,7 @@ from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, samp
 from .spool import for_log
 from .store import PINS, DecisionRecord, Pruner, StoreError
 from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over,
-                   waiting_ids)
+                   take_over_requeues, waiting_ids)
 
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
 #: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
@@ -81,6 +81,9 @@ REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
 UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
 #: why a decision is not told to Slurm when this daemon's lead ran out while it decided
 FENCED = "not told to Slurm: this daemon's lead ran out (service/leader.py)"
+#: why a requeued job is released where it is when the engine state is rebuilt without it (see _sync)
+DROPPED = ("not re-pinned: this daemon's lead ran out, or its log could not say, or the nodes logged cannot take it, "
+           "before Slurm showed it pending")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
 SWEEP_EVERY_S = 3600.0
 
@@ -214,6 +217,9 @@ class Daemon:
         self.wake.set()
 
     def close(self) -> None:
+        # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
+        # still completing, keep their requeue logged, and the next daemon takes them over)
+        self.actuator.release_on_stop(self.book, self.recorder)
         self.leadership.close()
         self.recorder.close()
 
@@ -278,8 +284,14 @@ class Daemon:
                 log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
             policy = self.policy = make_policy(self.config.policy, obs.nodes)
             self.rate.resize(len(obs.nodes))  # a per-node budget follows the GPU nodes managed
+            requeued = list(self.book.in_state(JobState.REQUEUED).values())
             self.book.rebuilt()
-            self._take_over(obs, policy, report, now)
+            refused = self._take_over(obs, policy, report, now)
+            # no job is left held: the requeued ones the take-over did not find again (this daemon no longer leads,
+            # or has no log, or cannot read it), or cannot hold where logged, are released where they are
+            dropped = [r.logged for r in requeued if self.book.state(r.id) is not JobState.REQUEUED] + refused
+            if dropped:
+                self.actuator.release_requeued(dropped, self.book, report, self.recorder, DROPPED)
         report.budget = self.rate.budget(now)
         if self.book.in_state(JobState.REPLANNED) and (left := left_queue(obs, self.book)):
             report.decisions += ran_elsewhere(obs, policy, left, self._where(obs, [r.job_id for r in left]))
@@ -287,29 +299,34 @@ class Daemon:
         refused_pins(obs, self.book)
         return policy, moves
 
-    def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> None:
-        """Take over what the log says of the jobs Slurm has pending or running (see take_over), and log where the
-        jobs of cycles cut short (a daemon killed while telling Slurm) run or ran when that is not where logged."""
+    def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> list[DecisionRecord]:
+        """Take over what the log says of the jobs Slurm has pending, running or requeue-held (see take_over and
+        take_over_requeues), and log where the jobs of cycles cut short (a daemon killed while telling Slurm) run or
+        ran when that is not where logged. Returns the records of the requeues it cannot take over, to release."""
         if self.db is None or self.dry_run or not self.leadership.leads:
-            return
+            return []
         waiting, running = waiting_ids(obs), obs.running
+        held = {job.id: job for job in obs.jobs if job.held}  # an earlier daemon's requeues among them
         pending = set(waiting)
         try:
             cut = self.recorder.unfinished_cycle_jobs()
-            places = self.recorder.latest_places([*waiting, *running, *cut])
-            # whole records only where they are needed: a pending job's (taken over or re-planned), and those of the
-            # jobs that may have run elsewhere: running on other nodes, or ended since a cycle cut short
+            places = self.recorder.latest_places([*waiting, *running, *cut, *held])
+            # whole records only where they are needed: a pending or held job's (taken over or re-planned), and those
+            # of the jobs that may have run elsewhere: running on other nodes, or ended since a cycle cut short
             ended = {j for j in cut if j in places and j not in pending and j not in running}
             records = {r.job_id: r for r in self.recorder.decisions_with_ids(
-                place.id for j, place in places.items()
-                if j in pending or j in ended or (j in running and set(place.nodes) != set(running[j].alloc)))}
+                place.id for j, place in places.items() if j in pending or j in ended or j in held
+                or (j in running and set(place.nodes) != set(running[j].alloc)))}
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
-            return
-        for job_id in take_over(obs, policy, self.book, {j: records[j] for j in waiting if j in records}, now):
+            return []
+        requeued, refused = take_over_requeues(policy, self.book, held, records)
+        for job_id in take_over(obs, policy, self.book,
+                                {j: records[j] for j in waiting if j in records and j not in requeued}, now):
             self._older_pin(obs, job_id)
-        check = [records[j] for j in sorted(records.keys() - pending, key=id_order)]
+        check = [records[j] for j in sorted(records.keys() - pending - requeued, key=id_order)]
         report.decisions += ran_elsewhere(obs, policy, check, self._where(obs, [r.job_id for r in check]))
+        return refused
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -435,7 +452,7 @@ class Daemon:
             self.actuator.release_left_held(obs, self.book)
         if acting():
             self.actuator.migrate(obs, policy, moves, self.book, self.rate, report, self.recorder, now,
-                                  self.dry_run, acting)
+                                  self.dry_run)
         if acting():
             self.actuator.renew_leases(obs, self.book, report, now)
 

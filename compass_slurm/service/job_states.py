@@ -9,6 +9,9 @@ record carries through them, because they outlive the state they began in:
   waiting job can be in keeps it, placing, leaving to Slurm or a start ends it;
 - the **release owed** (``release_due``): a failed migration may have left the job requeue-held, and
   the daemon releases it once Slurm shows it pending; the job may run meanwhile (the requeue came late).
+
+A migration of a running job spans cycles: the job is REQUEUED from the requeue until Slurm shows it pending,
+then re-pinned to its new nodes and released (PLACED), so that no cycle waits for a job's steps to end.
 """
 
 from __future__ import annotations
@@ -43,9 +46,12 @@ class JobState(enum.Enum):
     LEAVING = "leaving"
     #: left to Slurm for good while it waits (a form the daemon cannot honour, or a pin Slurm refused)
     LEFT = "left"
+    #: requeue-held by a migration, the policy holding it on its new nodes: re-pinned there and released once
+    #: Slurm shows it pending, released as it is if that takes too long or Slurm refuses the pin
+    REQUEUED = "requeued"
 
 
-W, P, R, PIN, RE, LV, LF = JobState
+W, P, R, PIN, RE, LV, LF, RQ = JobState
 #: (from, to) -> why; None is "no record". A move to the same state renews its payload.
 TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (None, W): "a managed pending job's lease renewed",
@@ -53,7 +59,7 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (W, P): "decided and Slurm told",
     (PIN, P): "decided again and Slurm told",
     (RE, P): "decided again and Slurm told",
-    (R, P): "migrated: requeued onto its new nodes",
+    (RQ, P): "migrated: re-pinned to its new nodes and released, once Slurm showed it pending",
     (P, P): "re-pointed by a migration before it started",
     (None, R): "its allocation checked against the policy's (adopted where it differed)",
     (W, R): "Slurm started it by itself (its lease ran out, or it was not the daemon's to place)",
@@ -78,6 +84,9 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (RE, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
     (LV, LF): "Slurm lifted its lease (and the pin)",
     (LV, W): "Slurm refused to lift its lease: tried again while it is left",
+    (R, RQ): "migrated: requeue-held, to be re-pinned to its new nodes once Slurm shows it pending",
+    (RQ, RQ): "moved again by a migration before it was re-pinned",
+    (None, RQ): "an earlier daemon's requeue taken over: Slurm holds the job, its migration logged, not re-pinned",
     (W, None): "no longer waiting: its lease ends",
     (P, None): "ended, cancelled, or not adoptable where Slurm started it; or the policy was rebuilt",
     (R, None): "ended; or a migration failed (checked again next cycle); or the policy was rebuilt",
@@ -85,6 +94,8 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (RE, None): "no longer pending (where it ran is checked against the record)",
     (LV, None): "no longer pending",
     (LF, None): "no longer pending",
+    (RQ, None): "its migration failed (released as it is), or someone else released it first, or Slurm forgot the job; "
+                "or the policy was rebuilt (the take-over finds it again, else it is released)",
 }
 #: where the lease is kept: the states of a job that waits for the daemon to place it
 LEASED = frozenset({W, PIN, RE, LV})
@@ -100,7 +111,8 @@ class JobRecord:
 
     id: str
     state: JobState
-    #: PLACED: what Slurm was told, of which job, and when (a job told late in a long cycle is not stale)
+    #: PLACED: what Slurm was told, of which job, and when (a job told late in a long cycle is not stale);
+    #: REQUEUED: its new place, of which job
     decision: Decision | None = None
     job: Job | None = None
     at: float = 0.0
@@ -114,7 +126,7 @@ class JobRecord:
     #: since; None: the record is forgotten)
     unheard: DecisionRecord | None = None
     #: PLACED and PINNED: the logged record of the decision Slurm holds (REPLANNED's ``unheard`` if it no longer
-    #: does)
+    #: does); REQUEUED: its migration's record
     logged: DecisionRecord | None = None
     #: LEAVING and LEFT: why it is left to Slurm; LEAVING: whether the daemon's pin is to be cleared
     why: str = ""
@@ -253,9 +265,10 @@ class JobBook:
 
     def rebuilt(self) -> None:
         """A rebuilt policy starts from Slurm alone: the placed and running jobs are found again, and the
-        unheard records again in the log (the take-over)."""
+        unheard records and the requeues again in the log (the take-over)."""
         self.forget_many(self._in[P])
         self.forget_many(self._in[R])
+        self.forget_many(self._in[RQ])
         for job_id in list(self._in[RE]):
             self.move(job_id, RE)
 
@@ -273,7 +286,7 @@ class JobBook:
             if self.state(job_id) not in LEASED:
                 bad.append(f"job {job_id}: leased while {_name(self.state(job_id))}")
         for r in self._records.values():
-            if (r.state is P) != (r.decision is not None) or (r.state is R) != (r.alloc is not None) or (
+            if (r.state in (P, RQ)) != (r.decision is not None) or (r.state is R) != (r.alloc is not None) or (
                     r.state is PIN and r.pin is None) or (r.pin is not None and r.state not in (PIN, RE)):
                 bad.append(f"job {r.id}: {r.state.value} with the payload of another state")
         return bad

@@ -28,6 +28,8 @@ from .store import PINS, PLACES, DecisionRecord
 ALLOC = attrgetter("alloc")
 #: pending reasons of a pinned job that its pin caused: Slurm will never start it on those nodes
 PIN_REFUSED = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig"})
+#: the reason of a migration's record that requeues a running job (a take-over knows the requeue by it)
+REQUEUE = "compact: requeued"
 
 
 def same_nodes(policy: Policy | None, obs: Observation) -> bool:
@@ -44,7 +46,10 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
     moves: list[Migration] = []
     placed, running, move = book.placed, obs.running, book.move
     seen = book.allocs
-    gone = policy.cluster.jobs.keys() - running.keys()  # (set operations and maps: 100,000 jobs a cycle)
+    # a job requeued by a migration is the policy's on its new nodes until the acting step settles it, whether Slurm
+    # still shows it completing on its old ones or pending
+    requeued = book.in_state(JobState.REQUEUED)
+    gone = policy.cluster.jobs.keys() - running.keys() - requeued.keys()  # (set operations and maps: 100,000 jobs)
     # decided and still pending: kept
     pending = set(obs.pending_ids) if not placed.keys().isdisjoint(gone) else set()
     for job_id in list(filter(gone.__contains__, policy.cluster.jobs)):
@@ -59,7 +64,7 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
         moves += policy.remove(job_id)
         report.departed.append(job_id)
     # Only a job whose allocation is not the very object seen can differ from it (adoption_order sorts them).
-    other = set(compress(running, map(is_not, map(seen.get, running), map(ALLOC, running.values()))))
+    other = set(compress(running, map(is_not, map(seen.get, running), map(ALLOC, running.values())))) - requeued.keys()
     changed = [running[j].engine() for j in other | (placed.keys() & running.keys())
                if j in placed or seen.get(j) != running[j].alloc]
     for job, nodes in adoption_order(changed):
@@ -129,6 +134,35 @@ def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str
             book.move(p.job.id, JobState.REPLANNED, unheard=record)
             replanned.append(p.job.id)
     return [j for j in replanned if obs.slurm_jobs[j].required_nodes]
+
+
+def take_over_requeues(policy: Policy, book: JobBook, held: Mapping[str, SlurmJob],
+                       last: Mapping[str, DecisionRecord]) -> tuple[set[str], list[DecisionRecord]]:
+    """After a (re)start: the jobs an earlier daemon requeue-held to migrate them and did not re-pin and release.
+
+    Slurm holds each of ``held`` (still completing, or pending again); one whose latest logged place (``last``) is
+    its requeue's record is REQUEUED again, the policy holding it on the nodes logged (its request as logged), to
+    be re-pinned there and released as if this daemon had requeued it. Returns those taken over, and the records
+    of those the nodes logged cannot take now (the caller releases them where they are)."""
+    taken, refused = set(), []
+    for job_id in sorted(held.keys() & last.keys(), key=id_order):
+        record = last[job_id]
+        if record.action != "migrated" or record.reason != REQUEUE:
+            continue
+        raw = record.request_raw
+        try:
+            job = Job(job_id, raw["instances"], raw["gpus"], raw.get("migratable", True),
+                      raw.get("distinct_nodes", False), record.user)
+            policy.adopt(job, record.nodes)
+        except (EngineError, KeyError) as err:
+            log.warning("job %s: earlier requeue not taken over: %s", job_id, err)
+            refused.append(record)
+            continue
+        book.move(job_id, JobState.REQUEUED, decision=Decision(job_id, record.nodes, job.gpus, record.rule), job=job,
+                  logged=record)
+        taken.add(job_id)
+        log.info("job %s: taking over the earlier requeue (to %s)", job_id, fmt(record.gpus_per_node))
+    return taken, refused
 
 
 def refused_pins(obs: Observation, book: JobBook) -> None:

@@ -27,8 +27,9 @@ required nodes, when it names some), less what pinned and decided jobs will take
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 
 from ..engine.model import Job, Node
@@ -107,6 +108,12 @@ class Observation:
     #: the skipped jobs left to Slurm for good, by what they ask (a form the daemon cannot honour exactly):
     #: their lease is lifted at once, so that they start as they would with no daemon
     left: dict[str, str] = field(default_factory=dict)
+    #: every job of the read, whatever its state: for the few the daemon follows through a requeue (``find``)
+    jobs: tuple[SlurmJob, ...] = ()
+
+    def find(self, job_ids: Set[str]) -> dict[str, SlurmJob]:
+        """The jobs of the read among ``job_ids``, by id, whatever their state (one pass over every job)."""
+        return {job.id: job for job in compress(self.jobs, map(job_ids.__contains__, map(_JOB_ID_OF, self.jobs)))}
 
     @functools.cached_property
     def pending_ids(self) -> list[str]:
@@ -115,6 +122,7 @@ class Observation:
 
 
 _JOB_ID = attrgetter("job.id")
+_JOB_ID_OF = attrgetter("id")
 _PLACED = attrgetter("placed")
 
 
@@ -170,7 +178,7 @@ class Translator:
         return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
                            dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends), claims.crowded,
-                           dict(known.left))
+                           dict(known.left), self.state.jobs)
 
     def _crowded(self) -> frozenset[str]:
         """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned

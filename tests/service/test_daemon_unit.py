@@ -734,6 +734,17 @@ def test_where_jobs_ran_is_one_squeue_of_every_state():
 # -- migrations -------------------------------------------------------------------------------
 
 
+def requeued(job: SlurmJob, state: str = "PENDING") -> SlurmJob:
+    """``job`` as Slurm shows it after ``scontrol requeuehold``: held, completing on its nodes, then pending."""
+    held = replace(job, state=state, held=True, reason="job_requeued_in_held_state")
+    return held if state != "PENDING" else replace(held, nodes=(), gpus_alloc={}, required_nodes=job.nodes)
+
+
+def on(job: SlurmJob, node: str) -> SlurmJob:
+    """``job`` running again, on ``node``."""
+    return replace(job, nodes=(node,), gpus_alloc={node: 1})
+
+
 def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
     # A full pool node and a partial one; when most of n1's jobs end, Compact drains it into n2.
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
@@ -745,14 +756,22 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
     backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
     report = daemon.cycle()
     assert report.departed == ["1", "2", "3", "4", "5", "6"]
+    # requeued, and not waited for: re-pinned and released once a read shows it pending
+    assert backend.commands == [["scontrol", "requeuehold", "7"]] and report.migrations == []
+    assert daemon.book.state("7") is JobState.REQUEUED
+    backend.state = cluster(nodes(3), [requeued(jobs[6], "COMPLETING"), *jobs[7:]])
+    assert daemon.cycle().migrations == [] and len(backend.commands) == 1  # its steps still ending
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+    report = daemon.cycle()
     assert [(m.job_id, m.src, m.dst, m.status) for m in report.migrations] == [("7", "n1", "n2", "done")]
-    assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
-                                ["scontrol", "release", "7"]]
+    assert backend.commands[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
+    assert daemon.book.state("7") is JobState.PLACED
     # The hour's budget is spent: job 8 waits.
-    backend.state = cluster(nodes(3), [replace(j, nodes=("n2",), gpus_alloc={"n2": 1}) if j.id == "7" else j
-                                       for j in jobs[6:]])
+    backend.state = cluster(nodes(3), [on(jobs[6], "n2"), *jobs[7:]])
     assert daemon.cycle().migrations == [] and len(backend.commands) == 3
     clock.now += 3601
+    daemon.cycle()
+    backend.state = cluster(nodes(3), [on(jobs[6], "n2"), requeued(jobs[7]), *jobs[8:]])
     report = daemon.cycle()
     assert [(m.job_id, m.dst) for m in report.migrations] == [("8", "n2")]
     with Store.open(daemon.db, create=False) as store:
@@ -776,6 +795,9 @@ def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
     backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
     report = daemon.cycle()
     assert report.errors == [] and report.budget is None
+    assert backend.commands == [["scontrol", "requeuehold", "7,8"]]  # both by one command
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), requeued(jobs[7]), *jobs[8:]])
+    report = daemon.cycle()
     assert sorted((m.job_id, m.src, m.dst, m.status) for m in report.migrations) == [
         ("7", "n1", "n2", "done"), ("8", "n1", "n2", "done")]
 
@@ -789,17 +811,17 @@ def test_a_burst_cap_spreads_the_hours_budget_over_5_minute_windows(tmp_path):
     assert daemon.cycle().budget == 1 and (daemon.rate.per_hour, daemon.rate.per_burst) == (100, 1)
     backend.state = cluster(nodes(3), jobs[6:])  # 7 and 8 stay on n1
     report = daemon.cycle()
-    assert [(m.job_id, m.dst, m.status) for m in report.migrations] == [("7", "n2", "done")]
     requeues = [argv for argv in backend.commands if argv[1] == "requeuehold"]
     assert requeues == [["scontrol", "requeuehold", "7"]]
-    backend.state = cluster(nodes(3), [replace(j, nodes=("n2",), gpus_alloc={"n2": 1}) if j.id == "7" else j
-                                       for j in jobs[6:]])
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+    assert [(m.job_id, m.dst, m.status) for m in daemon.cycle().migrations] == [("7", "n2", "done")]
+    backend.state = cluster(nodes(3), [on(jobs[6], "n2"), *jobs[7:]])
     clock.now += 299  # still inside the 5 minutes of job 7's requeue: 8 waits though the hour has 99 left
     report = daemon.cycle()
     assert report.migrations == [] and report.budget == 0
     clock.now += 2
-    report = daemon.cycle()
-    assert [(m.job_id, m.dst) for m in report.migrations] == [("8", "n2")]
+    daemon.cycle()
+    assert backend.commands[-1] == ["scontrol", "requeuehold", "8"]
     assert daemon.rate.budget(clock.now) == 0 and len(daemon.rate.times) == 2  # the hour counted both
 
 
@@ -991,30 +1013,35 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
     jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
     backend = RefusingUpdates(cluster(nodes(3), jobs), out=None)
-    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, None)  # Compact on departures
-    daemon.cycle()
+    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, f"sqlite:///{tmp_path}/l.db")
+    daemon.cycle()  # Compact on departures
     backend.state = cluster(nodes(3), jobs[6:])
+    report = daemon.cycle()
+    # the move was a decision before Slurm heard of it
+    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in report.decisions] == [
+        ("7", "migrated", ("n2",), ("n1",))]
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
     report = daemon.cycle()
     assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
     assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
                                 ["scontrol", "release", "7"]]
-    assert [e.kind for e in report.errors] == ["migration"]
-    # the move was a decision before Slurm heard of it; refused, it says so (and the job's place is unchanged)
-    assert [(d.job_id, d.action, d.nodes, d.from_nodes) for d in report.decisions] == [
-        ("7", "failed", ("n2",), ("n1",))]
-    assert report.decisions[0].reason.startswith("compact; Slurm refused: ")
-    # Next cycle Slurm still shows it on n1: the engine follows Slurm again.
+    assert [e.kind for e in report.errors] == ["migration"] and daemon.book.state("7") is None
+    # refused, its record says so (and the job's place is unchanged)
+    with Store.open(daemon.db, create=False) as store:
+        (record,) = store.decisions(job="7")
+    assert (record.action, record.nodes, record.from_nodes) == ("failed", ("n2",), ("n1",))
+    assert record.reason.startswith("compact; Slurm refused: ")
+    # Next cycle Slurm shows it pending, released: the engine forgets where it moved it, and places it afresh.
+    backend.state = cluster(nodes(3), [replace(requeued(jobs[6]), held=False, reason="Priority"), *jobs[7:]])
     daemon.cycle()
-    assert {v.name: v.used for v in daemon.policy.view()}["n1"] == 2
+    assert "7" not in daemon.policy.cluster.jobs or daemon.book.state("7") is JobState.PLACED
 
 
 def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
-    """A requeue that times out while the job is still completing: the release comes too early for Slurm,
-    the hold lands later. The daemon releases the job the first time Slurm shows it pending and held."""
+    """A daemon without a log whose GPU nodes change while a requeued job is still completing cannot follow the
+    requeue in its rebuilt state: it releases the job where it is, which comes too early for Slurm, the hold lands
+    later. The daemon releases the job the first time Slurm shows it pending and held."""
     class SlowRequeue(SnapshotBackend):
-        def wait_requeued(self, job_id, timeout, poll=0.2):
-            raise SlurmError(f"job {job_id} still COMPLETING {timeout:.0f} s after requeuehold")
-
         def scontrol(self, argv):
             super().scontrol(argv)
             if argv[1] == "release" and self.refuse_release:
@@ -1024,11 +1051,16 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
     backend = SlowRequeue(cluster(nodes(3), jobs), out=None)
     backend.refuse_release = True
-    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, None)  # Compact on departures
-    daemon.cycle()
+    daemon = Daemon(Config(anchors="", policy="compass", migrations_per_hour=1), backend, None)
+    daemon.cycle()  # Compact on departures
     backend.state = cluster(nodes(3), jobs[6:])
+    daemon.cycle()
+    backend.state = cluster(nodes(3), [requeued(jobs[6], "COMPLETING"), *jobs[7:]])
+    assert daemon.cycle().migrations == [] and daemon.book.state("7") is JobState.REQUEUED  # waits, however long
+    backend.state = cluster(nodes(4), [requeued(jobs[6], "COMPLETING"), *jobs[7:]])
     report = daemon.cycle()
     assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    assert "lead ran out, or its log could not say" in report.errors[0].message
     assert backend.commands == [["scontrol", "requeuehold", "7"], ["scontrol", "release", "7"]]
     assert daemon.book.release_due == {"7"}
     held = replace(pending("7", gpus=1, comment="compass:migratable"), reason="JobHeldUser", held=True)
@@ -1037,6 +1069,67 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     backend.commands.clear()
     daemon.cycle()
     assert ["scontrol", "release", "7"] in backend.commands and daemon.book.release_due == set()
+
+
+def requeuing(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:
+    """The drain above, one move an hour: job 7 requeued from n1 into n2 by the second cycle."""
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, _ = daemon_for(cluster(nodes(3), jobs), tmp_path, policy="compass", migrations_per_hour=1)
+    daemon.cycle()
+    backend.state = cluster(nodes(3), jobs[6:])
+    daemon.cycle()
+    assert backend.commands == [["scontrol", "requeuehold", "7"]]
+    return daemon, backend, jobs
+
+
+def test_a_requeued_job_someone_released_first_is_no_longer_followed(tmp_path):
+    daemon, backend, jobs = requeuing(tmp_path)
+    backend.state = cluster(nodes(3), [on(jobs[6], "n3"), *jobs[7:]])  # released by an admin, started again by Slurm
+    report = daemon.cycle()
+    assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    assert backend.commands == [["scontrol", "requeuehold", "7"]] and daemon.book.state("7") is None
+    daemon.cycle()  # where Slurm runs it, the engine follows
+    assert daemon.book.state("7") is JobState.RUNNING and {v.name: v.used for v in daemon.policy.view()}["n3"] == 1
+
+
+@pytest.mark.parametrize("completing", [True, False])
+def test_a_daemon_restarted_between_the_requeue_and_the_re_pin_takes_the_requeue_over(tmp_path, completing):
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    backend.state = cluster(nodes(3), [requeued(jobs[6], "COMPLETING" if completing else "PENDING"), *jobs[7:]])
+    fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+    report = fresh.cycle()  # held by the requeue logged: followed again, on the nodes logged
+    assert fresh.book.state("7") is (JobState.REQUEUED if completing else JobState.PLACED)
+    assert [d for d in report.decisions if d.job_id == "7"] == [] and per_node_of(fresh, "7") == {"n2": 1}
+    if completing:
+        backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+        report = fresh.cycle()
+    assert [argv for argv in backend.commands[1:] if "7" in argv[2]] == [update("7", "n2", 1, 1),
+                                                                        ["scontrol", "release", "7"]]
+    assert [(m.src, m.dst, m.status) for m in report.migrations if m.job_id == "7"] == [("n1", "n2", "done")]
+    fresh.close()
+
+
+def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
+    daemon, backend, _ = requeuing(tmp_path)
+    daemon.close()
+    assert backend.commands[1:] == [["scontrol", "release", "7"]] and daemon.book.state("7") is None
+    with Store.open(daemon.db, create=False) as store:
+        (record,) = store.decisions(job="7")
+    assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
+
+
+def killed(daemon: Daemon) -> None:
+    """``daemon`` gone as if killed: it tells Slurm nothing more (it resigns, so that the next one leads at once)."""
+    daemon.leadership.close()
+    daemon.recorder.close()
+
+
+def per_node_of(daemon: Daemon, job_id: str) -> dict[str, int]:
+    from compass_slurm.service.bookkeeping import per_node
+
+    return per_node(daemon.policy, job_id)
 
 
 @pytest.mark.parametrize("kw, expected", [

@@ -2,7 +2,8 @@
 
 The histories run a real Daemon with a real SQLite log against a toy Slurm whose scontrol commands take effect:
 Slurm starts jobs by itself (a lease ran out), ends them, holds them back, refuses pins, has an admin re-point
-them, refuses updates; the daemon is restarted, or killed half-way through telling Slurm. After every cycle
+them, refuses updates, takes cycles to requeue a job (its steps ending); the daemon is restarted, or killed
+half-way through telling Slurm. After every cycle
 that ended, the book keeps its own invariants, and what it says agrees with Slurm and with the log.
 """
 
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compass_slurm.config import Config
+from compass_slurm.service.bookkeeping import per_node
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.job_states import TRANSITIONS, InvalidTransition, JobBook, JobState
 from compass_slurm.service.store import PLACES, Store
@@ -24,9 +26,9 @@ from compass_slurm.slurm.backend import Backend
 from compass_slurm.slurm.errors import SlurmCommandError
 from compass_slurm.slurm.state import SlurmJob
 
-from tests.service.test_daemon_unit import Clock, Killed, cluster, nodes, pending
+from tests.service.test_daemon_unit import Clock, Killed, cluster, killed, nodes, pending
 
-W, P, R, PIN, RE, LV, LF = JobState
+W, P, R, PIN, RE, LV, LF, RQ = JobState
 NODES = 4
 
 
@@ -62,7 +64,9 @@ def test_every_state_is_reached_and_left():
 
 
 class ToySlurm(Backend):
-    """Four 8-GPU nodes; scontrol's update, requeuehold and release take effect as Slurm's would."""
+    """Four 8-GPU nodes; scontrol's update, requeuehold and release take effect as Slurm's would: a requeued job
+    is held and completing on its nodes until its steps end (``requeued``), pending from then on. A command on a
+    list of jobs is carried out for each it can, and names each it cannot."""
 
     def __init__(self) -> None:
         self.nodes = nodes(NODES)
@@ -92,28 +96,35 @@ class ToySlurm(Backend):
                 raise Killed
         verb, ids = argv[1], argv[2].removeprefix("JobId=").split(",")
         fields = dict(a.split("=", 1) for a in argv[3:])
-        for job_id in ids:
-            job = self.jobs.get(job_id)
-            if job is None:
-                raise SlurmCommandError(argv, f"exit 1: Invalid job id specified for job {job_id}")
-            if verb == "requeuehold":
-                self.jobs[job_id] = replace(job, state="PENDING", nodes=(), gpus_alloc={}, held=True,
-                                            reason="JobHeldUser")
-            elif verb == "release":
-                self.jobs[job_id] = replace(job, held=False, reason="Priority")
-            elif not job.pending:
-                raise SlurmCommandError(argv, f"exit 1: Job is no longer pending execution for job {job_id}")
-            elif fields.get("ReqNodeList"):
-                if self.refusal is not None:
-                    raise SlurmCommandError(argv, f"exit 1: {self.refusal} for job {job_id}")
-                pin = tuple(hostlist.expand(fields["ReqNodeList"]))
-                self.pins[job_id] = pin
-                per_node = int(fields["TresPerNode"].rsplit(":", 1)[1])
-                self.jobs[job_id] = replace(job, required_nodes=pin, num_nodes=int(fields["NumNodes"]),
-                                            gpus_per_node=per_node, gpus_per_job=None)
-            elif "ReqNodeList" in fields:
-                self.pins.pop(job_id, None)
-                self.jobs[job_id] = replace(job, required_nodes=())
+        refused = [why for job_id in ids if (why := self._one(verb, job_id, fields)) is not None]
+        if refused:
+            raise SlurmCommandError(argv, "exit 1: " + "\n".join(refused))
+
+    def _one(self, verb: str, job_id: str, fields: dict[str, str]) -> str | None:
+        """Carry out ``verb`` on one job; what Slurm says when it cannot."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return f"Invalid job id specified for job {job_id}"
+        if verb == "requeuehold":
+            if job.state != "RUNNING":
+                return f"Job is pending execution for job {job_id}"
+            self.jobs[job_id] = replace(job, state="COMPLETING", held=True, reason="job_requeued_in_held_state")
+        elif not job.pending:
+            return f"Job is no longer pending execution for job {job_id}"
+        elif verb == "release":
+            self.jobs[job_id] = replace(job, held=False, reason="Priority")
+        elif fields.get("ReqNodeList"):
+            if self.refusal is not None:
+                return f"{self.refusal} for job {job_id}"
+            pin = tuple(hostlist.expand(fields["ReqNodeList"]))
+            self.pins[job_id] = pin
+            per_node = int(fields["TresPerNode"].rsplit(":", 1)[1])
+            self.jobs[job_id] = replace(job, required_nodes=pin, num_nodes=int(fields["NumNodes"]),
+                                        gpus_per_node=per_node, gpus_per_job=None)
+        elif "ReqNodeList" in fields:
+            self.pins.pop(job_id, None)
+            self.jobs[job_id] = replace(job, required_nodes=())
+        return None
 
     # -- what Slurm does by itself between cycles --
 
@@ -135,14 +146,18 @@ class ToySlurm(Backend):
         self.pins.pop(job_id, None)
         self.jobs[job_id] = replace(job, state="RUNNING", nodes=tuple(alloc), gpus_alloc=alloc, reason="None")
 
+    def requeued(self, job_id: str) -> None:
+        """A requeued job's steps ended: pending, still held, its node list as it was."""
+        self.jobs[job_id] = replace(self.jobs[job_id], state="PENDING", nodes=(), gpus_alloc={})
+
 
 SUBMIT = st.tuples(st.just("submit"), st.sampled_from([(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]), st.booleans(),
                    st.integers(1, 9))
 STEP = st.one_of(
     SUBMIT, SUBMIT, SUBMIT,
-    st.tuples(st.sampled_from(["start", "start", "end", "cancel", "hold back", "release", "refuse pin", "admin pin"]),
-              st.integers(0, 7)),
-    st.tuples(st.sampled_from(["drain", "resume"]), st.integers(1, NODES)),
+    st.tuples(st.sampled_from(["start", "start", "end", "end", "cancel", "hold back", "release", "refuse pin",
+                               "admin pin", "requeued", "requeued", "start all"]), st.integers(0, 7)),
+    st.tuples(st.sampled_from(["drain", "resume", "run on", "run on"]), st.integers(1, NODES)),
     st.tuples(st.just("refuse"), st.sampled_from(["Requested node configuration is not available",
                                                   "Job is no longer pending execution", "Slurm busy"])),
     st.tuples(st.just("kill"), st.integers(0, 3)),
@@ -151,14 +166,19 @@ STEP = st.one_of(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.lists(SUBMIT, min_size=3, max_size=10), steps=st.lists(STEP, min_size=6, max_size=40))
-def test_the_book_agrees_with_itself_with_slurm_and_with_the_log(tmp_path_factory, first, steps):
-    run(f"sqlite:///{tmp_path_factory.mktemp('log') / 'log.db'}", [*first, *steps])
+@given(first=st.lists(SUBMIT, min_size=3, max_size=10), steps=st.lists(STEP, min_size=6, max_size=40),
+       compacting=st.booleans())
+def test_the_book_agrees_with_itself_with_slurm_and_with_the_log(tmp_path_factory, first, steps, compacting):
+    run(f"sqlite:///{tmp_path_factory.mktemp('log') / 'log.db'}", [*first, *steps], compacting=compacting)
 
 
-def run(db: str, steps: list[tuple], trace: bool = False) -> None:
-    """Each step, then a daemon cycle, then the checks (unless the daemon was killed in it: then restarted)."""
-    slurm, clock, config = ToySlurm(), Clock(), Config(anchors="", lease=60)
+def run(db: str, steps: list[tuple], trace: bool = False, compacting: bool = False) -> None:
+    """Each step, then a daemon cycle, then the checks (unless the daemon was killed in it: then restarted).
+    ``compacting``: the policy compacts after every departure, migrating as the budget allows (the default one only
+    while a job waits)."""
+    slurm, clock = ToySlurm(), Clock()
+    config = Config(anchors="", lease=60, **({"policy": "compass", "migrations_per_hour": "unlimited"} if compacting
+                                              else {}))
 
     def fresh() -> Daemon:
         return Daemon(config, slurm, db, clock=clock)
@@ -167,6 +187,7 @@ def run(db: str, steps: list[tuple], trace: bool = False) -> None:
     for kind, *args in steps:
         pending_jobs = [j for j in slurm.jobs.values() if j.pending]
         running_jobs = [j for j in slurm.jobs.values() if not j.pending]
+        completing = [j for j in running_jobs if j.state == "COMPLETING"]
         pick = (lambda jobs: jobs[args[0] % len(jobs)] if jobs else None)
         if kind == "submit":
             (count, gpus), migratable, priority = args
@@ -178,6 +199,11 @@ def run(db: str, steps: list[tuple], trace: bool = False) -> None:
             slurm.start(job.id)  # its lease ran out, or the daemon's pin was heard
         elif kind == "end" and (job := pick(running_jobs)):
             del slurm.jobs[job.id]
+        elif kind == "requeued" and (job := pick(completing)):
+            slurm.requeued(job.id)
+        elif kind == "start all":  # as Slurm starts the jobs the daemon pinned (StartTime=now), and others that fit
+            for job in pending_jobs:
+                slurm.start(job.id)
         elif kind == "cancel" and (job := pick(pending_jobs)):
             del slurm.jobs[job.id]
             slurm.pins.pop(job.id, None)
@@ -190,6 +216,10 @@ def run(db: str, steps: list[tuple], trace: bool = False) -> None:
         elif kind == "admin pin" and (job := pick(pending_jobs)) and job.num_nodes == 1:
             slurm.pins.pop(job.id, None)
             slurm.jobs[job.id] = replace(job, required_nodes=(f"n{args[0] % NODES + 1}",))
+        elif kind == "run on":  # a checkpointable 1-GPU job Slurm started where its user asked: adopted, movable
+            job_id = str(next(ids))
+            slurm.jobs[job_id] = replace(pending(job_id, gpus=1, comment="compass:migratable", reason="None"),
+                                         state="RUNNING", nodes=(f"n{args[0]}",), gpus_alloc={f"n{args[0]}": 1})
         elif kind in ("drain", "resume"):
             at = args[0] - 1
             slurm.nodes[at] = replace(slurm.nodes[at], flags=frozenset({"DRAIN"} if kind == "drain" else ()))
@@ -205,7 +235,7 @@ def run(db: str, steps: list[tuple], trace: bool = False) -> None:
         try:
             report = daemon.cycle()
         except Killed:
-            daemon.close()
+            killed(daemon)
             daemon = fresh()  # what it logged is all the next one knows
             continue
         finally:
@@ -235,15 +265,25 @@ def check(daemon: Daemon, slurm: ToySlurm, read, report) -> None:
             assert job.reason != "BadConstraints", job_id
             assert record is not None and record.state in (P, PIN, RE), (job_id, record)
             assert set(record.pin or record.decision.nodes) == set(pin)
-    # the policy holds a pending job only while it is placed (or its migration failed: the next cycle finds it)
+    # the policy holds a pending job only while it is placed or requeued (or its migration failed: the next cycle
+    # finds it)
     held = daemon.policy.cluster.jobs.keys() if daemon.policy is not None else set()
-    unmoved = {d.job_id for d in report.decisions if d.action == "failed" and d.from_nodes}
-    assert {j for j in held if slurm.jobs.get(j) is not None and slurm.jobs[j].pending} <= book.placed.keys() | unmoved
+    unmoved = {d.job_id for d in report.decisions if d.action == "failed" and d.from_nodes} | {
+        m.job_id for m in report.migrations if m.status == "failed"}
+    assert {j for j in held if slurm.jobs.get(j) is not None and slurm.jobs[j].pending} <= (
+        book.placed.keys() | book.in_state(RQ).keys() | unmoved)
+    # no job is left held: one the daemon requeued is followed until it is re-pinned and released, or its release
+    # is owed (Slurm refused it while the job was completing)
+    for job in slurm.jobs.values():
+        assert not job.held or book.state(job.id) is RQ or job.id in book.release_due, job.id
+    # a requeued job is the policy's on its new nodes, logged so (its migration's record)
+    for job_id, record in book.in_state(RQ).items():
+        assert per_node(daemon.policy, job_id) == record.decision.gpus_per_node() == record.logged.gpus_per_node
     # the log's latest record of a job running since the read names its nodes, or leaves it to Slurm
     was_running = {j.id for j in read.jobs if not j.pending}
     with Store.open(daemon.db, create=False) as store:
         for job in slurm.jobs.values():
-            if not job.pending and job.id in was_running:
+            if job.state == "RUNNING" and job.id in was_running:  # (a requeued one completing: its new place)
                 latest = [d for d in store.decisions(job=job.id) if d.action in (*PLACES, "left")][-1:]
                 assert not latest or latest[0].action == "left" or set(latest[0].nodes) == set(job.nodes), job.id
 
