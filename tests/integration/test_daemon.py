@@ -17,6 +17,7 @@ import pytest
 
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
+from compass_slurm.service.job_states import JobState
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.service.store import Store
 
@@ -26,11 +27,12 @@ LEASE = 60
 COMPASS = [sys.executable, "-c", "from compass_slurm.cli import main; main()"]
 
 
-def submit(slurm, *args: str, managed: str | None = None, seconds: int = 300) -> str:
-    """sbatch as the wrapper does it for ``managed`` (the marker token), or plain sbatch."""
+def submit(slurm, *args: str, managed: str | None = None, seconds: int = 300, wrap: str = "") -> str:
+    """sbatch as the wrapper does it for ``managed`` (the marker token), or plain sbatch; the job sleeps ``seconds``
+    (or runs ``wrap``)."""
     extra = [f"--comment={managed}", f"--begin=now+{LEASE}"] if managed else []
     out = subprocess.run(
-        ["sbatch", "--parsable", "--output=/dev/null", *extra, *args, "--wrap", f"sleep {seconds}"],
+        ["sbatch", "--parsable", "--output=/dev/null", *extra, *args, "--wrap", wrap or f"sleep {seconds}"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()
     slurm.submitted.append(out.split(";")[0])
@@ -139,6 +141,11 @@ def test_partial_nodes_stay_within_two_over_a_stream_of_short_jobs(idle_cluster,
         for job_id, per_node in placed.items():
             assert seen.get(job_id, per_node) == per_node, job_id  # a short job may have ended already
         time.sleep(0.5)
+    deadline = time.monotonic() + 30  # the migrations requeued last end in the cycles that follow
+    while daemon.book.in_state(JobState.REQUEUED):
+        assert time.monotonic() < deadline, list(daemon.book.in_state(JobState.REQUEUED))
+        time.sleep(0.5)
+        samples.append(daemon.cycle().sample)
     with_wcc = [s for s in samples if s.wcc]
     assert len(with_wcc) >= len(samples) * 0.8
     assert all(s.partial <= 2 for s in with_wcc), [(s.partial, s.phi_star) for s in with_wcc]
@@ -419,9 +426,10 @@ def test_a_migrated_job_s_latest_decision_names_where_slurm_runs_it(idle_cluster
     subprocess.run(["scontrol", "update", f"JobId={','.join(movable + stay)}", "StartTime=now"], check=True)
     assert all(j in wait_running(backend, movable + stay) for j in movable + stay)
     daemon = make_daemon(tmp_path, policy="compass", migrations_per_hour=100)  # Compact without a waiting job
-    report = daemon.cycle()  # adopts all five, then Compact moves node01's two into node02
+    report = daemon.cycle()  # adopts all five, then Compact moves node01's two into node02: requeued
     assert sorted(report.adopted) == sorted(movable + stay)
-    assert sorted(m.job_id for m in report.migrations if m.status == "done") == sorted(movable)
+    assert sorted(d.job_id for d in report.decisions if d.action == "migrated") == sorted(movable)
+    assert sorted(m.job_id for m in until_migrated(daemon, movable) if m.status == "done") == sorted(movable)
     deadline = time.monotonic() + 60
     while not all(gpus_by_job(backend).get(j) == {"node02": 1} for j in movable):
         assert time.monotonic() < deadline, gpus_by_job(backend)
@@ -434,6 +442,48 @@ def test_a_migrated_job_s_latest_decision_names_where_slurm_runs_it(idle_cluster
         last = json.loads(done.stdout)[-1]
         assert (last["action"], last["nodes"], last["from"]) == ("migrated", ["node02"], ["node01"])
         assert last["gpus_per_node"] == gpus_by_job(backend)[job] == {"node02": 1}
+
+
+def until_migrated(daemon: Daemon, jobs: list[str], timeout: float = 60.0) -> list:
+    """Cycles (a second apart) until the migrations of ``jobs``, requeued by an earlier cycle, are done or failed;
+    their records."""
+    done, deadline = [], time.monotonic() + timeout
+    while {m.job_id for m in done} < set(jobs):
+        assert time.monotonic() < deadline, f"migrations of {jobs} not over: {done}"
+        time.sleep(1)
+        done += [m for m in daemon.cycle().migrations if m.job_id in jobs]
+    return done
+
+
+def test_a_migration_completes_over_cycles_and_no_cycle_waits_for_it(idle_cluster, tmp_path):
+    """A job whose steps take KillWait to end (they ignore SIGTERM): the cycle that requeues it returns at once,
+    polling nothing; a later cycle that reads it pending re-pins and releases it, and it runs on its new node."""
+    slurm = idle_cluster
+    backend = CliBackend()
+    slow = [submit(slurm, "--gpus=1", "--nodelist=node01", managed="compass:migratable", wrap="trap '' TERM; sleep 300")]
+    stay = [submit(slurm, "--gpus=1", "--nodelist=node02", managed="compass:migratable") for _ in range(3)]
+    subprocess.run(["scontrol", "update", f"JobId={','.join(slow + stay)}", "StartTime=now"], check=True)
+    assert all(j in wait_running(backend, slow + stay) for j in slow + stay)
+    asked: list[list[str]] = []
+    runner = backend.runner
+    backend.runner = lambda argv, timeout: asked.append(argv) or runner(argv, timeout)
+    daemon = make_daemon(tmp_path, backend, policy="compass", migrations_per_hour=100)
+    started = time.monotonic()
+    report = daemon.cycle()  # adopts the four; Compact moves the slow job into node02: requeued
+    took = time.monotonic() - started
+    assert [(d.job_id, d.action, d.nodes) for d in report.decisions] == [(slow[0], "migrated", ("node02",))]
+    assert report.migrations == [] and daemon.book.state(slow[0]) is JobState.REQUEUED
+    assert took < 5, f"the cycle took {took:.1f} s"  # the old wait polled for up to 30 s
+    assert not [argv for argv in asked if argv[0] == "squeue" and any(a.startswith("--jobs=") for a in argv)]
+    job = backend.read_state().job(slow[0])
+    assert job.held and job.required_nodes != ("node02",), job  # not re-pinned by the cycle that requeued it
+    (moved,) = until_migrated(daemon, slow)
+    assert (moved.src, moved.dst, moved.status) == ("node01", "node02", "done")
+    assert wait_running(backend, slow)[slow[0]] == {"node02": 1}
+    assert not [j.id for j in backend.read_state().jobs if j.held and j.id in slow + stay]
+    with Store.open(daemon.db, create=False) as store:
+        last = store.decisions(job=slow[0])[-1]
+    assert (last.action, last.nodes, last.from_nodes) == ("migrated", ("node02",), ("node01",))
 
 
 def test_the_look_between_cycles_sees_a_new_managed_job_and_one_that_ended(idle_cluster, tmp_path):
