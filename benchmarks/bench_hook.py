@@ -1,7 +1,7 @@
 """The job_submit/lua hook against plain Slurm and the wrapper, side by side on two dev clusters.
 
     .venv/bin/python benchmarks/bench_hook.py [--submissions 100] [--starts 30] [--nodes 8]
-        [--hook-port 25817] [--plain-port 26317]
+        [--hook-port 25817] [--plain-port 26317] [--parts latency,starts,shares]
 
 Starts two dev clusters of the same layout (scripts/dev-cluster, under run/bench-hook and
 run/bench-plain): "hook" with ``--job-submit-lua`` and a compass daemon writing the hook's
@@ -20,7 +20,8 @@ falls on all alike:
    submitters, 64 held jobs per level: plain sbatch through the hook, against the wrapper
    (scripts/compass-sbatch) on the plain cluster.
 
-Prints markdown; every job is cancelled and both clusters stopped at the end.
+``--parts`` runs only some of them (in that order). Prints markdown; every job is cancelled and both clusters
+stopped at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ WRAPPER = REPO / "scripts" / "compass-sbatch"
 HELD = ["--parsable", "--hold", "--gpus=1", "--output=/dev/null", "--wrap", "sleep 1"]
 LEVELS = (1, 16, 64)
 PER_LEVEL = 64
+PARTS = ("latency", "starts", "shares")
 
 
 class Cluster:
@@ -186,7 +188,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--hook-port", type=int, default=int(os.environ.get("COMPASS_DEV_PORT") or 25817))
     parser.add_argument("--plain-port", type=int, default=26317)
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which measurements (default {','.join(PARTS)})")
     args = parser.parse_args()
+    parts = [part for part in args.parts.split(",") if part]
+    if not parts or set(parts) - set(PARTS):
+        parser.error(f"--parts {args.parts!r}: name some of {', '.join(PARTS)}")
     work = REPO / "run" / "bench-hook-work"
     work.mkdir(parents=True, exist_ok=True)
     hook = Cluster("hook", args.hook_port, args.nodes, True, work)
@@ -198,11 +204,14 @@ def main() -> None:
         print(f"Two dev clusters of {args.nodes} nodes x 8 GPUs ({version.strip()}), daemons at interval 5 s, "
               f"watch 0.5 s, lease 60 s; load average {os.getloadavg()[0]:.1f} at the start, "
               f"{os.cpu_count()} cores.")
-        latency(plain, hook, args.submissions)
-        for cluster in (hook, plain):
-            cluster.cancel()
-        starts(plain, hook, args.starts, work)
-        shares(plain, hook)
+        if "latency" in parts:
+            latency(plain, hook, args.submissions)
+            for cluster in (hook, plain):
+                cluster.cancel()
+        if "starts" in parts:
+            starts(plain, hook, args.starts, work)
+        if "shares" in parts:
+            shares(plain, hook)
     finally:
         for cluster in (hook, plain):
             cluster.stop()

@@ -33,8 +33,8 @@ cheap look every ``watch`` seconds between cycles when it finds a managed pendin
 last cycle did not see, or that a GPU job the last cycle saw running has left its nodes
 (its GPUs are free: handing them on need not wait for the next ``interval``). Cycles are
 at least ``min_cycle_spacing`` apart whatever wakes them, and the spacing doubles (up to
-``interval``) while work piles up within it: a stream of submissions costs slurmctld one
-read per interval, not one per job (``Daemon._wait``).
+``interval``) while more than one job piles up within it: a stream of submissions costs
+slurmctld one read per interval, not one per job (``Daemon._wait``).
 """
 
 from __future__ import annotations
@@ -125,8 +125,10 @@ class Daemon:
         self.seen_running: frozenset[str] = frozenset()
         self.looked_holding: frozenset[str] = frozenset()
         self.watching = True
-        #: the fewest seconds from this cycle's start to the next one's (``_wait``: doubled while work piles up)
+        #: the fewest seconds from this cycle's start to the next one's (``_wait``: doubled while jobs pile up)
         self.spacing = config.min_cycle_spacing
+        #: pokes (a submitted job each) since the last cycle began: more than one means jobs pile up
+        self.pokes = 0
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -158,6 +160,7 @@ class Daemon:
                 pruner.between_cycles(lambda: obs.slurm_jobs.keys() | obs.running.keys())
             self._wait(interval, started + self.spacing)
             self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
+            self.pokes = 0
         pruner.close()
         self.close()
 
@@ -166,50 +169,54 @@ class Daemon:
         ``earliest`` (monotonic: the spacing of cycles), whatever woke it: only ``stop`` ends the wait then.
 
         No look inside the spacing: whatever it found could start no cycle sooner, and each look costs slurmctld
-        a read of every job. Work already waiting when the spacing ends means news comes faster than cycles (a
-        stream of submissions): the next spacing doubles, up to ``interval``, so a stream is served by one cycle
-        per interval rather than one per job; a spacing that ends with nothing waiting falls back to
-        ``min_cycle_spacing``, so a lone job on a quiet cluster still starts a cycle at once."""
+        a read of every job. News of more than one job waiting as the spacing ends (pokes, or what the look finds)
+        means jobs come faster than cycles (a stream of submissions): the next spacing doubles, up to
+        ``interval``, so a stream is served by one cycle per interval rather than one per job. News of one job
+        at most brings it back to ``min_cycle_spacing``: a lone job, or a user submitting one job after another
+        as each starts, still starts a cycle at once."""
         deadline = time.monotonic() + interval
         if self.stop.wait(max(0.0, earliest - time.monotonic())):
             return
-        busy = self.wake.is_set() or self._looked()
-        self.spacing = self._next_spacing(busy, interval)
+        news = self.pokes if self.wake.is_set() else self._looked()
+        self.spacing = self._next_spacing(news > 1, interval)
+        busy = self.wake.is_set() or news > 0
         while not busy and (left := deadline - time.monotonic()) > 0:
-            busy = self.wake.wait(min(left, self._watch) if self._watch > 0 else left) or self._looked()
+            busy = self.wake.wait(min(left, self._watch) if self._watch > 0 else left) or self._looked() > 0
 
-    def _next_spacing(self, busy: bool, interval: float) -> float:
-        """The spacing after the next cycle: doubled while work piles up within it (at most ``interval``, at
+    def _next_spacing(self, piling: bool, interval: float) -> float:
+        """The spacing after the next cycle: doubled while jobs pile up within it (at most ``interval``, at
         least ``min_cycle_spacing``), else ``min_cycle_spacing``."""
         least = self.config.min_cycle_spacing
-        return max(least, min(2 * self.spacing, interval)) if busy else least
+        return max(least, min(2 * self.spacing, interval)) if piling else least
 
     @property
     def _watch(self) -> float:
         """Seconds between looks; 0: no look (none configured, or the backend has none)."""
         return self.config.watch if self.watching else 0.0
 
-    def _looked(self) -> bool:
-        """Whether a look now (when looks are on) finds work for a cycle."""
-        return self._watch > 0 and self._news()
+    def _looked(self) -> int:
+        """The jobs a look now (when looks are on) finds work for a cycle in (see ``_news``)."""
+        return self._news() if self._watch > 0 else 0
 
-    def _news(self) -> bool:
-        """Whether the cheap look finds work for a cycle: a new managed pending job, or freed GPUs."""
+    def _news(self) -> int:
+        """The jobs the cheap look finds work for a cycle in: new managed pending jobs, and GPU jobs gone from
+        their nodes (their GPUs are free); 0: nothing for a cycle."""
         self.looks += 1
         try:
             look = self.backend.look()
         except SlurmError as err:
             log.debug("looking for new pending or ended jobs: %s", err)
-            return False
+            return 0
         if look is None:
             self.watching = False  # this backend has no cheap look
-            return False
+            return 0
         new = look.pending_managed - self.seen_pending
         ended = (self.seen_running & self.looked_holding) - look.holding
         self.seen_pending, self.looked_holding = look.pending_managed, look.holding
-        return bool(new or ended)
+        return len(new) + len(ended)
 
     def poke(self) -> None:
+        self.pokes += 1
         self.wake.set()
 
     def shutdown(self) -> None:

@@ -1,6 +1,6 @@
 """Cycles are at least min_cycle_spacing apart, whatever wakes them: a burst of the control socket's
 ``submitted`` from a user's process costs at most the cycles that spacing allows (its pokes coalesce); while news
-comes faster than cycles the spacing doubles up to the interval, and a quiet spacing brings it back."""
+comes faster than cycles the spacing doubles up to the interval, and news of one job at most brings it back."""
 
 from __future__ import annotations
 
@@ -54,13 +54,13 @@ def _burst(path: Path) -> float:
 
 
 class Counting(SnapshotBackend):
-    """Counts the cycles' reads and the looks; each look finds a new managed job while ``streaming`` is set."""
+    """Counts the cycles' reads and the looks; each look finds ``arriving`` new managed jobs."""
 
     def __init__(self, state) -> None:
         super().__init__(state, out=None)
         self.reads: list[float] = []
         self.looks = 0
-        self.streaming = threading.Event()
+        self.arriving = 0
 
     def read_state(self):
         self.reads.append(time.monotonic())
@@ -68,8 +68,7 @@ class Counting(SnapshotBackend):
 
     def look(self):
         self.looks += 1
-        new = {f"new{self.looks}"} if self.streaming.is_set() else set()
-        return Look(frozenset(new), frozenset())
+        return Look(frozenset(f"new{self.looks}.{k}" for k in range(self.arriving)), frozenset())
 
 
 def _running(daemon: Daemon, interval: float) -> threading.Thread:
@@ -118,11 +117,10 @@ def test_the_spacing_is_a_setting(tmp_path, env, expected):
 SPACING, INTERVAL = 0.1, 0.8
 
 
-def _started(watch: float, streaming: bool) -> tuple[Daemon, Counting, threading.Thread]:
-    """A daemon at SPACING and INTERVAL, running; each of its looks finds a new job while ``streaming``."""
+def _started(watch: float, arriving: int) -> tuple[Daemon, Counting, threading.Thread]:
+    """A daemon at SPACING and INTERVAL, running; each of its looks finds ``arriving`` new jobs."""
     backend = Counting(cluster(nodes(2), [pending("7", gpus=1)]))
-    if streaming:
-        backend.streaming.set()
+    backend.arriving = arriving
     daemon = Daemon(Config(anchors="", watch=watch, min_cycle_spacing=SPACING), backend, None)
     return daemon, backend, _running(daemon, INTERVAL)
 
@@ -133,7 +131,7 @@ def _stopped(daemon: Daemon, loop: threading.Thread) -> None:
 
 
 def test_a_stream_of_news_doubles_the_spacing_up_to_the_interval_and_no_look_falls_inside_it():
-    daemon, backend, loop = _started(watch=0.05, streaming=True)
+    daemon, backend, loop = _started(watch=0.05, arriving=2)
     time.sleep(3.0)
     _stopped(daemon, loop)
     gaps = _gaps(backend.reads)
@@ -142,9 +140,9 @@ def test_a_stream_of_news_doubles_the_spacing_up_to_the_interval_and_no_look_fal
 
 
 def test_a_quiet_spacing_brings_it_back_so_a_lone_job_starts_a_cycle_at_once():
-    daemon, backend, loop = _started(watch=0.05, streaming=True)
+    daemon, backend, loop = _started(watch=0.05, arriving=2)
     time.sleep(1.5)  # the stream has pushed the spacing to the interval
-    backend.streaming.clear()
+    backend.arriving = 0
     time.sleep(2 * INTERVAL)  # a quiet spacing, then the interval's own cycles
     assert daemon.spacing == SPACING
     quiet = len(backend.reads)
@@ -156,8 +154,16 @@ def test_a_quiet_spacing_brings_it_back_so_a_lone_job_starts_a_cycle_at_once():
     assert _spaced(_gaps(backend.reads[quiet:quiet + 2]), [SPACING]), _gaps(backend.reads[quiet:])
 
 
+def test_one_job_after_another_keeps_the_least_spacing():
+    daemon, backend, loop = _started(watch=0.05, arriving=1)  # each look finds the next job: a user waiting on each
+    time.sleep(1.0)
+    _stopped(daemon, loop)
+    assert daemon.spacing == SPACING
+    assert _spaced(_gaps(backend.reads), [SPACING] * 5), _gaps(backend.reads)
+
+
 def test_without_looks_the_pokes_alone_set_the_spacing():
-    daemon, backend, loop = _started(watch=0.0, streaming=False)
+    daemon, backend, loop = _started(watch=0.0, arriving=0)
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:  # a poke every 10 ms for a second
         daemon.poke()
