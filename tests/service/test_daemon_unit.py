@@ -1111,6 +1111,21 @@ def test_a_daemon_restarted_between_the_requeue_and_the_re_pin_takes_the_requeue
     fresh.close()
 
 
+def test_a_requeue_taken_over_where_its_nodes_are_gone_is_released(tmp_path):
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    backend.state = cluster([node("n1"), node("n3")], [requeued(jobs[6]), *jobs[7:]])  # n2 removed meanwhile
+    fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+    report = fresh.cycle()
+    # released where it is, and decided afresh once pending (its next decision logged "replanned")
+    assert backend.commands[1:] == [["scontrol", "release", "7"]] and fresh.book.state("7") is JobState.REPLANNED
+    assert [(m.job_id, m.src, m.dst, m.status) for m in report.migrations] == [("7", "n1", "n2", "failed")]
+    fresh.close()
+    with Store.open(daemon.db, create=False) as store:
+        (record,) = store.decisions(job="7")
+    assert record.action == "failed" and "nodes logged cannot take it" in record.reason
+
+
 def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     daemon, backend, _ = requeuing(tmp_path)
     daemon.close()
