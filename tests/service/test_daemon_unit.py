@@ -366,7 +366,8 @@ def test_lease_command_line_checks_ids():
 def test_decisions_are_verified_replanned_and_forgotten(tmp_path):
     state = cluster(nodes(3), [pending("50", gpus=4)])
     daemon, backend, clock = daemon_for(state, tmp_path)
-    assert daemon.cycle().decisions[0].candidates == ("n1 (empty)",)  # what `compass explain` shows
+    # what `compass explain` shows: a job not opted in to migration goes where best fit would
+    assert daemon.cycle().decisions[0].candidates == ("n1 (8 free)",)
     assert backend.commands == [update("50", "n1", 1, 4)]
     # Still pending next cycle and n1 fine: nothing new.
     clock.now += 10
@@ -968,7 +969,7 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
             assert (leader["host"], leader["pid"], leader["token"]) == (socket.gethostname(), os.getpid(), 1)
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
                 "ok": True, "job": "90", "state": "placed", "gpus_per_node": {"n1": 2},
-                "rule": "anchor slot on a newly opened node"}
+                "rule": "may not move: best raw fit, there anchor slot on a newly opened node"}
             assert request(path, {"op": "job", "job": "91"}, 2.0)["state"] == "left to Slurm"
         finally:
             daemon.shutdown()
