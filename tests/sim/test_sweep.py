@@ -271,3 +271,17 @@ def test_windows_from_shares_another_files_slices_relative_to_it(sweep_dir):
     assert [t.window for t in plan.tasks] == ["all"]
     assert plan.tasks[0].argv[:2] == ("--trace", str(sweep_dir / "t.csv"))
     assert plan.output == sweep_dir / "s-results"
+
+
+@pytest.mark.parametrize("name", ["heldout", "movable", "half", "delay8", "burst", "mixed"])
+def test_every_committed_results_sweep_plans_what_its_results_were_measured_from(name):
+    """docs/results regenerates from its sweep files: each still plans, and its plan.json is that plan's."""
+    from pathlib import Path
+
+    from compass_slurm.engine.policies.base import policy_names
+
+    here = Path(__file__).resolve().parents[2] / "docs" / "results" / name
+    plan = sweep.load(here / "sweep.toml", policy_names())
+    committed = json.loads((here / "results" / "plan.json").read_text())["tasks"]
+    assert [t.label() for t in plan.tasks] == [sweep.Task(**{**t, "argv": tuple(t["argv"])}).label()
+                                                for t in committed]

@@ -8,8 +8,9 @@ Reads the plan.json and results.json of each sweep named (several: their rows to
 cap's runs beside the uncapped ones of the held-out sweep). Per (slice, migratable share, restart delay):
 
 * the configurations, each the median [min-max] over the tie-break seeds (--perturb): the default
-  (compass-easy, slack 0.5), best-fit under EASY (slack 0), best-fit with the default's queue rule
-  (slack 0.5), and compass-easy under EASY when the sweep ran it;
+  (compass-easy, slack 0, EASY's rule), best-fit under EASY (slack 0), which is also best-fit with the
+  default's queue rule, and compass-easy and best-fit at every other slack the sweep ran (the slack's
+  trade-off curve, each point with its own best-fit at the same queue rule);
 * the price of moving, per seed then its median: GPU-hours lost to restarts, GPU-hours gained (the AGU
   difference against best-fit under EASY x the cluster's GPUs x the time the default's queue was
   non-empty), migrations per whole-node job started;
@@ -18,9 +19,9 @@ cap's runs beside the uncapped ones of the held-out sweep). Per (slice, migratab
   best-fit's (+10% in a backlog: best-fit's mean wait over 2 days), no class (1, 2-4, 5-7, whole-node)
   waiting over 10% longer where its best-fit wait is over 10 minutes.
 
-Then the split of the default's gain against best-fit under EASY into the queue rule (best-fit with
-the slack against without) and the placement (the default against best-fit with the slack), as
-geometric means over the slices. Standard library only.
+Then, per slack, geometric means over the slices of compass-easy at that slack against best-fit under
+EASY, split into the queue rule (best-fit with the slack against without) and the placement
+(compass-easy against best-fit at the same slack). Standard library only.
 """
 
 from __future__ import annotations
@@ -35,12 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tables import command, spread  # noqa: E402  (docs/results/tables.py, beside the sweeps)
 
-DEFAULT = ("compass-easy", 0.5)
+#: the daemon's defaults (compass_slurm/engine/disciplines.py DEFAULT_SLACK): EASY's rule, so best-fit with the
+#: default's queue rule is best-fit under EASY
+DEFAULT = ("compass-easy", 0.0)
 EASY = ("best-fit", 0.0)
-SAME_RULE = ("best-fit", 0.5)
-#: the rows of a slice, in order, with their names in the table
-CONFIGS = ((DEFAULT, "default"), (EASY, "best-fit, EASY"), (SAME_RULE, "best-fit, same slack"),
-           (("compass-easy", 0.0), "compass-easy, EASY"))
 CLASSES = ("1", "2-4", "5-7", "whole-node")
 BACKLOG_S = 2 * 86400.0
 CLASS_FLOOR_S = 600.0
@@ -84,16 +83,26 @@ def median_row(rows: list[dict]) -> dict:
     return med
 
 
+#: a target's verdicts: held and lost are claims (the median and all seeds but at most one agree), the others not
+HELD, LOST, MEDIAN_ONLY, MISSED = "yes", "**lost**", "median only", "missed"
+
+
 def held(ours: list[dict], easy: list[dict]) -> dict[str, str]:
-    """Per target: "yes" (median and all seeds but at most one), else "no (k/n seeds)"."""
+    """Per target: held (the median and all seeds but at most one), lost (missed at the median and on all
+    seeds but at most one), else held at the median only or missed there, each with its seeds (k/n held)."""
     by_seed = {r["perturb"]: r for r in easy}
     pairs = [(r, by_seed[r["perturb"]]) for r in ours if r["perturb"] in by_seed]
     per_seed = [targets(a, b) for a, b in pairs]
     at_median = targets(median_row(ours), median_row(easy))
     out = {}
     for name, ok in at_median.items():
-        count = sum(t[name] for t in per_seed)
-        out[name] = "yes" if ok and count >= len(per_seed) - 1 else f"**no** ({count}/{len(per_seed)})"
+        count, n = sum(t[name] for t in per_seed), len(per_seed)
+        if ok and count >= n - 1:
+            out[name] = HELD
+        elif not ok and count <= 1:
+            out[name] = f"{LOST} ({count}/{n})"
+        else:
+            out[name] = f"{MEDIAN_ONLY if ok else MISSED} ({count}/{n})"
     return out
 
 
@@ -102,12 +111,19 @@ def fmt_wait(rows: list[dict], cls: str) -> str:
     return "-" if None in values else spread(values, "{:,.0f}")
 
 
+def configs(runs: dict, where: tuple) -> list[tuple[tuple, str]]:
+    """A slice's rows: the default, best-fit under EASY, then compass-easy and best-fit at each other slack."""
+    slacks = sorted({k[-1] for k in runs if k[:4] == where and k[-1] != DEFAULT[1]})
+    return [(DEFAULT, "default (compass-easy, EASY)"), (EASY, "best-fit, EASY (= same queue rule)")] + [
+        ((policy, slack), f"{policy}, slack {slack:g}") for slack in slacks for policy in (DEFAULT[0], EASY[0])]
+
+
 def table(runs: dict, where: tuple) -> list[str]:
     lines = ["| config | mean partial nodes | AGU | AJCT (s) | wait 1 / 2-4 / 5-7 / whole-node (s) | migrations "
              "| restart GPU-h | gained GPU-h | migrations per whole-node job |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     easy = {r["perturb"]: r for r in runs.get((*where, *EASY), [])}
-    for config, name in CONFIGS:
+    for config, name in configs(runs, where):
         got = runs.get((*where, *config))
         if not got:
             continue
@@ -122,8 +138,8 @@ def table(runs: dict, where: tuple) -> list[str]:
             f"{spread(gained, '{:,.0f}') if gained and config != EASY else '-'} | "
             f"{'-' if None in over else spread(over, '{:.2f}')} |")
     first = runs[(*where, *DEFAULT)][0]
-    lines.append(f"\n`{command(first['argv'], '--perturb')}` (S = the seed; best-fit: `--policy best-fit`, "
-                 "`--slack 0` or `0.5`)")
+    lines.append(f"\n`{command(first['argv'], '--perturb')}` (S = the seed; best-fit: `--policy best-fit`; "
+                 "the other rows: `--slack` as named)")
     return lines
 
 
@@ -148,8 +164,8 @@ def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def split(runs: dict, slices: list[tuple]) -> list[str]:
-    """The default's AJCT and partial nodes against best-fit under EASY, split into queue rule and placement."""
+def split(runs: dict, slices: list[tuple], slacks: list[float]) -> list[str]:
+    """compass-easy at each slack against best-fit under EASY, split into the queue rule and the placement."""
     def ratio(field: str, a: tuple, b: tuple) -> str:
         """The geometric mean over the slices where both medians are above 0 (and how many those are)."""
         pairs = [(statistics.median(r[field] for r in runs[(*s, *a)]),
@@ -157,12 +173,16 @@ def split(runs: dict, slices: list[tuple]) -> list[str]:
         kept = [x / y for x, y in pairs if x > 0 and y > 0]
         return f"{geomean(kept):.3f}" + ("" if len(kept) == len(pairs) else f" ({len(kept)} slices)")
     lines = ["| ratio (geometric mean over slices of the seeds' medians) | AJCT | mean partial nodes "
-             "| whole-node wait |", "|---|---:|---:|---:|"]
-    for name, a, b in (("default / best-fit EASY (all)", DEFAULT, EASY),
-                       ("best-fit same slack / best-fit EASY (the queue rule)", SAME_RULE, EASY),
-                       ("default / best-fit same slack (the placement)", DEFAULT, SAME_RULE)):
+             "| whole-node wait | AGU |", "|---|---:|---:|---:|---:|"]
+    rows = [("default / best-fit EASY (the placement alone)", DEFAULT, EASY)]
+    for slack in slacks:
+        ours, theirs = (DEFAULT[0], slack), (EASY[0], slack)
+        rows += [(f"compass-easy slack {slack:g} / best-fit EASY (all)", ours, EASY),
+                 (f"best-fit slack {slack:g} / best-fit EASY (the queue rule)", theirs, EASY),
+                 (f"compass-easy slack {slack:g} / best-fit slack {slack:g} (the placement)", ours, theirs)]
+    for name, a, b in rows:
         lines.append(f"| {name} | {ratio('ajct_s', a, b)} | {ratio('mean_partial_nodes', a, b)} "
-                     f"| {ratio('whole_node_wait_s', a, b)} |")
+                     f"| {ratio('whole_node_wait_s', a, b)} | {ratio('agu', a, b)} |")
     return lines
 
 
@@ -211,27 +231,35 @@ def main(results_dirs: list[str]) -> None:
         print(f"\n### {window}: {nodes} nodes of 8 GPUs, --migratable {share:g}, --migration-delay {delay:g}, "
               f"--migrations-burst {burst}\n")
         print("\n".join(table(runs, where)))
-        for config, name in (CONFIGS[0], CONFIGS[3]):
+        for config, name in configs(runs, where)[::2]:  # compass-easy at each slack
             if runs.get((*where, *EASY)) and runs.get((*where, *config)):
                 verdicts.append((where, name, held(runs[(*where, *config)], runs[(*where, *EASY)])))
-    print("\n### Targets against best-fit under EASY (yes: the median and all seeds but at most one)\n")
+    print("\n### Targets against best-fit under EASY\n\nyes: held at the median and on all seeds but at most one; "
+          "**lost**: missed at the median and on all seeds but at most one; otherwise no claim either way: held at "
+          "the median only, or missed there (k/n: the seeds on which it held).\n")
     names = list(verdicts[0][2]) if verdicts else []
     print("| slice | migratable | delay | burst | config | " + " | ".join(names) + " |")
     print("|---|---:|---:|---|---|" + "---|" * len(names))
     for (window, share, delay, burst), name, verdict in verdicts:
         print(f"| {window} | {share:g} | {delay:g} | {burst} | {name} | " + " | ".join(verdict.values()) + " |")
-    for config, name in (CONFIGS[0], CONFIGS[3]):
-        tally = Counter(k for _, n, v in verdicts if n == name for k, ok in v.items() if ok == "yes")
-        slices = sum(1 for _, n, _ in verdicts if n == name)
-        if slices:
-            print(f"\n{name}: held on " + ", ".join(f"{k} {tally[k]}/{slices}" for k in names) + " slices.")
     for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
-        slices = [w for w in wheres if w[1:] == (share, delay, burst)
-                  and all(runs.get((*w, *c)) for c in (DEFAULT, EASY, SAME_RULE))]
+        for name in dict.fromkeys(n for w, n, _ in verdicts if w[1:] == (share, delay, burst)):
+            got = [v for w, n, v in verdicts if n == name and w[1:] == (share, delay, burst)]
+            tally = {verdict: Counter(k for v in got for k, ok in v.items() if ok.startswith(verdict))
+                     for verdict in (HELD, LOST, MEDIAN_ONLY)}
+            print(f"\n{name} at --migratable {share:g}, --migration-delay {delay:g}, --migrations-burst {burst}, "
+                  f"of {len(got)} slices: held on " + ", ".join(f"{k} {tally[HELD][k]}" for k in names)
+                  + "; at the median (held or median only) on " + ", ".join(
+                      f"{k} {tally[HELD][k] + tally[MEDIAN_ONLY][k]}" for k in names)
+                  + "; lost on " + ", ".join(f"{k} {tally[LOST][k]}" for k in names) + ".")
+    for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
+        slices = [w for w in wheres if w[1:] == (share, delay, burst) and runs.get((*w, *DEFAULT)) and runs.get((*w, *EASY))]
+        slacks = sorted({k[-1] for k in runs if k[1:4] == (share, delay, burst) and k[-1] != DEFAULT[1]
+                         and all(runs.get((*w, p, k[-1])) for w in slices for p in (DEFAULT[0], EASY[0]))})
         if slices:
             print(f"\n### Queue rule against placement (--migratable {share:g}, --migration-delay {delay:g}, "
-                  f"{len(slices)} slices)\n")
-            print("\n".join(split(runs, slices)))
+                  f"--migrations-burst {burst}, {len(slices)} slices)\n")
+            print("\n".join(split(runs, slices, slacks)))
     print("\n### The price of moving: the default (medians over seeds)\n")
     print("\n".join(price(runs, wheres)))
     caps = [w for w in wheres if w[3] != UNCAPPED and (*w[:3], UNCAPPED) in {x[:4] for x in wheres}]
