@@ -80,6 +80,11 @@ MARKERS = ("", "compass", "compass:migratable")
 #: time limits (the backfill's run-time estimates), as sites set them
 LIMITS_S = (3600, 4 * 3600, 24 * 3600, 72 * 3600)
 LINES = "scontrol show job --details --oneliner"
+#: a requeue-held job's pending reason, with priority 0, as Slurm 22.05 shows it until it is released (read as held:
+#: compass_slurm/slurm/values.py; tests/data/slurm/narrow-8x8/squeue.json shows 22.05.8's held jobs at priority 0)
+REQUEUE_HELD = "job_requeued_in_held_state"
+#: the priority a released job gets back (churn's new jobs have 5,000)
+RELEASED_PRIORITY = 5_000
 
 
 def build(nodes: int, jobs: int, busy: float, history: str, seed: int, now: float | None = None) -> SlurmState:
@@ -350,11 +355,12 @@ class Recorded:
 def carry_out(state: SlurmState, changes: list[list[str]], now: float) -> tuple[SlurmState, int, int]:
     """``state`` once slurmctld has run ``changes`` and scheduled, before the daemon's next read.
 
-    ``requeuehold`` ends a job's run (pending, held), ``release`` lifts the hold, an update with
-    ``ReqNodeList=.. StartTime=now`` pins it; a lease (``StartTime=now+S``) keeps it waiting. A pinned
-    job starts on its nodes when each has its GPUs free (Slurm's scheduler, triggered by the update
-    and again by backfill every 30 s, runs before the daemon's next read), else it waits. Returns the
-    state, the jobs started and the pinned jobs still waiting.
+    ``requeuehold`` ends a job's run (pending and held, shown as 22.05 shows it: reason
+    ``job_requeued_in_held_state``, priority 0, so that the daemon's read sees the hold and releases it),
+    ``release`` lifts the hold, an update with ``ReqNodeList=.. StartTime=now`` pins it; a lease
+    (``StartTime=now+S``) keeps it waiting. A pinned job starts on its nodes when each has its GPUs free
+    (Slurm's scheduler, triggered by the update and again by backfill every 30 s, runs before the daemon's
+    next read), else it waits. Returns the state, the jobs started and the pinned jobs still waiting.
     """
     jobs = {j.id: j for j in state.jobs}
     pinned: dict[str, None] = {}  # in the order asked
@@ -362,10 +368,12 @@ def carry_out(state: SlurmState, changes: list[list[str]], now: float) -> tuple[
         verb, rest = argv[1], argv[2:]
         if verb == "requeuehold":  # (one job, or a comma list)
             for job_id in rest[0].split(","):
-                jobs[job_id] = replace(jobs[job_id], state="PENDING", nodes=(), gpus_alloc={}, start_time=0, held=True)
+                jobs[job_id] = replace(jobs[job_id], state="PENDING", nodes=(), gpus_alloc={}, start_time=0, held=True,
+                                       reason=REQUEUE_HELD, priority=0)
         elif verb == "release":
             for job_id in rest[0].split(","):
-                jobs[job_id] = replace(jobs[job_id], held=False)
+                if jobs[job_id].held:  # Slurm gives the job a priority again; its reason is the scheduler's next
+                    jobs[job_id] = replace(jobs[job_id], held=False, reason="", priority=RELEASED_PRIORITY)
         elif verb == "update":
             fields = dict(arg.partition("=")[::2] for arg in rest)
             if fields.get("StartTime") == "now":

@@ -11,6 +11,7 @@ from bench_daemon import Recorded, build, carry_out, churn, render, timed  # noq
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
+from collections import Counter  # noqa: E402
 
 from compass_slurm.config import Config  # noqa: E402
 from compass_slurm.service.daemon import Daemon  # noqa: E402
@@ -57,11 +58,26 @@ def test_the_daemon_sees_its_placements_and_migrations_done():
     decisions = [line for line in dump if line.startswith("{'job_id'") and "'instance':" not in line]
     assert len(decisions) == first.placed + first.migrated  # the rest of the records are migrations
     state, started, waiting = carry_out(state, runner.take(), now[0])
-    assert (started, waiting) == (first.placed + first.migrated, 0)
+    assert (started, waiting) == (first.placed, 0)  # the requeued jobs wait, held, for the next cycle's re-pin
+    requeued = {j.id for j in state.jobs if j.held}
+    assert len(requeued) == first.requeues
+    now[0] += 5
+    runner.texts = render(state)
+    # the read shows them requeue-held as Slurm does: the daemon re-pins and releases them, and Slurm starts them
+    seen = {j.id: j for j in CliBackend(runner=runner).read_state().jobs}
+    assert all(seen[j].held and seen[j].reason == "job_requeued_in_held_state" and seen[j].priority == 0
+               for j in requeued)
+    second = timed(daemon, runner)
+    assert second.errors == Counter() and second.migrated == 0
+    changes = runner.take()
+    assert {line[2] for line in changes if line[1] == "release"} == requeued
+    state, started, waiting = carry_out(state, changes, now[0])
+    assert (started, waiting) == (second.placed + len(requeued), 0)
+    assert not any(j.held for j in state.jobs) and all(j.running for j in state.jobs if j.id in requeued)
     now[0] += 5
     runner.texts = render(churn(state, 0.01, seed=2))
-    second = daemon.cycle()
-    assert second.errors == [] and second.adopted == []
+    third = daemon.cycle()
+    assert third.errors == [] and third.adopted == []
 
 
 def test_slurm_s_output_read_from_a_process_is_the_output_handed_over_in_memory(tmp_path):
