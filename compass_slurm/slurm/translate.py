@@ -151,6 +151,8 @@ class Translator:
         self._eligible: dict[object, Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
+        #: each partition's nodes as a set, made when first asked (a pinned job's own nodes are looked up in it)
+        self._partition_sets: dict[str, frozenset[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
         self.known = known if known is not None else TranslationCache()
         self.known.begin((tuple(self.partitions.items()),
@@ -343,20 +345,46 @@ class Translator:
         """The eligible nodes of ``key``: of ``job``, or of any job of that key (a pinned job's key is its own)."""
         found = self._eligible.get(key, UNSEEN)
         if found is UNSEEN:
-            own = self.claims.pins.get(job.id, NO_CLAIM) if isinstance(key, tuple) else NO_CLAIM
-            found = self._eligible[key] = self.known.same_eligible(key, self._compute_eligible(job, *needs, own))
+            if isinstance(key, tuple):  # a job's own key: its key's nodes, and those its pin's claim alone keeps out
+                eligible = self._with_own_nodes(job, needs, self._eligible_for(job, needs, key[0]))
+            else:
+                names = self._eligible_names(job, *needs, NO_CLAIM)
+                # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
+                eligible = None if names == self.available else frozenset(names)
+            found = self._eligible[key] = self.known.same_eligible(key, eligible)
         return found
 
-    def _compute_eligible(self, job: SlurmJob, cpus: int, memory: int,
-                          own: Claim) -> Eligible:
-        """``own``: the job's own pin's claim, which does not count against it."""
+    def _with_own_nodes(self, job: SlurmJob, needs: tuple[int, int], shared: Eligible) -> Eligible:
+        """The eligible nodes of a job with a key of its own: ``shared`` (those of its key, its pin's claim counted
+        like any other), and its pin's nodes where that claim alone kept it out. Its own claim does not count against
+        it, and freeing it changes no other node, so only those few are looked at again, not every node of its
+        partitions."""
+        own = self.claims.pins.get(job.id, NO_CLAIM)  # (a job whose nodes must be one set has a key of its own too)
+        if shared is None:
+            return None
+        names = self._eligible_names(job, *needs, own, within=own[0] - shared)
+        if not names:
+            return shared
+        names.update(shared)
+        return None if names == self.available else frozenset(names)
+
+    def _partition_nodes(self, partition: str) -> frozenset[str]:
+        found = self._partition_sets.get(partition)
+        if found is None:
+            found = self._partition_sets[partition] = frozenset(self.partitions[partition])
+        return found
+
+    def _eligible_names(self, job: SlurmJob, cpus: int, memory: int, own: Claim,
+                        within: frozenset[str] | None = None) -> set[str]:
+        """The nodes of the job's partitions (only those ``within``, when given) that may take one instance of it;
+        ``own``: the job's own pin's claim, which does not count against it."""
         excluded, required = set(job.excluded_nodes), set(job.required_nodes)
         constraint = _constraint(job)
         own_nodes, own_cpus, own_memory = own
         claimed = self.claims.on_node
         names = set()
         for p in self.partitions_of(job):
-            for name in self.partitions[p]:
+            for name in self.partitions[p] if within is None else within & self._partition_nodes(p):
                 node = self.slurm_nodes.get(name)
                 if node is None or name not in self.available or name in excluded:
                     continue
@@ -374,8 +402,7 @@ class Translator:
                 if job.exclusive and (node.cpus_alloc or node.memory_alloc_mb or node.gpus_used):
                     continue  # an exclusive job starts only where nothing runs
                 names.add(name)
-        # Unavailable nodes are the policy's own business, so "every available node" is no restriction.
-        return None if names == self.available else frozenset(names)
+        return names
 
     def satisfies(self, job: SlurmJob, name: str) -> bool:
         """Whether node ``name`` has the GPU type and the features ``job`` asks for (what only an admin changes)."""
