@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from functools import cache
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -257,6 +258,22 @@ def _log_table(name: str, *columns: Column) -> Table:
         Column("cycle", RowId, ForeignKey("cycles.id"), index=True),  # explain reads a cycle; pruning deletes by cycles
         *columns,
     )
+
+
+def _fitted(table: Table, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each text cut to its column's width, its last character an ellipsis: MariaDB and PostgreSQL
+    refuse a longer one (SQLite keeps it), and a record refused would hold back the spool behind it for good."""
+    for name, width in _widths(table):
+        value = values.get(name)
+        if isinstance(value, str) and len(value) > width:
+            values[name] = value[:width - 1] + "\u2026"
+    return values
+
+
+@cache
+def _widths(table: Table) -> tuple[tuple[str, int], ...]:
+    """The table's text columns of a bounded width, with their widths."""
+    return tuple((c.name, c.type.length) for c in table.columns if getattr(c.type, "length", None))
 
 
 decisions_table = _log_table(
@@ -778,7 +795,7 @@ class Store:
             yield conn
 
     def _record(self, record: _Record) -> int:
-        values = {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"}  # type: ignore[arg-type]
+        values = _fitted(record.table, {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"})
         values["time"] = values["time"] or datetime.now(UTC)
         if values["cycle"] is None:
             values["cycle"] = self._cycle
@@ -795,7 +812,8 @@ class Store:
         """Replace the logged decision ``record.id`` with ``record`` (one Slurm refused after it was logged)."""
         values = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("id", "time", "cycle")}
         with self._transaction() as conn:
-            conn.execute(update(decisions_table).where(decisions_table.c.id == record.id).values(values))
+            conn.execute(update(decisions_table).where(decisions_table.c.id == record.id).values(
+                _fitted(decisions_table, values)))
 
     def record_migration(self, record: MigrationRecord) -> int:
         """Log a migration; returns its id."""

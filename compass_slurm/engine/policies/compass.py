@@ -39,7 +39,7 @@ class Rule(Enum):
     VACANCY = "filler in a slot vacancy"
     POOL = "1-GPU instance on the fullest partial pool node"
     NEW_POOL = "1-GPU instance on a newly opened pool node"
-    ORPHAN = "outside ABS: 1-GPU instance in slotted-node residue (work-conserving)"
+    ORPHAN = "outside ABS: 1-GPU in slotted-node residue (work-conserving)"
     EXTRA = "outside ABS: best raw fit (work-conserving)"
 
 
@@ -47,7 +47,7 @@ class Rule(Enum):
 SLOT_RULES = frozenset({Rule.SLOT, Rule.NEW_SLOT})
 #: rules outside ABS (compass-wc's fallback)
 OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
-#: how a job that may not move was placed (compass-easy); its ABS role follows
+#: how a job that may not move was placed (compass-easy), whatever ABS role it takes there
 PINNED_RULE = "may not move: best raw fit"
 
 
@@ -154,9 +154,7 @@ class Compass(Policy):
                 pulls.extend(self._fill(new, spot[0]))
             chosen.append(spot[0])
             rules.append(spot[1])
-        rule = "; ".join(dict.fromkeys(r.value for r in rules))
-        if pinned:
-            rule = f"{PINNED_RULE}, there {rule}"
+        rule = PINNED_RULE if pinned else "; ".join(dict.fromkeys(r.value for r in rules))
         if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
             self._confined[job.id] = allowed
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
