@@ -54,3 +54,10 @@ def test_phases_are_named_plain_first(text, names):
 def test_bad_input_is_one_line_and_exit_2(argv, says):
     done = subprocess.run([sys.executable, str(Path(slurmctld_load.__file__)), *argv], capture_output=True, text=True)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--jobs", "0"], ["--repeat", "-2"]])
+def test_the_looks_benchmark_refuses_bad_input_in_one_line(argv):
+    look = Path(slurmctld_load.__file__).with_name("slurmctld_look.py")
+    done = subprocess.run([sys.executable, str(look), *argv], capture_output=True, text=True)
+    assert done.returncode == 2 and "must be above 0" in done.stderr and "Traceback" not in done.stderr
