@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from functools import cache
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 

@@ -335,6 +335,14 @@ def _gpu_request(f: _Fields, key: str) -> tuple[int | None, str | None]:
     return gres.gpu_count(text) or None, gres.gpu_type(text)
 
 
+def _job_state(states: str) -> str:
+    """The job's state as squeue and scontrol name it: JSON lists flags after the base state (v0.0.39+), and a job
+    requeued while its steps still end is PENDING with COMPLETING, which they show as COMPLETING: a StartTime given
+    to it then is overwritten once they end (backend.py), so it is not pending yet."""
+    base, *flags = states.split("+")
+    return "COMPLETING" if "COMPLETING" in flags else base
+
+
 def _memory_per_gpu(f: _Fields) -> int | None:
     """MB per GPU from ``memory_per_tres`` (``gres:gpu:102400``, from --mem-per-gpu)."""
     try:
@@ -373,7 +381,7 @@ def _job(i: int, raw: Any) -> SlurmJob:
     return SlurmJob(
         id=job_id,
         user=f.str("user_name") or str(f.int("user_id")),
-        state=f.str("job_state", required=True).split("+")[0],
+        state=_job_state(f.str("job_state", required=True)),
         partition=f.str("partition"),
         nodes=tuple(node_names),
         gpus_alloc=alloc,

@@ -105,3 +105,17 @@ def test_a_memo_drops_entries_no_longer_printed_once_they_outnumber_the_live_one
     memo.map([{"n": 2}, {"n": 5000}], lambda i, raw: raw["n"])  # the next read prunes to the last one's
     assert len(memo._built) <= 3
     assert memo.map([{"n": 7}, {"n": 2}], lambda i, raw: "afresh") == ["afresh", 2]
+
+
+def test_a_job_requeued_while_its_steps_end_reads_as_completing_not_pending():
+    """squeue --json (v0.0.39+) lists a requeued job whose steps still end as PENDING with COMPLETING; squeue and
+    scontrol call it COMPLETING. Read as pending, the daemon re-pinned it then, and the StartTime=now it sent was
+    overwritten once the steps ended (23.11 on: the job waited out Slurm's requeue delay)."""
+    doc = json.loads((DATA / "mixed-16x8-23.11" / "squeue.json").read_text())
+    raw = doc["jobs"][0]
+    states = {"PENDING+COMPLETING": ("COMPLETING", False), "PENDING": ("PENDING", True),
+              "RUNNING": ("RUNNING", False), "PENDING+REQUEUED": ("PENDING", True)}
+    for listed, (state, pending) in states.items():
+        raw["job_state"] = listed.split("+")
+        (job,) = parse_json.jobs({**doc, "jobs": [raw]})
+        assert (job.state, job.pending) == (state, pending), listed
