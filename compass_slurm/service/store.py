@@ -262,11 +262,15 @@ def _log_table(name: str, *columns: Column) -> Table:
 
 def _fitted(table: Table, values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with each text cut to its column's width, its last character an ellipsis: MariaDB and PostgreSQL
-    refuse a longer one (SQLite keeps it), and a record refused would hold back the spool behind it for good."""
+    refuse a longer one, and a record refused would hold back the spool behind it for good."""
     for name, width in _widths(table):
         value = values.get(name)
         if isinstance(value, str) and len(value) > width:
             values[name] = value[:width - 1] + "\u2026"
+    return values
+
+
+def _whole(table: Table, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
@@ -666,6 +670,10 @@ class Store:
     def __init__(self, engine: Engine, name: str) -> None:
         self.engine = engine
         self.name = name  # the file, or the URL without its password: for messages
+        #: how a record's texts are written: whole where the database keeps them whole whatever the column's width
+        #: (SQLite), else cut to it (see _fitted)
+        self._texts: Callable[[Table, dict[str, Any]], dict[str, Any]] = (
+            _whole if engine.dialect.name == "sqlite" else _fitted)
         self._conn: Connection | None = None  # the open cycle's transaction
         self._cycle: int | None = None
 
@@ -795,7 +803,7 @@ class Store:
             yield conn
 
     def _record(self, record: _Record) -> int:
-        values = _fitted(record.table, {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"})
+        values = self._texts(record.table, {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"})
         values["time"] = values["time"] or datetime.now(UTC)
         if values["cycle"] is None:
             values["cycle"] = self._cycle
@@ -813,7 +821,7 @@ class Store:
         values = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("id", "time", "cycle")}
         with self._transaction() as conn:
             conn.execute(update(decisions_table).where(decisions_table.c.id == record.id).values(
-                _fitted(decisions_table, values)))
+                self._texts(decisions_table, values)))
 
     def record_migration(self, record: MigrationRecord) -> int:
         """Log a migration; returns its id."""
