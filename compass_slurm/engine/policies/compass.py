@@ -249,11 +249,16 @@ class Compass(Policy):
     def _best_raw_fit(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> Spot | None:
         """The node best fit picks (fewest free GPUs that fit, then the lowest index), with the ABS role the
         instance takes there: what an observed allocation would take (``_adopted``)."""
+        i = self._best_free(gpus, allowed, exclude)
+        return None if i is None else self._role_on(i, gpus)
+
+    def _best_free(self, gpus: int, allowed: frozenset[int] | None, exclude: set[int]) -> int | None:
+        """The node with the fewest free GPUs that fit, then the lowest index."""
         free = self.cluster.free
         for f in range(gpus, free.max_key + 1):
             i = _pick(free.bucket(f), allowed, exclude)
             if i is not None:
-                return self._role_on(i, gpus)
+                return i
         return None
 
     def _role_on(self, i: int, gpus: int) -> Spot:
@@ -285,13 +290,11 @@ class Compass(Policy):
         """compass-wc only: the best raw fit, when ABS has no place but free GPUs do."""
         if not self.work_conserving:
             return None
-        free = self.cluster.free
-        for f in range(gpus, free.max_key + 1):
-            i = _pick(free.bucket(f), allowed, exclude)
-            if i is not None:
-                fits_as_one = gpus == 1 and self.abs.kind(i) == "slotted" and self.abs.residue_of(i) >= 1
-                return i, Rule.ORPHAN if fits_as_one else Rule.EXTRA, None
-        return None
+        i = self._best_free(gpus, allowed, exclude)
+        if i is None:
+            return None
+        fits_as_one = gpus == 1 and self.abs.kind(i) == "slotted" and self.abs.residue_of(i) >= 1
+        return i, Rule.ORPHAN if fits_as_one else Rule.EXTRA, None
 
     def _next(self, gpus: int) -> int | None:
         spot = self._spot(gpus, None, set())
