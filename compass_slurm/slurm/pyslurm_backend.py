@@ -19,7 +19,11 @@ Two things pyslurm 24.11 and 25.11 do not say, and how the state gets them anywa
 - a node's shards in use: the sum of the shards jobs hold on it, as for GPUs; which GPUs they sit on is not
   said, so every shard in use is taken to hold a GPU of its own (``gpus_shared``, at most ``gpus``);
 - the topology: ``scontrol show topology``, as in the CLI backend.
-Every change goes through scontrol, as in the CLI backend.
+Every change goes through scontrol, as in the CLI backend, although pyslurm's own update (``Job.modify``) costs
+slurmctld one RPC where scontrol's pin costs three (it reads the job, and the federation, before an update that
+names nodes): on an update pyslurm sets no node count (``NumNodes``) and takes an empty value for none, so it
+cannot clear ``TresPerJob`` or ``ReqNodeList`` either; the pin would not be the same
+(tests/integration/test_pyslurm_live.py, docs/performance.md "What an update costs").
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ those two releases only: no pyslurm exists for the others.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from devcluster import dev
 
+from compass_slurm.slurm.backend import leave_argv, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11", "25.11")]
@@ -117,3 +119,85 @@ def test_daemon_with_the_pyslurm_backend_places_a_job(pyslurm_python, idle_clust
     (decision,) = json.loads(decided.stdout)
     assert (decision["job_id"], decision["gpus_per_node"]) == (job, {node: 4})
     assert CliBackend().read_state().job(job).gpus_alloc == {node: 4}
+
+
+#: what an update costs slurmctld: scontrol's with a node list (ReqNodeList, NumNodes) first reads the job
+#: (update_job.c's _is_single_job: REQUEST_JOB_INFO_SINGLE, and REQUEST_FED_INFO before it)
+UPDATE_RPCS = ("REQUEST_UPDATE_JOB", "REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
+#: what the daemon's pin sets, as `scontrol show job` prints it
+PIN_FIELDS = ("ReqNodeList", "NumNodes", "TresPerJob", "TresPerNode")
+#: the release's own sdiag (the host's may be of another release), run in its chroot like pyslurm
+SDIAG = "import subprocess, sys; subprocess.run(['sdiag', *sys.argv[1:]], check=True)"
+#: pyslurm's own update (Job.modify: slurm_update_job, one RPC) of every job named, with the JobSubmitDescription
+#: fields given as JSON and the begin time now; prints each refusal
+MODIFY = """
+import json, sys, time, pyslurm
+for job in sys.argv[2:]:
+    changes = pyslurm.JobSubmitDescription(**json.loads(sys.argv[1]), begin_time=int(time.time()))
+    try:
+        pyslurm.Job(int(job)).modify(changes)
+    except pyslurm.RPCError as err:
+        print(job, err)
+"""
+
+
+def _sdiag(python: str, *args: str) -> str:
+    done = subprocess.run([python, "-c", SDIAG, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _update_rpcs(python: str) -> dict[str, int]:
+    """How many RPCs of each UPDATE_RPCS type slurmctld served since ``sdiag --reset``."""
+    by_type = _sdiag(python).split("by message type", 1)[1].split("by user", 1)[0]
+    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
+    return {kind: int(counts.get(kind, 0)) for kind in UPDATE_RPCS}
+
+
+def _pinned(job: str) -> dict[str, str]:
+    line = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True).stdout
+    fields = dict(field.split("=", 1) for field in line.split() if "=" in field)
+    return {name: fields.get(name, "") for name in PIN_FIELDS}  # (a TresPerJob never set is not printed)
+
+
+def test_pyslurm_cannot_pin_jobs_as_scontrol_does(pyslurm_python, idle_cluster):
+    """Why the pyslurm backend changes jobs through scontrol although pyslurm's own update costs slurmctld one RPC
+    where scontrol's pin costs three (issue 31): on an update pyslurm's JobSubmitDescription sets no node count
+    (NumNodes), and takes an empty value for no value, so it clears neither TresPerJob (a --gpus=N job's pin is
+    refused) nor ReqNodeList (left as it was, the update said to have succeeded). When this fails, a pyslurm can
+    make the pin: then the pins may go through it."""
+    shapes = {"2 nodes": ("--nodes=2", "--gpus-per-node=2"), "1 node": ("--nodes=1", "--gpus-per-node=8"),
+              "per job": ("--gpus=8",)}
+    per_shape = 4
+    jobs = {(shape, way): [idle_cluster.sbatch("--hold", *args) for _ in range(per_shape)]
+            for shape, args in shapes.items() for way in ("scontrol", "pyslurm")}
+    by = {way: [job for shape in shapes for job in jobs[shape, way]] for way in ("scontrol", "pyslurm")}
+    _sdiag(pyslurm_python, "--reset")
+    pins = [update_argv(job, ["node01", "node02"], 4, None, start_now=True) for job in by["scontrol"]]
+    assert CliBackend().scontrol_lines(pins) == [None] * len(pins)  # one scontrol reading them all, as the daemon
+    rpcs = {"scontrol": _update_rpcs(pyslurm_python)}
+
+    def modify(changes: dict, job_ids: list[str]) -> dict[str, str]:
+        done = subprocess.run([pyslurm_python, "-c", MODIFY, json.dumps(changes), *job_ids], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+    _sdiag(pyslurm_python, "--reset")
+    refused = modify({"required_nodes": "node[01-02]", "gres_per_node": {"gpu": 4}}, by["pyslurm"])
+    rpcs["pyslurm"] = _update_rpcs(pyslurm_python)
+    count = len(by["pyslurm"])
+    assert rpcs == {"scontrol": dict.fromkeys(UPDATE_RPCS, count),
+                    "pyslurm": {"REQUEST_UPDATE_JOB": count, "REQUEST_JOB_INFO_SINGLE": 0, "REQUEST_FED_INFO": 0}}
+    assert refused == dict.fromkeys(jobs["per job", "pyslurm"], "Invalid generic resource (gres) specification")
+    pinned = {way: _pinned(jobs["2 nodes", way][0]) for way in ("scontrol", "pyslurm")}
+    assert pinned["scontrol"] == pinned["pyslurm"] == {"ReqNodeList": "node[01-02]", "NumNodes": "2-2",
+                                                       "TresPerJob": "", "TresPerNode": "gres/gpu:4"}
+    one_node = {way: _pinned(jobs["1 node", way][0])["NumNodes"] for way in ("scontrol", "pyslurm")}
+    assert one_node == {"scontrol": "2-2", "pyslurm": "1-1"}  # released, it runs on one node with 4 GPUs of its 8
+
+    unpin = {"scontrol": jobs["2 nodes", "scontrol"][1], "pyslurm": jobs["2 nodes", "pyslurm"][1]}
+    assert CliBackend().scontrol_lines([leave_argv([unpin["scontrol"]], unpin=True)]) == [None]
+    assert modify({"required_nodes": "", "gpus": ""}, [unpin["pyslurm"]]) == {}
+    assert {way: _pinned(job)["ReqNodeList"] for way, job in unpin.items()} == {"scontrol": "(null)",
+                                                                               "pyslurm": "node[01-02]"}
