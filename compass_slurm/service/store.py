@@ -70,7 +70,7 @@ from ..engine.model import Decision, Job, Migration
 from ..paths import STATE
 
 #: The schema this code writes. Bump it and add a MIGRATIONS entry when a table changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _add_from_nodes(conn: Connection) -> None:
@@ -88,8 +88,26 @@ def _add_leader(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE samples ADD COLUMN actions {JSON().compile(dialect=conn.dialect)}"))
 
 
+def _widen_texts(conn: Connection) -> None:
+    """v3 -> v4: the columns of Slurm's and the engine's texts that were too narrow (WIDENED), as wide as the tables
+    declare them now; MariaDB and PostgreSQL refused a longer text, so the log cut it. SQLite keeps a text of any
+    length whatever the column's declared width: nothing to change there. Changing a column again to the type it
+    has changes nothing (MySQL commits DDL at once: an upgrade cut short may have widened some already)."""
+    dialect = conn.dialect
+    if dialect.name == "sqlite":
+        return
+    quote = dialect.identifier_preparer.quote
+    for table in dict.fromkeys(column.table for column in WIDENED):
+        changes = []
+        for column in (c for c in WIDENED if c.table is table):
+            kind = column.type.compile(dialect=dialect)
+            changes.append(f"ALTER COLUMN {quote(column.name)} TYPE {kind}" if dialect.name == "postgresql" else
+                           f"MODIFY {quote(column.name)} {kind}{'' if column.nullable else ' NOT NULL'}")
+        conn.execute(text(f"ALTER TABLE {table.name} {', '.join(changes)}"))  # one rewrite of the table at most
+
+
 #: MIGRATIONS[v] upgrades a version-v database to v + 1, inside the transaction that opens it.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes, 2: _add_leader}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _add_from_nodes, 2: _add_leader, 3: _widen_texts}
 
 SYSTEM_DB = STATE / "compass.db"
 #: how long SQLite waits for another writer's lock before giving up.
@@ -262,7 +280,10 @@ def _log_table(name: str, *columns: Column) -> Table:
 
 def _fitted(table: Table, values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with each text cut to its column's width, its last character an ellipsis: MariaDB and PostgreSQL
-    refuse a longer one, and a record refused would hold back the spool behind it for good."""
+    refuse a longer one, and a record refused would hold back the spool behind it for good. Since schema v4 no text
+    the daemon writes comes near its column's width (Slurm's job ids, up to about 80 characters for an array's
+    record ``A_[..]``, and user and node names, in columns of 255; the other bounded columns hold the code's own
+    words): the cut only keeps an absurd one from wedging the log."""
     for name, width in _widths(table):
         value = values.get(name)
         if isinstance(value, str) and len(value) > width:
@@ -282,14 +303,14 @@ def _widths(table: Table) -> tuple[tuple[str, int], ...]:
 
 decisions_table = _log_table(
     "decisions",
-    Column("job_id", String(64), nullable=False, index=True),
-    Column("user", String(64)),
+    Column("job_id", String(255), nullable=False, index=True),  # schema v4: 255 (was 64), as migrations.job_id
+    Column("user", String(255)),  # schema v4: 255 (was 64): a directory's names may be qualified, "name@domain"
     Column("request", String(32), nullable=False),
     Column("request_raw", JSON, nullable=False),
     Column("nodes", NodeList, nullable=False),
     Column("gpus_per_node", JSON, nullable=False),
     Column("policy", String(64), nullable=False),
-    Column("rule", String(64), nullable=False),
+    Column("rule", LongText, nullable=False),  # schema v4: any length (was 64): a multi-instance job's rules joined
     Column("candidates", JsonTuple, nullable=False),
     Column("sif_before", Double),
     Column("sif_after", Double),
@@ -305,7 +326,7 @@ Index("ix_decisions_time_action", decisions_table.c.time, decisions_table.c.acti
 
 migrations_table = _log_table(
     "migrations",
-    Column("job_id", String(64), nullable=False, index=True),
+    Column("job_id", String(255), nullable=False, index=True),
     Column("instance", Integer, nullable=False),
     Column("src", String(255), nullable=False),
     Column("dst", String(255), nullable=False),
@@ -331,6 +352,9 @@ samples_table = _log_table(
     Column("duration", Double, nullable=False),
     Column("actions", JSON(none_as_null=True)),  # schema v3: the cycle's decisions by action, so a report need not count millions
 )
+
+#: the columns schema v4 widened (_widen_texts)
+WIDENED = (decisions_table.c.job_id, decisions_table.c.user, decisions_table.c.rule, migrations_table.c.job_id)
 
 errors_table = _log_table(
     "errors",

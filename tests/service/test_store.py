@@ -4,12 +4,13 @@ PostgreSQL (``db``: see tests/dblogs.py); WAL, files, read-only and full logs on
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import MetaData, String, create_engine, event, insert, inspect, text
+from sqlalchemy.engine import make_url
 
 from compass_slurm.service import store as store_module
 from compass_slurm.engine.model import Decision, Job, Migration
@@ -156,24 +157,31 @@ def test_a_migrated_decision_names_both_places(store: Store) -> None:
     assert doc["from"] == ["node02"] and "from_nodes" not in doc
 
 
-def test_a_rule_longer_than_its_column_is_cut_not_refused(store: Store) -> None:
-    """MariaDB and PostgreSQL refuse a text over its column's width: the one record would be lost and, spooled,
-    hold back every record behind it. A multi-instance job's rules joined can be that long. SQLite keeps it."""
-    long = "; ".join(["anchor slot on the best-fit slotted node", "1-GPU instance on a newly opened pool node"])
-    store.record_decision(replace(decision("9"), rule=long))
+def test_a_long_rule_is_stored_and_read_back_whole(store: Store) -> None:
+    """A multi-instance job's rules joined can be longer than 64 characters, the rule column's width before schema
+    v4, which MariaDB and PostgreSQL enforced (the log cut the text): the column now takes any length."""
+    long = "; ".join(["anchor slot on the best-fit slotted node", "1-GPU instance on a newly opened pool node",
+                      "outside ABS: 1-GPU in slotted-node residue (work-conserving)"] * 10)
+    user = "a.very.long.given-name.family-name@research.department.university.example"
+    store.record_decision(replace(decision("9"), rule=long, user=user))
     (logged,) = store.decisions(job="9")
-    width = store_module.decisions_table.c.rule.type.length
-    kept = long if store.engine.dialect.name == "sqlite" else long[:width - 1] + "\u2026"
-    assert len(long) > width and logged.rule == kept
-    store.rewrite_decision(replace(logged, rule=long, action="failed"))
-    assert store.decisions(job="9")[0].rule == kept
+    assert len(long) > 1000 and (logged.rule, logged.user) == (long, user)
+    store.rewrite_decision(replace(logged, rule=long + "; again", action="failed"))
+    assert store.decisions(job="9")[0].rule == long + "; again"
 
 
-def test_every_rule_a_policy_names_fits_the_decision_log_s_column() -> None:
-    from compass_slurm.engine.policies.compass import PINNED_RULE, Rule
-
-    width = store_module.decisions_table.c.rule.type.length
-    assert all(len(text) <= width for text in [PINNED_RULE, *(r.value for r in Rule)])
+def test_a_text_longer_than_its_column_is_cut_on_a_server_not_refused(store: Store) -> None:
+    """What is left of the cut: a text longer than its column (none the daemon writes comes near one) is cut on
+    MariaDB and PostgreSQL, which refuse it, and a record refused would hold back the spool behind it for good;
+    SQLite keeps it whole."""
+    absurd = "u" * 300
+    store.record_decision(replace(decision("9"), user=absurd))
+    (logged,) = store.decisions(job="9")
+    width = store_module.decisions_table.c.user.type.length
+    kept = absurd if store.engine.dialect.name == "sqlite" else absurd[:width - 1] + "\u2026"
+    assert len(absurd) > width and logged.user == kept
+    store.rewrite_decision(replace(logged, user=absurd, action="failed"))
+    assert store.decisions(job="9")[0].user == kept
 
 
 # -- queries --------------------------------------------------------------------------------
@@ -366,6 +374,68 @@ def test_a_version_1_log_is_upgraded_and_keeps_every_row(store: Store, db: str) 
         upgraded.record_decision(decision("102", action="migrated", from_nodes=("node01",)))
         assert upgraded.decisions(job="102")[0].from_nodes == ("node01",)
         assert upgraded.integrity_check() in ([], None)  # None: a server, which has no such check
+
+
+def v3_log(db: str, *records: DecisionRecord) -> None:
+    """An empty log ``db`` made with schema v3's DDL (decisions.rule, decisions.user and both job_id columns of 64
+    characters), holding ``records`` as v3 wrote them."""
+    old = MetaData()
+    for table in store_module.metadata.sorted_tables:
+        table.to_metadata(old)
+    for column in store_module.WIDENED:
+        old.tables[column.table.name].c[column.name].type = String(64)
+    if make_url(db).get_backend_name() == "sqlite":
+        Path(make_url(db).database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(db)
+    try:
+        with engine.begin() as conn:
+            old.create_all(conn)
+            conn.execute(insert(old.tables["schema_version"]).values(id=1, version=3))
+            for record in records:
+                conn.execute(insert(old.tables["decisions"]).values(
+                    {f.name: getattr(record, f.name) for f in fields(record) if f.name != "id"}))
+    finally:
+        engine.dispose()
+
+
+def widths(db: str, table: str) -> dict[str, int | None]:
+    """The declared width of each text column of ``table`` (None: any length); "null" lists the nullable ones."""
+    engine = create_engine(db)
+    try:
+        found = inspect(engine).get_columns(table)
+    finally:
+        engine.dispose()
+    return {**{c["name"]: getattr(c["type"], "length", None) for c in found if isinstance(c["type"], String)},
+            "null": [c["name"] for c in found if c["nullable"]]}
+
+
+def test_a_version_3_log_is_upgraded_and_then_keeps_long_texts_whole(db: str) -> None:
+    """v4 widened the columns a server cut texts to (rule to any length, user and job ids to 255): a v3 log is
+    altered in place, its rows kept. SQLite keeps any length in any column: its columns stay as declared."""
+    old = replace(decision("101"), rule="anchor slot on the best-fit slotted node")
+    v3_log(db, old)
+    assert {k: widths(db, "decisions")[k] for k in ("job_id", "user", "rule")} == dict.fromkeys(
+        ("job_id", "user", "rule"), 64)
+    with pytest.raises(StoreError, match="old schema version 3"):
+        Store.open(db, create=False)
+    long_id, long_user = "4242_[" + ",".join(str(n) for n in range(1, 60, 2)) + "]", "søren." + "x" * 70
+    long_rule = "; ".join(["anchor slot on the best-fit slotted node", "1-GPU instance on a newly opened pool node"])
+    with Store.open(db) as upgraded:
+        assert upgraded.schema_version() == SCHEMA_VERSION
+        assert upgraded.decisions() == [replace(old, id=1)]
+        upgraded.record_decision(replace(decision(long_id), rule=long_rule * 20, user=long_user))
+        upgraded.record_migration(MigrationRecord.of(Migration(long_id, 0, "node02", "node05"), time=T0))
+    with Store.open(db, create=False) as reader:
+        (logged,) = reader.decisions(job=long_id)
+        assert (logged.job_id, logged.user, logged.rule) == (long_id, long_user, long_rule * 20)
+        assert [m.job_id for m in reader.migrations()] == [long_id]
+        server = reader.engine.dialect.name != "sqlite"
+    after = widths(db, "decisions")
+    assert after["rule"] == (None if server else 64)
+    assert (after["job_id"], after["user"], widths(db, "migrations")["job_id"]) == ((255,) * 3 if server else (64,) * 3)
+    assert {"job_id", "rule"}.isdisjoint(after["null"]) and "user" in after["null"]
+    with Store.open(db) as again:  # a v4 log opened again: nothing to do
+        assert again.schema_version() == SCHEMA_VERSION
 
 
 def test_a_record_naming_no_cycle_of_the_log_is_refused(store: Store) -> None:
