@@ -1,5 +1,5 @@
-"""``compass status``: the GPU map, fragmentation against its bound (2/N per node group), blocked jobs and the
-latest decisions."""
+"""``compass status``: the GPU map, fragmentation against its bound (2/N per node group), blocked jobs, the jobs
+the daemon is migrating and the latest decisions."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..service.status import NodeCell, Status
     from ..service.leader import Leader
     from ..service.store import DecisionRecord
+    from ..slurm.state import SlurmState
 
 #: kind -> (glyph, style): glyphs alone tell the kinds apart when colour is off (NO_COLOR, pipes)
 CELLS = {
@@ -53,15 +54,15 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
 
     config = settings(db=db)
     state = read_slurm(snapshot)
+    decisions, note, leader, requeues = _from_log(config.db, decision_count, state)
     try:
         with native_stdout_silenced():  # the Phi* solver's native output stays out of --json
             status = build_status(state, partition, config.policy, config.migratable, config.queue, config.slack,
-                                  config.migrations_per_hour, config.migrations_burst, config.partitions)
+                                  config.migrations_per_hour, config.migrations_burst, config.partitions, requeues)
     except StatusError as err:
         raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
     except EngineError as err:
         raise UserError(f"cannot adopt the running jobs: {err}", hint="check the policy setting: `compass policies`") from None
-    decisions, note, leader = _from_log(config.db, decision_count)
     if as_json:
         emit_json({"schema_version": SCHEMA_VERSION, **status.as_json(),
                    "leader": None if leader is None else leader.as_json(),
@@ -73,21 +74,23 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
         out.print(part)
 
 
-def _from_log(db: str, count: int) -> tuple[list[DecisionRecord] | None, str, Leader | None]:
-    """The latest decisions, or None and why not, and who leads (service/leader.py; None: no one, or no log):
-    status works without a decision log."""
+def _from_log(db: str, count: int, state: SlurmState) -> tuple[list[DecisionRecord] | None, str, Leader | None,
+                                                              dict[str, DecisionRecord] | None]:
+    """The latest decisions, or None and why not; who leads (service/leader.py; None: no one, or no log); and the
+    jobs of ``state`` the daemon is migrating (None: no log). Status works without a decision log."""
     from ..service.leader import Leader
+    from ..service.status import logged_requeues
     from ..service.store import StoreError
     from .options import open_log
 
     try:
         with open_log(db) as store:
-            leader = Leader.of(store.leader())
+            leader, requeues = Leader.of(store.leader()), logged_requeues(state, store)
             if count == 0:
-                return None, "not asked for", leader
-            return store.decisions(limit=count), "", leader
+                return None, "not asked for", leader, requeues
+            return store.decisions(limit=count), "", leader, requeues
     except StoreError as err:
-        return None, "not asked for" if count == 0 else err.message, None
+        return None, "not asked for" if count == 0 else err.message, None, None
 
 
 
@@ -120,6 +123,7 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, l
         parts += [_partition_table(status), Text()]
     parts += [*_partial_nodes(status), Text()]
     parts += _pending(status)
+    parts += _requeued(status)
     if decisions is not None:
         parts += _decisions(decisions)
     elif note != "not asked for":
@@ -270,17 +274,39 @@ def _pending(status: Status) -> list[Any]:
         table.add_column(name, no_wrap=True)
     table.add_column("what blocks it", no_wrap=True, overflow="ellipsis")  # one line per job; --json has all
     for job in status.pending[:LIST_LIMIT]:
-        if job.blocked:
+        if job.migrating_to is not None:  # held by the daemon itself: it releases the job there
+            why = Text(f"requeued: being migrated to {_nodes(job.migrating_to)}", style="cyan")
+        elif job.blocked:
             why = Text(job.blocked, style="yellow")
         else:
             why = Text("GPUs are free" + (f"; Slurm: {job.slurm_reason}" if job.slurm_reason else ""))
-        if job.held:
+        if job.held and job.migrating_to is None:
             why = Text("held; ") + why
         table.add_row(job.id, job.user, job.request, why)
     out: list[Any] = [table]
     if len(status.pending) > LIST_LIMIT:
         out.append(Text(f"... and {len(status.pending) - LIST_LIMIT} more (--json lists all)"))
     return out
+
+
+def _requeued(status: Status) -> list[Any]:
+    """The jobs the daemon is migrating (its job state ``requeued``): requeue-held, to be re-pinned and released."""
+    from rich.text import Text
+
+    if not status.requeued:
+        return []
+    out: list[Any] = [Text(f"requeued to be migrated ({len(status.requeued)}):", style="bold")]
+    for job in status.requeued[:LIST_LIMIT]:
+        out.append(Text(f"  job {job.id}  {job.user}  {_nodes(job.src) or '?'} -> {_nodes(job.nodes)}  "
+                        f"Slurm: {job.slurm_state.lower()}", no_wrap=True, overflow="ellipsis"))
+    if len(status.requeued) > LIST_LIMIT:
+        out.append(Text(f"  ... and {len(status.requeued) - LIST_LIMIT} more (--json lists all)"))
+    return [*out, Text()]
+
+
+def _nodes(nodes: tuple[str, ...]) -> str:
+    """Nodes in instance order, each once: "node05,node06"."""
+    return ",".join(dict.fromkeys(nodes))
 
 
 def _decisions(decisions: list[DecisionRecord]) -> list[Any]:

@@ -1,19 +1,23 @@
-"""What ``compass status`` shows: every GPU node as one cell, fragmentation, and why pending jobs wait.
+"""What ``compass status`` shows: every GPU node as one cell, fragmentation, why pending jobs wait, and which
+jobs the daemon is migrating.
 
 Built from one SlurmState: the running allocations are adopted into a policy
 (the daemon's, by default COMPASS) so each node gets its ABS role, then
 ``fragmentation.measure`` gives partial nodes, Phi*, SIF and WCC, per node group (one
 capacity, one GPU type) and in total. Pending GPU
 jobs are checked against the nodes they may use, so "Resources" becomes
-"needs 2 empty nodes, 1 free".
+"needs 2 empty nodes, 1 free". A job the daemon requeue-held to migrate it (its state ``requeued``,
+docs/architecture.md) is found as the daemon itself finds one after a restart: Slurm holds it, and its
+latest place in the decision log is that requeue's record, which names the nodes it goes to
+(:func:`logged_requeues`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..engine.fragmentation import Fragmentation, measure
@@ -23,6 +27,9 @@ from ..engine.rate_limit import per_burst, per_hour
 from ..slurm.requests import Request, adoption_order, array_tasks, priority_order, request
 from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.translate import Translator
+
+if TYPE_CHECKING:
+    from .store import DecisionRecord, Store
 
 #: cell kinds, in legend order: partial nodes are pool, slotted or partial (outside ABS)
 KINDS = ("empty", "pool", "slotted", "partial", "full", "unavailable")
@@ -64,11 +71,39 @@ class PendingJob:
     held: bool
     slurm_reason: str
     blocked: str | None
+    #: the nodes the daemon is migrating it to, in instance order (its state ``requeued``); None: not migrating
+    migrating_to: tuple[str, ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"job": self.id, "user": self.user, "partition": self.partition, "request": self.request,
                 "gpus": self.gpus, "held": self.held, "slurm_reason": self.slurm_reason,
-                "blocked": self.blocked, "fits": self.blocked is None}
+                "blocked": self.blocked, "fits": self.blocked is None,
+                "migrating_to": None if self.migrating_to is None else list(self.migrating_to)}
+
+
+@dataclass(frozen=True, slots=True)
+class RequeuedJob:
+    """A job the daemon is migrating: requeue-held (still completing on ``src``, or pending again), to be re-pinned
+    to ``nodes`` and released; ``record`` is the requeue's record in the log."""
+
+    id: str
+    user: str
+    slurm_state: str
+    record: DecisionRecord
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.record.nodes
+
+    @property
+    def src(self) -> tuple[str, ...]:
+        return self.record.from_nodes
+
+    def as_json(self) -> dict[str, Any]:
+        since = self.record.time
+        return {"job": self.id, "user": self.user, "state": "requeued", "slurm_state": self.slurm_state,
+                "to": list(self.nodes), "from": list(self.src), "gpus_per_node": self.record.gpus_per_node,
+                "since": None if since is None else since.isoformat(timespec="milliseconds")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +144,8 @@ class Status:
     pending: tuple[PendingJob, ...]
     abs_violations: dict[str, str] = field(default_factory=dict)
     orphans: int = 0
+    #: the jobs the daemon is migrating, in Slurm's job order; None: not known (no decision log to read)
+    requeued: tuple[RequeuedJob, ...] | None = None
 
     @property
     def partial_cells(self) -> list[NodeCell]:
@@ -148,6 +185,7 @@ class Status:
             "groups": [g.as_dict() for g in self.fragmentation.groups],
             "node_map": [c.as_json() for c in self.cells],
             "pending": [p.as_json() for p in self.pending],
+            "requeued": None if self.requeued is None else [r.as_json() for r in self.requeued],
         }
 
 
@@ -159,9 +197,11 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
                  migratable: str = Config.migratable, queue: str = Config.queue, slack: float = Config.slack,
                  migrations_per_hour: int | str = Config.migrations_per_hour,
                  migrations_burst: int | str = Config.migrations_burst,
-                 partitions: tuple[str, ...] = Config.partitions) -> Status:
+                 partitions: tuple[str, ...] = Config.partitions,
+                 requeues: Mapping[str, DecisionRecord] | None = None) -> Status:
     """The cluster as ``state`` shows it (``partition``: only that one); ``partitions`` are the daemon's, whose
-    GPU nodes a per-node migration budget counts whatever ``partition`` shows."""
+    GPU nodes a per-node migration budget counts whatever ``partition`` shows; ``requeues``: the jobs the daemon
+    is migrating, with their requeue's record (:func:`logged_requeues`; None: not known)."""
     if partition is not None and partition not in {p.name for p in state.partitions}:
         known = ", ".join(p.name for p in state.partitions) or "none"
         raise StatusError(f"no partition {partition!r} (partitions: {known})")
@@ -189,10 +229,29 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         read_at=state.read_at,
         cells=cells,
         partitions=_summaries(state, cells, partition),
-        pending=tuple(blocked_jobs(translator)),
+        pending=tuple(blocked_jobs(translator, requeues)),
         abs_violations=violations,
         orphans=adopted.orphans(),
+        requeued=None if requeues is None else tuple(requeued_jobs(translator, requeues)),
     )
+
+
+def logged_requeues(state: SlurmState, store: Store) -> dict[str, DecisionRecord]:
+    """The jobs of ``state`` the daemon is migrating, with their requeue's record: Slurm holds them and their latest
+    place in the log is that record (what a restarted daemon takes over, sync.take_over_requeues)."""
+    from .sync import REQUEUE
+
+    held = [job.id for job in state.jobs if job.held]
+    places = store.latest_places(held) if held else {}
+    return {r.job_id: r for r in store.decisions_with_ids(p.id for p in places.values())
+            if r.action == "migrated" and r.reason == REQUEUE}
+
+
+def requeued_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord]) -> Iterable[RequeuedJob]:
+    """The jobs of ``requeues`` in the translator's partitions, in Slurm's job order."""
+    for job in translator.state.jobs:
+        if job.id in requeues and translator.partitions_of(job):
+            yield RequeuedJob(job.id, job.user, job.state, requeues[job.id])
 
 
 def managed_budget(state: SlurmState, setting: int | str, partitions: tuple[str, ...]) -> int | None:
@@ -266,8 +325,10 @@ def _summaries(state: SlurmState, cells: Sequence[NodeCell], partition: str | No
 # -- why pending jobs wait ------------------------------------------------------------------------
 
 
-def blocked_jobs(translator: Translator) -> Iterable[PendingJob]:
-    """Every pending GPU job of the translator's partitions, in Slurm's order, with what its request lacks."""
+def blocked_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord] | None = None) -> Iterable[PendingJob]:
+    """Every pending GPU job of the translator's partitions, in Slurm's order, with what its request lacks, and
+    where the daemon migrates it (``requeues``, see :func:`logged_requeues`)."""
+    requeues = requeues or {}
     nodes = translator.slurm_nodes
     for job in priority_order(translator.state.jobs):
         if not job.pending or job.gpus_requested <= 0 or not translator.partitions_of(job):
@@ -286,7 +347,9 @@ def blocked_jobs(translator: Translator) -> Iterable[PendingJob]:
             eligible = translator.eligible(job, req)
             usable = [nodes[n] for n in (translator.available if eligible is None else eligible)]
             blocked = _what_blocks(req, sorted(usable, key=lambda n: n.name), job.partition)
-        yield PendingJob(job.id, job.user, job.partition, shape, job.gpus_requested, job.held, job.reason, blocked)
+        moving = requeues.get(job.id)
+        yield PendingJob(job.id, job.user, job.partition, shape, job.gpus_requested, job.held, job.reason, blocked,
+                         None if moving is None else moving.nodes)
 
 
 def _what_blocks(req: Request, usable: Sequence[SlurmNode], partition: str) -> str | None:

@@ -34,8 +34,9 @@ def test_json_on_the_recorded_16_node_cluster() -> None:
     assert list(pending) == ["10", "9", "11_[1-3]"]  # Slurm's priority order
     assert pending["10"]["blocked"] == "needs 1 node with 4 free GPUs, 0 have"  # it asked for node16, which is full
     assert pending["9"] == {"job": "9", "user": "root", "partition": "gpu", "request": "1x8", "gpus": 8, "held": True,
-                            "slurm_reason": "JobHeldUser", "blocked": None, "fits": True}
+                            "slurm_reason": "JobHeldUser", "blocked": None, "fits": True, "migrating_to": None}
     assert doc["decisions"] is None and doc["decisions_note"].startswith("no decision log at ")
+    assert doc["requeued"] is None  # no log: which held jobs the daemon is migrating is not known
 
 
 def test_status_says_the_migration_budget_and_what_it_comes_to(isolated: Path, large: Path) -> None:
@@ -145,6 +146,43 @@ def test_text_shows_map_legend_and_latest_decisions(tmp_path: Path) -> None:
     assert "node02  5/8  slotted, pinned  orphaned fillers: 6_2#0 (1 GPU)" in out
     assert "job 77  1x8  placed  node03:8  anchor slot on a newly opened node" in out
     assert "\x1b[" not in out  # not a terminal: no colour codes
+
+
+def test_a_job_being_migrated_shows_as_requeued_with_its_new_nodes(tmp_path: Path) -> None:
+    """A job the daemon requeue-held to migrate it (its state ``requeued``): Slurm holds it, still completing on its
+    old nodes or pending again, and its latest place in the log is the requeue's record, naming its new nodes."""
+    from dataclasses import replace
+
+    from compass_slurm.service.sync import REQUEUE
+
+    state = snapshot.load(MIXED)
+    requeued = {"3": replace(state.jobs[2], state="COMPLETING", held=True, reason="job_requeued_in_held_state"),
+                "9": replace(state.jobs[8], reason="job_requeued_in_held_state")}
+    assert [state.jobs[2].id, state.jobs[8].id] == ["3", "9"]
+    path = tmp_path / "requeued.json"
+    snapshot.save(replace(state, jobs=tuple(requeued.get(job.id, job) for job in state.jobs)), path)
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    with Store.open(db) as store:
+        for job, src, dst, gpus in (("3", "node01", "node05", 3), ("9", "node03", "node06", 8),
+                                    ("4", "node15", "node16", 8)):  # 4: migrated, released and running again
+            store.record_decision(DecisionRecord.of(Decision(job, (dst,), gpus, "slot"), Job(job, 1, gpus), "compass",
+                                                    action="migrated", from_nodes=(src,), reason=REQUEUE))
+    doc = json_of("status", "--snapshot", str(path), "--db", db)
+    assert [(r["job"], r["state"], r["slurm_state"], r["from"], r["to"], r["gpus_per_node"]) for r in doc["requeued"]] \
+        == [("3", "requeued", "COMPLETING", ["node01"], ["node05"], {"node05": 3}),
+            ("9", "requeued", "PENDING", ["node03"], ["node06"], {"node06": 8})]
+    pending = {p["job"]: p for p in doc["pending"]}
+    assert (pending["9"]["migrating_to"], pending["9"]["held"]) == (["node06"], True)
+    assert pending["10"]["migrating_to"] is None
+    out = invoke("status", "--snapshot", str(path), "--db", db, env={"COLUMNS": "120"}).stdout
+    assert re.search(r"^ *9 +root +1x8 +requeued: being migrated to node06 *$", out, re.M), out
+    assert "requeued to be migrated (2):" in out
+    assert "  job 3  root  node01 -> node05  Slurm: completing" in out
+    assert "  job 9  root  node03 -> node06  Slurm: pending" in out
+    # the --partition filter holds for them too; an unknown partition is still one clear line
+    assert json_of("status", "--snapshot", str(path), "--db", db, "--partition", "gpu")["requeued"][0]["job"] == "3"
+    wrong = invoke("status", "--snapshot", str(path), "--db", db, "--partition", "cpu")
+    assert wrong.exit_code == 2 and wrong.stderr.startswith("compass: error: no partition 'cpu'")
 
 
 def test_no_color_is_respected_even_when_colour_is_forced() -> None:
