@@ -91,6 +91,7 @@ class Config:
     log_retention_days: int = 180
     #: the decision log's local spool (service/spool.py): what the database could not take while down, written
     #: to it when it is back; empty: beside a SQLite log's file, else in the state directory, one per database.
+    #: Beside it, `<spool>.requeues`: the daemon's note of its migrations' requeue-held jobs (service/requeue_note.py).
     log_spool: str = ""
     #: megabytes the spool may hold; when full the daemon changes no jobs (no decision goes unlogged) and
     #: Slurm starts managed jobs itself when their leases run out.

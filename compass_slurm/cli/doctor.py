@@ -289,6 +289,11 @@ class Doctor:
         if not reply.get("ok"):
             raise Failed(f"{path}: the daemon answered {reply.get('error')!r}", "see journalctl -u compass-daemon")
         answers = f"{path}: the daemon answers (policy {reply.get('policy')}, cycle {reply.get('cycle')})"
+        if unknown := reply.get("held_unknown"):
+            raise Failed(f"{answers}, but held jobs {','.join(unknown)} may be its requeues, which it cannot tell "
+                         "from an admin's hold: its decision log cannot be read, nor a note of its own",
+                         "release each one no admin held (scontrol release JOB): the daemon places it afresh; it "
+                         "tells its own requeues by itself once its log can be read")
         leader = reply.get("leader")
         if reply.get("role") == "standby":
             if leader is None:

@@ -30,6 +30,7 @@ from ..slurm.translate import Observation, Pending
 from .bookkeeping import CycleReport, fmt, log, per_node
 from .job_states import JobBook, JobState
 from .publish import Recorder
+from .requeue_note import RequeueNote
 from .store import DecisionRecord, MigrationRecord
 from .sync import REQUEUE, pinned_by_us
 
@@ -44,11 +45,13 @@ _REQUEUE, _REPOINT, _AGAIN = "requeue", "re-point", "again"
 
 
 class Actuator:
-    """Carries decisions, migrations and leases to Slurm through ``backend``."""
+    """Carries decisions, migrations and leases to Slurm through ``backend``; ``note``: the daemon's own note of its
+    requeues, written before Slurm hears of one."""
 
-    def __init__(self, backend: Backend, lease: float) -> None:
+    def __init__(self, backend: Backend, lease: float, note: RequeueNote) -> None:
         self.backend = backend
         self.lease = int(lease)
+        self.note = note
 
     def express_all(self, decided: Sequence[tuple[Pending, Decision]]) -> list[str | None]:
         """Pin each of ``decided`` to its nodes and start it now, all told Slurm in one go
@@ -74,7 +77,8 @@ class Actuator:
         one command (REQUEUED: the policy holds it on its new nodes), a moved placed-but-pending one re-pointed, and
         the jobs requeued earlier that Slurm shows pending now re-pinned and released (see ``_requeued``). No cycle
         waits for a requeued job's steps to end. Each move's decision is logged before Slurm hears of it, and
-        rewritten as failed where Slurm refuses; a requeued job whose migration fails is released as it is."""
+        rewritten as failed where Slurm refuses; a requeued job whose migration fails is released as it is. A requeue
+        is noted (requeue_note.py) before Slurm hears of it too, and not made when it cannot be."""
         planned = self._plan(obs, policy, moves, book, report, dry_run)
         recorder.ahead(report)
         for m in planned:
@@ -84,6 +88,7 @@ class Actuator:
                 recorder.refused(replace(was.logged, action="failed", reason=SUPERSEDED))
                 book.move(m.job, JobState.REQUEUED, decision=m.decision, job=policy.cluster.jobs[m.job],
                           logged=report.decisions[m.at])
+        self._note_ahead(planned, book, report)
         due, lost = _requeued(obs, book)
         failures = _Failures(report, recorder, book)
         for job_id, why in lost.items():
@@ -103,7 +108,7 @@ class Actuator:
         refused = _refused(next(results), requeue) if requeue else {}
         for m in planned:
             if m.why is not None or m.job in refused:
-                failures.add(report.decisions[m.at], m.why or refused[m.job], at=m.at, release=m.kind == _REQUEUE)
+                failures.add(report.decisions[m.at], m.why or refused[m.job], at=m.at, release=m.job in refused)
             elif m.kind == _REQUEUE:
                 book.move(m.job, JobState.REQUEUED, decision=m.decision, job=policy.cluster.jobs[m.job],
                           logged=report.decisions[m.at])
@@ -143,6 +148,14 @@ class Actuator:
                     planned[-1].why = str(err)
         return planned
 
+    def _note_ahead(self, planned: list[_Move], book: JobBook, report: CycleReport) -> None:
+        """Note this cycle's requeues beside the daemon's others before Slurm hears of them; when the note cannot
+        take them, none is made (a restart whose log cannot be read would not know them from an admin's holds)."""
+        requeues = [m for m in planned if m.kind == _REQUEUE and m.why is None]
+        why = self.note.write([*book.requeues(), *(report.decisions[m.at] for m in requeues)]) if requeues else None
+        for m in requeues if why is not None else ():
+            m.why = f"not requeued: {why}"
+
     def _pins(self, due: Mapping[str, SlurmJob], book: JobBook, failures: _Failures) -> dict[str, list[list[str]]]:
         """The lines that re-pin each requeued job Slurm shows pending to its new nodes, then release it (when held:
         sent whatever the update's fate, since held is worse); one Slurm cannot be told of fails, and is released."""
@@ -159,13 +172,18 @@ class Actuator:
 
     def _repinned(self, job_id: str, results: list[str | None], book: JobBook, report: CycleReport,
                   failures: _Failures, now: float) -> None:
-        """A requeued job re-pinned and released (PLACED, its migration done), or its migration failed."""
+        """A requeued job re-pinned and released (PLACED, its migration done), or re-pinned and its release refused
+        (PLACED, the release owed: the migration is done when Slurm takes it), or its migration failed."""
         record = book.get(job_id)
-        why = next(filter(None, results), None)
-        if why is not None:
-            failures.add(record.logged, why, released=len(results) > 1 and results[1] is None, release=len(results) > 1)
+        update, release = (*results, None)[:2]
+        if update is not None:
+            failures.add(record.logged, update, released=len(results) > 1 and release is None, release=len(results) > 1)
             return
         book.move(job_id, JobState.PLACED, decision=record.decision, job=record.job, at=now, logged=record.logged)
+        if release is not None:  # Slurm holds it on its new nodes: the migration stands, not done until released
+            book.owe_release([job_id], record.logged)
+            report.error("migration", f"job {job_id}: re-pinned, its release refused ({release}); released later")
+            return
         report.migrations += _migrations(record.logged, "compact", "done")
         log.info("migrated job %s to %s: re-pinned and released", job_id, fmt(record.decision.gpus_per_node()))
 
@@ -190,16 +208,19 @@ class Actuator:
             failures.add(record, why, release=True)
         failures.settle(self._release)
 
-    def release_on_stop(self, book: JobBook, recorder: Recorder) -> None:
-        """A daemon that stops releases its requeued jobs where they are; the record of each released is
-        rewritten as failed, that of each Slurm refuses (still completing) kept, for the next daemon to take the
-        requeue over."""
+    def release_on_stop(self, book: JobBook, recorder: Recorder) -> list[DecisionRecord]:
+        """A daemon that stops releases its requeued jobs where they are, and those a failed migration left held; the
+        record of each requeued one released is rewritten as failed, that of each Slurm refuses (still completing)
+        kept, for the next daemon to take the requeue over. Returns those kept. (A job re-pinned whose release is
+        owed stays held on its new nodes: its requeue is logged and noted, and the next daemon takes it over.)"""
         records = [r.logged for r in book.in_state(JobState.REQUEUED).values()]
-        refused = set(self._release([r.job_id for r in records]))
+        failed = [j for j in book.release_due if book.owed_migration(j) is None]
+        refused = set(self._release([*(r.job_id for r in records), *failed]))
         for record in records:
             if record.job_id not in refused:
                 recorder.refused(_failed(record, "the daemon stopped before it was re-pinned"))
         book.forget_many([r.job_id for r in records])
+        return [r for r in records if r.job_id in refused]
 
     def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
@@ -212,23 +233,27 @@ class Actuator:
             log.debug("release of job %s after a failed migration: %s", job_id, why)
         return list(refused)
 
-    def release_left_held(self, obs: Observation, book: JobBook) -> None:
-        """Release the jobs a failed migration left held, once Slurm shows them pending; forget those gone."""
+    def release_left_held(self, obs: Observation, book: JobBook, report: CycleReport) -> None:
+        """Release the jobs whose release is owed (a failed migration left them held, or Slurm refused a re-pinned
+        one's), once Slurm shows them pending; forget those gone. A migration owed its release is done once the job
+        is released, by the daemon or by someone else."""
         due = []
         found = obs.find(book.release_due) if book.release_due else {}  # (one not managed is no slurm_jobs')
         for job_id in sorted(book.release_due, key=id_order):
             job = found.get(job_id)
-            if job is not None and not job.pending:
+            if job is not None and not job.pending and (job.held or book.owed_migration(job_id) is None):
                 continue  # still completing: its hold comes when it is pending again
-            if job is None or not job.held:
+            if job is None:
                 book.released(job_id)
+            elif not job.held:
+                _done_late(book.released(job_id), report)
             else:
                 due.append(job_id)
         refused = set(self._release(due))
         for job_id in due:
             if job_id not in refused:
-                book.released(job_id)
-                log.info("released job %s, left held by a failed migration", job_id)
+                log.info("released job %s, left held by a migration", job_id)
+                _done_late(book.released(job_id), report)
 
     def renew_leases(self, obs: Observation, book: JobBook, report: CycleReport, now: float) -> None:
         """Keep managed jobs the daemon has not placed from starting on Slurm's own, while it is alive.
@@ -367,6 +392,13 @@ def _pin_argv(job_id: str, gpus_per_node: Mapping[str, int], gpu_type: str | Non
     if len(sizes) != 1:
         raise SlurmError(f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that")
     return update_argv(job_id, list(gpus_per_node), sizes.pop(), gpu_type, start_now=True)
+
+
+def _done_late(migration: DecisionRecord | None, report: CycleReport) -> None:
+    """A re-pinned job's owed release is taken (None: it was owed by a failed migration): its migration is done."""
+    if migration is not None:
+        report.migrations += _migrations(migration, "compact", "done")
+        log.info("migrated job %s to %s: released late", migration.job_id, fmt(migration.gpus_per_node))
 
 
 def _migrations(record: DecisionRecord, reason: str, status: str) -> list[MigrationRecord]:

@@ -58,6 +58,7 @@ from ..slurm import hostlist
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
 from ..slurm.requests import Request, id_order
+from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending, Translator
 from ..slurm.translation_cache import TranslationCache
 from .actuate import Actuator
@@ -66,6 +67,7 @@ from .bookkeeping import CycleReport, fmt, log
 from .job_states import JobBook, JobRecord, JobState
 from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
+from .requeue_note import RequeueNote
 from .spool import for_log
 from .store import PINS, DecisionRecord, Pruner, StoreError
 from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over,
@@ -104,8 +106,10 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         #: every job's record beside the policy, in its named state (job_states.py)
         self.book = JobBook()
-        self.actuator = Actuator(backend, config.lease)
         self.recorder = Recorder(db, for_log(db, config.log_spool, config.spool_max_mb))
+        #: the daemon's own note of its requeues, for a restart whose log cannot be read (a dry run keeps none)
+        self.note = RequeueNote.beside(None if dry_run else self.recorder.spool)
+        self.actuator = Actuator(backend, config.lease, self.note)
         #: which of the daemons sharing the log changes jobs (without a log, or in a dry run: this one)
         self.leadership = Leadership(None if dry_run else db, config.leader_lease_s)
         self.metrics = MetricsFile(config.metrics_textfile, self.recorder.spool)
@@ -225,8 +229,10 @@ class Daemon:
 
     def close(self) -> None:
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
-        # still completing, keep their requeue logged, and the next daemon takes them over)
-        self.actuator.release_on_stop(self.book, self.recorder)
+        # still completing, keep their requeue logged and noted, and the next daemon takes them over)
+        kept = self.actuator.release_on_stop(self.book, self.recorder)
+        if self.leadership.leads and (why := self.note.write([*kept, *self.book.requeues()])):
+            log.error("%s", why)
         self.leadership.close()
         self.recorder.close()
 
@@ -266,6 +272,8 @@ class Daemon:
         if self.leadership.may_act() and self.recorder.may_change(report):
             decided = self._decide(obs, translator, policy, report, now)
             self._actuate(obs, policy, decided, moves, report, now)
+        if self.leadership.leads and (why := self.note.write(self.book.requeues())):  # a standby's book holds none
+            report.error("requeue", why)
         self._publish(obs, policy, report, time.monotonic() - started, now)
         return report
 
@@ -286,6 +294,8 @@ class Daemon:
     def _sync(self, obs: Observation, report: CycleReport, now: float) -> tuple[Policy, list[Migration]]:
         """Mirror Slurm in the policy (rebuilt when the GPU nodes changed); returns it and Compact's moves."""
         policy = self.policy
+        if self.note.unsure and self._log_back(obs):
+            policy = None  # rebuilt: the take-over asks the log which of the held jobs are requeues of ours
         if not same_nodes(policy, obs):
             if policy is not None:
                 log.warning("the GPU nodes changed: rebuilding the engine state from Slurm")
@@ -326,7 +336,8 @@ class Daemon:
                 or (j in running and set(place.nodes) != set(running[j].alloc)))}
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
-            return []
+            return self._take_over_noted(policy, held, report)
+        self.note.unsure = []
         requeued, refused = take_over_requeues(policy, self.book, held, records)
         for job_id in take_over(obs, policy, self.book,
                                 {j: records[j] for j in waiting if j in records and j not in requeued}, now):
@@ -334,6 +345,48 @@ class Daemon:
         check = [records[j] for j in sorted(records.keys() - pending - requeued, key=id_order)]
         report.decisions += ran_elsewhere(obs, policy, check, self._where(obs, [r.job_id for r in check]))
         return refused
+
+    def _take_over_noted(self, policy: Policy, held: Mapping[str, SlurmJob],
+                         report: CycleReport) -> list[DecisionRecord]:
+        """The log cannot be read: take over the requeues of the daemon's own note (requeue_note.py) as the log's
+        would be. The held jobs it may have requeued that no note accounts for (there is none, or it cannot be read)
+        are left held, for an admin may have held them, and named loudly until the log can say (``_log_back``).
+        Returns the records of the requeues to release where they are."""
+        try:
+            noted = self.note.read()
+        except ValueError as err:
+            noted, why = None, str(err)
+        else:
+            why = f"the daemon keeps no note of its requeues ({self.note.path})"
+        refused: list[DecisionRecord] = []
+        if noted is None:
+            unsure = [j for j, job in held.items() if job.may_migrate(self.config.migratable)]
+        else:
+            requeued, refused = take_over_requeues(policy, self.book, held, noted.requeues)
+            unsure = [j for j in noted.unsure if j in held and j not in requeued]
+        self.note.unsure = sorted(unsure, key=id_order)
+        if unsure:
+            message = (f"held jobs {','.join(self.note.unsure)} may be requeues of this daemon's, which it cannot "
+                       f"tell from an admin's hold: its decision log cannot be read and {why}; they stay held until "
+                       "the log can say (release each one no admin held: scontrol release JOB)")
+            report.error("requeue", message)
+            log.error("REQUEUE-HELD JOBS LEFT HELD: %s", message)
+        return refused
+
+    def _log_back(self, obs: Observation) -> bool:
+        """Whether the log can be read again while jobs the daemon could not account for are still held (the state
+        is then rebuilt, and the take-over asks the log about them); those no longer held are forgotten."""
+        held = obs.find(set(self.note.unsure))
+        self.note.unsure = [j for j in self.note.unsure if (job := held.get(j)) is not None and job.held]
+        if not self.note.unsure:
+            return False
+        try:
+            self.recorder.latest_places(self.note.unsure)
+        except StoreError:
+            return False
+        log.warning("the decision log can be read again: rebuilding the engine state, to tell whether held jobs %s "
+                    "are requeues of this daemon's", ",".join(self.note.unsure))
+        return True
 
     # -- decide ------------------------------------------------------------------------------
 
@@ -456,7 +509,7 @@ class Daemon:
         if acting():
             self.actuator.leave(obs, self.book, report, policy.name)
         if acting():
-            self.actuator.release_left_held(obs, self.book)
+            self.actuator.release_left_held(obs, self.book, report)
         if acting():
             self.actuator.migrate(obs, policy, moves, self.book, self.rate, report, self.recorder, now,
                                   self.dry_run)
@@ -584,10 +637,11 @@ class Daemon:
 
     def handlers(self) -> dict[str, Handler]:
         """Answers for compass_slurm.service.control.ControlServer: ping (with the cycles and looks run, which
-        benchmarks/slurmctld_load.py reads), submitted (wakes a cycle), job."""
+        benchmarks/slurmctld_load.py reads, and the held jobs it cannot account for, which doctor names), submitted
+        (wakes a cycle), job."""
         return {
             "ping": lambda doc, peer: {"policy": self.config.policy, "cycle": self.cycles, "looks": self.looks,
-                                       **self._role()},
+                                       "held_unknown": self.note.unsure, **self._role()},
             "submitted": self._submitted,
             "job": self._job_status,
         }

@@ -8,7 +8,8 @@ record carries through them, because they outlive the state they began in:
 - the **lease** (``leases``): when the daemon last renewed the job's begin-time lease; any state a
   waiting job can be in keeps it, placing, leaving to Slurm or a start ends it;
 - the **release owed** (``release_due``): a failed migration may have left the job requeue-held, and
-  the daemon releases it once Slurm shows it pending; the job may run meanwhile (the requeue came late).
+  the daemon releases it once Slurm shows it pending; the job may run meanwhile (the requeue came late). A
+  migration whose re-pin Slurm took and whose release it refused owes one too, and is done when it is taken.
 
 A migration of a running job spans cycles: the job is REQUEUED from the requeue until Slurm shows it pending,
 then re-pinned to its new nodes and released (PLACED), so that no cycle waits for a job's steps to end.
@@ -59,7 +60,7 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (W, P): "decided and Slurm told",
     (PIN, P): "decided again and Slurm told",
     (RE, P): "decided again and Slurm told",
-    (RQ, P): "migrated: re-pinned to its new nodes and released, once Slurm showed it pending",
+    (RQ, P): "migrated: re-pinned to its new nodes and released (or its release owed), once Slurm showed it pending",
     (P, P): "re-pointed by a migration before it started",
     (None, R): "its allocation checked against the policy's (adopted where it differed)",
     (W, R): "Slurm started it by itself (its lease ran out, or it was not the daemon's to place)",
@@ -145,7 +146,8 @@ class JobBook:
         self._leases: dict[str, float] = {}
         #: RUNNING's allocations by job id (the very objects read: sync.mirror compares identities)
         self._allocs: dict[str, Mapping[str, int]] = {}
-        self._release_due: set[str] = set()
+        #: the jobs whose release is owed, each with the migration done when it is taken (None: one that failed)
+        self._release_due: dict[str, DecisionRecord | None] = {}
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -175,13 +177,22 @@ class JobBook:
 
     @property
     def release_due(self) -> Set[str]:
-        return self._release_due
+        return self._release_due.keys()
+
+    def owed_migration(self, job_id: str) -> DecisionRecord | None:
+        """The migration done when the job's owed release is taken (None: none)."""
+        return self._release_due.get(job_id)
 
     def pinned(self) -> dict[str, tuple[str, ...]]:
         """The daemon's pins on pending jobs it does not place now: PINNED, and REPLANNED with an older pin."""
         pins = {j: r.pin for j, r in self._in[PIN].items()}
         pins.update((j, r.pin) for j, r in self._in[RE].items() if r.pin is not None)
         return pins
+
+    def requeues(self) -> list[DecisionRecord]:
+        """The migration records of the jobs the daemon requeue-held and has not released: REQUEUED, and those
+        re-pinned whose release is owed."""
+        return [r.logged for r in self._in[RQ].values()] + [m for m in self._release_due.values() if m is not None]
 
     def replanned(self) -> set[str]:
         """The jobs whose next decision is logged ``replanned``."""
@@ -255,17 +266,21 @@ class JobBook:
         for job_id, record in self._in[P].items():
             record.short = job_id in short
 
-    def owe_release(self, job_ids: Iterable[str]) -> None:
-        self._release_due.update(job_ids)
+    def owe_release(self, job_ids: Iterable[str], migration: DecisionRecord | None = None) -> None:
+        """Their release is owed; ``migration``: the one done when it is taken."""
+        self._release_due.update(dict.fromkeys(job_ids, migration))
 
-    def released(self, job_id: str) -> None:
-        self._release_due.discard(job_id)
+    def released(self, job_id: str) -> DecisionRecord | None:
+        """The job's owed release was taken, or is no longer owed; returns the migration that is done with it."""
+        return self._release_due.pop(job_id, None)
 
     # -- whole-book steps ---------------------------------------------------------------------
 
     def rebuilt(self) -> None:
         """A rebuilt policy starts from Slurm alone: the placed and running jobs are found again, and the
-        unheard records and the requeues again in the log (the take-over)."""
+        unheard records and the requeues again in the log (the take-over). A release owed stays owed, but no
+        migration waits on it: one taken over is done when re-pinned again."""
+        self._release_due = dict.fromkeys(self._release_due)
         self.forget_many(self._in[P])
         self.forget_many(self._in[R])
         self.forget_many(self._in[RQ])

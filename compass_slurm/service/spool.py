@@ -62,7 +62,8 @@ def spool_path(setting: str, db: str) -> Path:
     return Path(default_db_url().removeprefix("sqlite:///")).with_name(f"spool-{digest}.jsonl")
 
 
-def _plain(record: _Record) -> dict[str, Any]:
+def as_doc(record: _Record) -> dict[str, Any]:
+    """A record as JSON values (``from_doc`` reads it back)."""
     out = {}
     for f in fields(record):  # type: ignore[arg-type]
         value = getattr(record, f.name)
@@ -77,7 +78,8 @@ def _stamped(record: _Record, at: float) -> _Record:
     return replace(record, time=datetime.fromtimestamp(at, UTC))  # type: ignore[type-var]
 
 
-def _record(kind: str, doc: dict[str, Any]) -> _Record:
+def from_doc(kind: str, doc: dict[str, Any]) -> _Record:
+    """The record of ``kind`` (see KINDS) that ``as_doc`` made ``doc`` of."""
     cls = KINDS[kind]
     values = {}
     for f in fields(cls):  # type: ignore[arg-type]
@@ -140,7 +142,7 @@ class Spool:
         """Append one line and fsync it (raises OSError when the file cannot take it)."""
         at = time.time() if now is None else now
         doc = {"key": key, "at": at, "resume": resume,
-               "records": [{"kind": e.kind, "record": _plain(_stamped(e.record, at))} for e in entries]}
+               "records": [{"kind": e.kind, "record": as_doc(_stamped(e.record, at))} for e in entries]}
         data = (json.dumps(doc, separators=(",", ":"), default=list) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, MODE)
@@ -207,7 +209,7 @@ def read_lines(path: Path) -> list[Line]:
         except json.JSONDecodeError:
             continue
         out.append(Line(doc["key"], float(doc["at"]), doc.get("resume"),
-                        tuple(Entry(r["kind"], _record(r["kind"], r["record"])) for r in doc["records"])))
+                        tuple(Entry(r["kind"], from_doc(r["kind"], r["record"])) for r in doc["records"])))
     return out
 
 

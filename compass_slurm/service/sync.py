@@ -50,8 +50,10 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
     # still shows it completing on its old ones or pending
     requeued = book.in_state(JobState.REQUEUED)
     gone = policy.cluster.jobs.keys() - running.keys() - requeued.keys()  # (set operations and maps: 100,000 jobs)
-    # decided and still pending: kept
+    # decided and still pending: kept; so is a re-pinned job held on its new nodes until its owed release is taken
     pending = set(obs.pending_ids) if not placed.keys().isdisjoint(gone) else set()
+    if owed := placed.keys() & book.release_due:
+        pending |= {j for j, job in obs.find(owed).items() if job.pending}
     for job_id in list(filter(gone.__contains__, policy.cluster.jobs)):
         if job_id in placed and job_id in pending:
             continue

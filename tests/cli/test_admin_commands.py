@@ -262,22 +262,27 @@ def test_word_settings_name_their_choices(isolated: Path, setting: str, value: s
     assert result.exit_code == 2 and f"{setting} = '{value}'" in result.stderr and "is not one of" in result.stderr
 
 
-@pytest.mark.parametrize("role", ["leader", "standby", "standby, no leader"])
-def test_doctor_says_the_daemons_role(tmp_path: Path, monkeypatch, role: str) -> None:
-    """Its socket's ping says whether it leads or stands by, and who leads (service/leader.py)."""
+def doctor_on_socket(tmp_path: Path, monkeypatch, answer: dict) -> dict:
+    """Doctor's daemon socket check, the daemon's ping answering ``answer``."""
     from compass_slurm.service.control import ControlServer
 
-    leader = None if role.endswith("no leader") else {"host": "ctl1", "pid": 4242, "token": 3,
-                                                        "since": "2026-12-04T02:00:00+00:00"}
-    answer = {"policy": "compass-easy", "cycle": 9, "role": role.split(",")[0], "leader": leader}
     socket = tmp_path / "compass.sock"
     monkeypatch.setenv("COMPASS_SOCKET", str(socket))
     server = ControlServer(socket, {"ping": lambda doc, peer: answer})
     server.start()
     try:
-        check = {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}["daemon socket"]
+        return {c["name"]: c for c in json.loads(invoke("doctor", "--json").stdout)["checks"]}["daemon socket"]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("role", ["leader", "standby", "standby, no leader"])
+def test_doctor_says_the_daemons_role(tmp_path: Path, monkeypatch, role: str) -> None:
+    """Its socket's ping says whether it leads or stands by, and who leads (service/leader.py)."""
+    leader = None if role.endswith("no leader") else {"host": "ctl1", "pid": 4242, "token": 3,
+                                                        "since": "2026-12-04T02:00:00+00:00"}
+    answer = {"policy": "compass-easy", "cycle": 9, "role": role.split(",")[0], "leader": leader}
+    check = doctor_on_socket(tmp_path, monkeypatch, answer)
     detail = check["detail"]
     if role == "leader":
         assert check["ok"] and detail.endswith("(policy compass-easy, cycle 9); it leads, token 3"), detail
@@ -285,6 +290,15 @@ def test_doctor_says_the_daemons_role(tmp_path: Path, monkeypatch, role: str) ->
         assert check["ok"] and detail.endswith("it stands by: ctl1 pid 4242 leads (since 2026-12-04T02:00:00+00:00)")
     else:
         assert check["level"] == "warn" and "stands by, and no daemon leads" in detail, check
+
+
+def test_doctor_names_the_held_jobs_the_daemon_cannot_account_for(tmp_path: Path, monkeypatch) -> None:
+    """A daemon restarted while its log cannot be read, with no note of its requeues, leaves the held jobs that may
+    be its requeues held (an admin may have held them): doctor fails and names them."""
+    answer = {"policy": "compass-easy", "cycle": 9, "role": "leader", "leader": None, "held_unknown": ["7", "12"]}
+    check = doctor_on_socket(tmp_path, monkeypatch, answer)
+    assert not check["ok"] and "held jobs 7,12 may be its requeues" in check["detail"], check
+    assert check["hint"].startswith("release each one no admin held (scontrol release JOB)")
 
 
 def test_status_json_says_who_leads(tmp_path: Path, monkeypatch) -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -965,7 +967,7 @@ def test_a_poke_runs_a_cycle_early_and_the_socket_answers(tmp_path):
             reply = request(path, {"op": "ping"}, 2.0)
             leader = reply.pop("leader")
             assert reply.pop("looks") == daemon.looks
-            assert reply == {"ok": True, "policy": Config.policy, "cycle": 2, "role": "leader"}
+            assert reply == {"ok": True, "policy": Config.policy, "cycle": 2, "role": "leader", "held_unknown": []}
             assert (leader["host"], leader["pid"], leader["token"]) == (socket.gethostname(), os.getpid(), 1)
             assert request(path, {"op": "job", "job": "90"}, 2.0) == {
                 "ok": True, "job": "90", "state": "placed", "gpus_per_node": {"n1": 2},
@@ -1038,10 +1040,11 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     assert "7" not in daemon.policy.cluster.jobs or daemon.book.state("7") is JobState.PLACED
 
 
-def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
+@pytest.mark.parametrize("then", ["cycle", "stop"])
+def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path, then):
     """A daemon without a log whose GPU nodes change while a requeued job is still completing cannot follow the
     requeue in its rebuilt state: it releases the job where it is, which comes too early for Slurm, the hold lands
-    later. The daemon releases the job the first time Slurm shows it pending and held."""
+    later. The daemon releases the job the first time Slurm shows it pending and held, or as it stops."""
     class SlowRequeue(SnapshotBackend):
         def scontrol(self, argv):
             super().scontrol(argv)
@@ -1068,8 +1071,12 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path):
     backend.state = cluster(nodes(3), [held, *jobs[7:]])
     backend.refuse_release = False
     backend.commands.clear()
-    daemon.cycle()
-    assert ["scontrol", "release", "7"] in backend.commands and daemon.book.release_due == set()
+    if then == "cycle":
+        daemon.cycle()
+        assert daemon.book.release_due == set()
+    else:
+        daemon.close()
+    assert ["scontrol", "release", "7"] in backend.commands
 
 
 def requeuing(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:
@@ -1134,6 +1141,105 @@ def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     with Store.open(daemon.db, create=False) as store:
         (record,) = store.decisions(job="7")
     assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
+
+
+def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_done_once_the_release_is_taken(tmp_path):
+    """Slurm takes the re-pin and refuses the release: the job is held on its new nodes, so its migration stands
+    (never logged failed) and is done in the cycle whose release Slurm takes; the policy holds it there meanwhile."""
+    daemon, backend, jobs = requeuing(tmp_path)
+    refusals, record = ["Resource temporarily unavailable"], backend.scontrol
+
+    def scontrol(argv: list[str]) -> None:
+        record(argv)
+        if argv[1] == "release" and refusals:
+            raise SlurmCommandError(argv, f"exit 1: {refusals.pop()}")
+
+    backend.scontrol = scontrol
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+    report = daemon.cycle()
+    assert backend.commands[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
+    assert report.migrations == [] and [e.kind for e in report.errors] == ["migration"]
+    assert daemon.book.state("7") is JobState.PLACED and daemon.book.release_due == {"7"}
+    backend.state = cluster(nodes(3), [replace(requeued(jobs[6]), required_nodes=("n2",)), *jobs[7:]])
+    report = daemon.cycle()  # held on n2 still: the policy keeps it there, and the release owed is taken
+    assert backend.commands[3:] == [["scontrol", "release", "7"]] and per_node_of(daemon, "7") == {"n2": 1}
+    assert [(m.src, m.dst, m.status) for m in report.migrations] == [("n1", "n2", "done")]
+    assert daemon.book.release_due == set() and daemon.book.state("7") is JobState.PLACED
+    backend.state = cluster(nodes(3), [on(jobs[6], "n2"), *jobs[7:]])
+    report = daemon.cycle()
+    assert report.migrations == [] and daemon.book.state("7") is JobState.RUNNING
+    with Store.open(daemon.db, create=False) as store:
+        assert [(d.action, d.nodes) for d in store.decisions(job="7")] == [("migrated", ("n2",))]
+        assert [m.status for m in store.migrations(job="7")] == ["done"]
+
+
+def commands_of(backend: SnapshotBackend, job_id: str) -> list[list[str]]:
+    """The scontrol lines sent about ``job_id`` (a fresh daemon's budget may move other jobs too)."""
+    return [argv for argv in backend.commands if argv[2].removeprefix("JobId=") == job_id]
+
+
+@contextmanager
+def unreadable(db: Path) -> Iterator[None]:
+    """The SQLite log a file that fails every read and write (the daemon starts, leads alone and spools)."""
+    aside = db.with_name("aside.db")
+    db.rename(aside)
+    db.write_text("not a database")
+    try:
+        yield
+    finally:
+        db.unlink()
+        aside.rename(db)
+
+
+def test_a_restart_whose_log_cannot_be_read_takes_its_requeues_over_from_its_own_note(tmp_path):
+    """Killed between the requeue and the re-pin, restarted while its log cannot be read: the daemon's note of its
+    requeues says job 7 is one, re-pinned and released as planned; job 20, held by an admin, is not its own."""
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    admin_held = replace(pending("20", gpus=1, comment="compass:migratable"), held=True, reason="JobHeldAdmin")
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), admin_held, *jobs[7:]])
+    with unreadable(tmp_path / "log.db"):
+        fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+        report = fresh.cycle()
+    assert commands_of(backend, "7")[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
+    assert commands_of(backend, "20") == []
+    assert [(m.src, m.dst, m.status) for m in report.migrations if m.job_id == "7"] == [("n1", "n2", "done")]
+    assert fresh.book.state("7") is JobState.PLACED and fresh.note.unsure == []
+    assert [e.kind for e in report.errors] == ["log"]
+    fresh.close()
+
+
+def test_with_neither_its_log_nor_its_note_a_restart_leaves_held_jobs_held_and_names_them(tmp_path):
+    """No note to say (gone, or never written): job 7 may be an admin's hold, so it stays held, named in the log,
+    by ping (for doctor) and loudly, until the log can be read again: then it is re-pinned and released."""
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    daemon.note.path.unlink()
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+    with unreadable(tmp_path / "log.db"):
+        fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+        report = fresh.cycle()
+        fresh.cycle()
+        assert commands_of(backend, "7")[1:] == [] and fresh.handlers()["ping"]({}, None)["held_unknown"] == ["7"]
+    (error,) = [e for e in report.errors if e.kind == "requeue"]
+    assert error.message.startswith("held jobs 7 may be requeues of this daemon's") and "keeps no note" in error.message
+    report = fresh.cycle()  # the log back: it says job 7 is a requeue of the daemon's
+    assert commands_of(backend, "7")[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
+    assert [m.status for m in report.migrations if m.job_id == "7"] == ["done"] and fresh.note.unsure == []
+    fresh.close()
+
+
+def test_a_requeue_the_daemon_cannot_note_is_not_made(tmp_path):
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, _ = daemon_for(cluster(nodes(3), jobs), tmp_path, policy="compass", migrations_per_hour=1)
+    daemon.note.path.mkdir(parents=True)  # a note that cannot be written
+    daemon.cycle()
+    backend.state = cluster(nodes(3), jobs[6:])
+    report = daemon.cycle()
+    assert backend.commands == [] and [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    assert [d.action for d in report.decisions] == ["failed"] and "not requeued: the daemon's note" in (
+        report.decisions[0].reason)
 
 
 def killed(daemon: Daemon) -> None:

@@ -2,13 +2,14 @@
 
 The histories run a real Daemon with a real SQLite log against a toy Slurm whose scontrol commands take effect:
 Slurm starts jobs by itself (a lease ran out), ends them, holds them back, refuses pins, has an admin re-point
-them, refuses updates, takes cycles to requeue a job (its steps ending); the daemon is restarted, or killed
+them, refuses updates and releases, takes cycles to requeue a job (its steps ending); the daemon is restarted, or killed
 half-way through telling Slurm. After every cycle
 that ended, the book keeps its own invariants, and what it says agrees with Slurm and with the log.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from compass_slurm.slurm.backend import Backend
 from compass_slurm.slurm.errors import SlurmCommandError
 from compass_slurm.slurm.state import SlurmJob
 
-from tests.service.test_daemon_unit import Clock, Killed, cluster, killed, nodes, pending
+from tests.service.test_daemon_unit import Clock, Killed, cluster, killed, nodes, pending, unreadable
 
 W, P, R, PIN, RE, LV, LF, RQ = JobState
 NODES = 4
@@ -75,6 +76,8 @@ class ToySlurm(Backend):
         self.pins: dict[str, tuple[str, ...]] = {}
         #: what Slurm says to every update setting nodes in the next cycle (None: it takes them)
         self.refusal: str | None = None
+        #: whether Slurm refuses the next release (of one job)
+        self.refuse_release = False
         #: killed at this many scontrol commands from now (None: not)
         self.kill_in: int | None = None
 
@@ -112,6 +115,9 @@ class ToySlurm(Backend):
         elif not job.pending:
             return f"Job is no longer pending execution for job {job_id}"
         elif verb == "release":
+            if self.refuse_release:
+                self.refuse_release = False
+                return f"Resource temporarily unavailable for job {job_id}"
             self.jobs[job_id] = replace(job, held=False, reason="Priority")
         elif fields.get("ReqNodeList"):
             if self.refusal is not None:
@@ -161,7 +167,7 @@ STEP = st.one_of(
     st.tuples(st.just("refuse"), st.sampled_from(["Requested node configuration is not available",
                                                   "Job is no longer pending execution", "Slurm busy"])),
     st.tuples(st.just("kill"), st.integers(0, 3)),
-    st.tuples(st.sampled_from(["restart", "later", "later"])),
+    st.tuples(st.sampled_from(["restart", "later", "later", "refuse release"])),
 )
 
 
@@ -170,6 +176,29 @@ STEP = st.one_of(
        compacting=st.booleans())
 def test_the_book_agrees_with_itself_with_slurm_and_with_the_log(tmp_path_factory, first, steps, compacting):
     run(f"sqlite:///{tmp_path_factory.mktemp('log') / 'log.db'}", [*first, *steps], compacting=compacting)
+
+
+def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_followed_until_released(tmp_path):
+    """A history the random ones seldom reach: job 103 requeued from n2 to n1 (its neighbour ended), then re-pinned
+    there by a cycle whose release Slurm refuses; it stays the daemon's on n1 until released, then runs there as
+    logged."""
+    four, db = ("submit", (1, 4), True, 5), f"sqlite:///{tmp_path / 'log.db'}"
+    run(db, [four, four, four, four, ("start all", 0), ("end", 0), ("end", 1), ("refuse release",), ("requeued", 0),
+             ("later",), ("start all", 0), ("later",)], compacting=True)
+    with Store.open(db, create=False) as store:
+        assert [(d.action, d.nodes) for d in store.decisions(job="103")] == [("placed", ("n2",)), ("migrated", ("n1",))]
+        assert [(m.src, m.dst, m.status) for m in store.migrations(job="103")] == [("n2", "n1", "done")]
+
+
+def test_a_requeue_is_taken_over_by_a_daemon_restarted_while_its_log_cannot_be_read(tmp_path):
+    """Job 103 requeued from n2 to n1; the daemon killed before Slurm shows it pending, and restarted while its log
+    cannot be read: its own note says 103 is its requeue, so it is followed, re-pinned and released as planned."""
+    four, db = ("submit", (1, 4), True, 5), f"sqlite:///{tmp_path / 'log.db'}"
+    run(db, [four, four, four, four, ("start all", 0), ("end", 0), ("end", 1), ("lost log",), ("requeued", 0),
+             ("start all", 0), ("later",)], compacting=True)
+    with Store.open(db, create=False) as store:
+        assert [(d.action, d.nodes) for d in store.decisions(job="103")] == [("placed", ("n2",)), ("migrated", ("n1",))]
+        assert [(m.src, m.dst, m.status) for m in store.migrations(job="103")] == [("n2", "n1", "done")]
 
 
 def run(db: str, steps: list[tuple], trace: bool = False, compacting: bool = False) -> None:
@@ -227,13 +256,19 @@ def run(db: str, steps: list[tuple], trace: bool = False, compacting: bool = Fal
             slurm.refusal = args[0]
         elif kind == "kill":
             slurm.kill_in = args[0]
+        elif kind == "refuse release":
+            slurm.refuse_release = True
         elif kind == "restart":
             daemon.close()
+            daemon = fresh()
+        elif kind == "lost log":  # killed, and restarted while its log cannot be read (for this cycle)
+            killed(daemon)
             daemon = fresh()
         clock.now += 200 if kind == "later" else 10
         read = slurm.read_state()
         try:
-            report = daemon.cycle()
+            with unreadable(Path(db.removeprefix("sqlite:///"))) if kind == "lost log" else nullcontext():
+                report = daemon.cycle()
         except Killed:
             killed(daemon)
             daemon = fresh()  # what it logged is all the next one knows
