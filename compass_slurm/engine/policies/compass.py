@@ -140,7 +140,7 @@ class Compass(Policy):
         chosen: list[int] = []
         rules: list[Rule] = []
         pulls: list[Migration] = []
-        pinned = self.pinned_best_fit and not job.migratable
+        pinned = self._by_best_fit(job)
         for k in range(job.instances):
             exclude = set(chosen) if job.distinct_nodes else set()
             spot = self._best_raw_fit(job.gpus, allowed, exclude) if pinned else self._spot(job.gpus, allowed, exclude)
@@ -158,6 +158,10 @@ class Compass(Policy):
         if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
             self._confined[job.id] = allowed
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def _by_best_fit(self, job: Job) -> bool:
+        """Whether the job is placed where best fit would put it (compass-easy: it may not move)."""
+        return self.pinned_best_fit and not job.migratable
 
     def _covered(self, allowed: frozenset[int], i: int) -> bool:
         """Whether ``allowed`` holds every node of node i's group (moves within the group then keep to it)."""
@@ -199,7 +203,7 @@ class Compass(Policy):
         a, names = self.abs, self.cluster.nodes
         gids = self._groups_for(gpus, None)
         out: list[str] = []
-        if self.pinned_best_fit and not job.migratable:
+        if self._by_best_fit(job):
             free = self.cluster.free
             tiers = [(free.bucket(f), f"{f} free") for f in range(gpus, free.max_key + 1)]
         elif gpus >= 2:
@@ -208,7 +212,7 @@ class Compass(Policy):
         else:
             tiers = [(a.vacant[g], "vacancy") for g in gids]
             tiers += [(a.pool_room[g].bucket(r), f"pool room {r}") for g in gids for r in range(1, a.cap[g])]
-        if job.migratable or not self.pinned_best_fit:
+        if not self._by_best_fit(job):
             tiers += [(a.empty[g], "empty") for g in gids]
         for members, label in tiers:
             i = _pick(members, allowed, set())
