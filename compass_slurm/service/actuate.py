@@ -287,8 +287,11 @@ class Actuator:
         for job_id in sorted(obs.left.keys() - left.keys() - leaving.keys(), key=id_order):
             # a job the daemon had pinned before it came to be left (its nodes lost what it asks): unpinned too
             book.move(job_id, JobState.LEAVING, why=obs.left[job_id], unpin=pinned_by_us(obs, book, job_id))
-        lists = [(leave_argv(batch, unpin), batch) for unpin in (False, True)
-                 for batch in _chunks(sorted((j for j, r in leaving.items() if r.unpin is unpin), key=id_order))]
+        kept, unpinned = (sorted((j for j, r in leaving.items() if r.unpin is unpin), key=id_order)
+                          for unpin in (False, True))
+        # a line clears one job's node list (leave_argv); lifting leases takes lists
+        lists = [(leave_argv(batch, False), batch) for batch in _chunks(kept)]
+        lists += [(leave_argv([job_id], True), [job_id]) for job_id in unpinned]
         for job_id in self._each(lists, report, "leave"):
             why = leaving[job_id].why
             book.move(job_id, JobState.LEFT, why=why)

@@ -80,9 +80,14 @@ def lease_argv(job_ids: Sequence[str], seconds: int) -> list[str]:
 
 def leave_argv(job_ids: Sequence[str], unpin: bool) -> list[str]:
     """``scontrol update JobId=A,B,.. [ReqNodeList=] StartTime=now``: jobs the daemon leaves to Slurm start as they
-    would without it, its lease lifted (and, with ``unpin``, the node list it set cleared: Slurm refused it)."""
+    would without it, its lease lifted (and, with ``unpin``, the node list it set cleared: Slurm refused it).
+
+    A node-list update names one job: scontrol refuses it for a list ("Invalid job ID A,B", update_job.c's
+    ``_is_single_job``) without asking slurmctld."""
     if not job_ids:
         raise SlurmError("leaving jobs to Slurm needs at least one job")
+    if unpin and len(job_ids) > 1:
+        raise SlurmError(f"clearing a node list names one job, got {len(job_ids)}")
     return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}",
             *(["ReqNodeList="] if unpin else []), "StartTime=now"]
 

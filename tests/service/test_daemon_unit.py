@@ -29,7 +29,7 @@ from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.job_states import JobState
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm import requests
-from compass_slurm.slurm.backend import DryRunBackend, lease_argv
+from compass_slurm.slurm.backend import DryRunBackend, lease_argv, leave_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
@@ -1431,6 +1431,27 @@ def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slu
     backend.state = cluster(nodes(3), [])
     daemon.cycle()
     assert not daemon.book.in_state(JobState.LEFT)  # gone from the queue: forgotten
+
+
+def test_pins_slurm_refuses_in_one_cycle_are_cleared_one_job_a_line(tmp_path):
+    # scontrol refuses a node-list update naming several jobs ("Invalid job ID 80,81") without sending it
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("80", gpus=1), pending("81", gpus=1)]),
+                                        tmp_path, lease=60)
+    daemon.cycle()
+    backend.state = cluster(nodes(3), [pending(j, gpus=1, required_nodes=("n1",), reason="BadConstraints")
+                                       for j in ("80", "81")])
+    backend.commands.clear()
+    clock.now += 5
+    report = daemon.cycle()
+    assert sorted((d.job_id, d.action) for d in report.decisions) == [("80", "left"), ("81", "left")]
+    assert backend.commands == [["scontrol", "update", f"JobId={j}", "ReqNodeList=", "StartTime=now"]
+                                for j in ("80", "81")]
+
+
+def test_clearing_node_lists_names_one_job():
+    assert leave_argv(["1", "2"], unpin=False) == ["scontrol", "update", "JobId=1,2", "StartTime=now"]
+    with pytest.raises(SlurmError, match="names one job, got 2"):
+        leave_argv(["1", "2"], unpin=True)
 
 
 def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tmp_path):
