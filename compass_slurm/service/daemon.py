@@ -67,7 +67,7 @@ from .bookkeeping import CycleReport, fmt, log
 from .job_states import JobBook, JobRecord, JobState
 from .leader import Leadership
 from .publish import MetricsFile, Recorder, fragmentation, publish_anchors, sample
-from .requeue_note import RequeueNote
+from .requeue_note import Noted, RequeueNote
 from .spool import for_log
 from .store import PINS, DecisionRecord, Pruner, StoreError
 from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over,
@@ -231,7 +231,7 @@ class Daemon:
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
         # still completing, keep their requeue logged and noted, and the next daemon takes them over)
         kept = self.actuator.release_on_stop(self.book, self.recorder)
-        if self.leadership.leads and (why := self.note.write([*kept, *self.book.requeues()])):
+        if self.leadership.leads and (why := self.note.write([*kept, *self.book.requeues()], self.book.release_due)):
             log.error("%s", why)
         self.leadership.close()
         self.recorder.close()
@@ -272,7 +272,8 @@ class Daemon:
         if self.leadership.may_act() and self.recorder.may_change(report):
             decided = self._decide(obs, translator, policy, report, now)
             self._actuate(obs, policy, decided, moves, report, now)
-        if self.leadership.leads and (why := self.note.write(self.book.requeues())):  # a standby's book holds none
+        # a standby's book holds none
+        if self.leadership.leads and (why := self.note.write(self.book.requeues(), self.book.release_due)):
             report.error("requeue", why)
         self._publish(obs, policy, report, time.monotonic() - started, now)
         return report
@@ -339,6 +340,7 @@ class Daemon:
             return self._take_over_noted(policy, held, report)
         self.note.unsure = []
         requeued, refused = take_over_requeues(policy, self.book, held, records)
+        self._owed(held, self._noted()[0])
         for job_id in take_over(obs, policy, self.book,
                                 {j: records[j] for j in waiting if j in records and j not in requeued}, now):
             self._older_pin(obs, job_id)
@@ -352,18 +354,14 @@ class Daemon:
         would be. The held jobs it may have requeued that no note accounts for (there is none, or it cannot be read)
         are left held, for an admin may have held them, and named loudly until the log can say (``_log_back``).
         Returns the records of the requeues to release where they are."""
-        try:
-            noted = self.note.read()
-        except ValueError as err:
-            noted, why = None, str(err)
-        else:
-            why = f"the daemon keeps no note of its requeues ({self.note.path})"
+        noted, why = self._noted()
         refused: list[DecisionRecord] = []
         if noted is None:
             unsure = [j for j, job in held.items() if job.may_migrate(self.config.migratable)]
         else:
             requeued, refused = take_over_requeues(policy, self.book, held, noted.requeues)
-            unsure = [j for j in noted.unsure if j in held and j not in requeued]
+            owed = self._owed(held, noted)
+            unsure = [j for j in noted.unsure if j in held and j not in requeued and j not in owed]
         self.note.unsure = sorted(unsure, key=id_order)
         if unsure:
             message = (f"held jobs {','.join(self.note.unsure)} may be requeues of this daemon's, which it cannot "
@@ -372,6 +370,21 @@ class Daemon:
             report.error("requeue", message)
             log.error("REQUEUE-HELD JOBS LEFT HELD: %s", message)
         return refused
+
+    def _noted(self) -> tuple[Noted | None, str]:
+        """What the daemon's note says (None: there is none, or it cannot be read), and why not."""
+        try:
+            return self.note.read(), f"the daemon keeps no note of its requeues ({self.note.path})"
+        except ValueError as err:
+            return None, str(err)
+
+    def _owed(self, held: Mapping[str, SlurmJob], noted: Noted | None) -> list[str]:
+        """Owe again the releases the daemon before noted it owed, of the jobs Slurm still holds; returns those."""
+        if noted is None:
+            return []
+        owed = [j for j in noted.owed if j in held]
+        self.book.owe_release(owed)
+        return owed
 
     def _log_back(self, obs: Observation) -> bool:
         """Whether the log can be read again while jobs the daemon could not account for are still held (the state

@@ -6,9 +6,11 @@ restarted while its log cannot be read cannot ask it, and Slurm cannot say who r
 ``scontrol requeuehold`` shows as the daemon's does (``job_requeued_in_held_state``, priority 0), and a job an admin
 held must never be released. So the leading daemon keeps its requeues' records here too, written before Slurm hears
 of a requeue and again whenever they change; a restart that cannot read its log takes these over. The note also keeps
-the held jobs a daemon could not account for (``unsure``), so that the next one names them too until the log can say.
+the held jobs a daemon could not account for (``unsure``), so that the next one names them too until the log can say,
+and the jobs whose release it owes (``owed``: a failed migration left them held, and Slurm refused their release while
+they completed): no record of the log says so, and nothing else would release them.
 
-    {"requeues": [<decision record>, ...], "unsure": ["<job id>", ...]}
+    {"requeues": [<decision record>, ...], "unsure": ["<job id>", ...], "owed": ["<job id>", ...]}
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from .store import DecisionRecord
 
 @dataclass(frozen=True, slots=True)
 class Noted:
-    """What a note says: the requeues' records by job id, and the held jobs no daemon could account for."""
+    """What a note says: the requeues' records by job id, the held jobs no daemon could account for, and the jobs
+    whose release is owed."""
 
     requeues: dict[str, DecisionRecord]
     unsure: tuple[str, ...]
+    owed: tuple[str, ...]
 
 
 class RequeueNote:
@@ -45,13 +49,13 @@ class RequeueNote:
     def beside(cls, spool: Spool | None) -> RequeueNote:
         return cls(None if spool is None else spool.path.with_name(spool.path.name + ".requeues"))
 
-    def write(self, requeues: Iterable[DecisionRecord]) -> str | None:
-        """Make the note say ``requeues`` and ``unsure`` (not rewritten when it says so already); why it cannot be
-        written, or None."""
+    def write(self, requeues: Iterable[DecisionRecord], owed: Iterable[str]) -> str | None:
+        """Make the note say ``requeues``, ``unsure`` and ``owed`` (not rewritten when it says so already); why it
+        cannot be written, or None."""
         if self.path is None:
             return None
         text = json.dumps({"requeues": [as_doc(r) for r in sorted(requeues, key=lambda r: id_order(r.job_id))],
-                           "unsure": self.unsure})
+                           "unsure": self.unsure, "owed": sorted(owed, key=id_order)})
         if text == self._written:
             return None
         try:
@@ -68,7 +72,8 @@ class RequeueNote:
         try:
             doc = json.loads(self.path.read_text())
             records = [from_doc("decision", r) for r in doc["requeues"]]
-            return Noted({r.job_id: r for r in records}, tuple(map(str, doc["unsure"])))  # type: ignore[attr-defined]
+            return Noted({r.job_id: r for r in records}, tuple(map(str, doc["unsure"])),  # type: ignore[attr-defined]
+                         tuple(map(str, doc["owed"])))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as err:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -1132,6 +1132,37 @@ def test_a_requeue_taken_over_where_its_nodes_are_gone_is_released(tmp_path):
     with Store.open(daemon.db, create=False) as store:
         (record,) = store.decisions(job="7")
     assert record.action == "failed" and "nodes logged cannot take it" in record.reason
+
+
+@pytest.mark.parametrize("log", ["readable", "unreadable"])
+def test_a_release_a_failed_migration_owes_outlives_a_restart(tmp_path, log):
+    """Released where it is (its new nodes gone) while Slurm still completes it, so the release is refused and owed;
+    the daemon is killed before Slurm shows the job pending. No record of the log says the release is owed: the
+    daemon's note does, and the next daemon releases the job, whether its log can be read or not."""
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    record = backend.scontrol
+
+    def scontrol(argv: list[str]) -> None:
+        record(argv)
+        if argv[1] == "release" and backend.state.jobs[0].state == "COMPLETING":
+            raise SlurmCommandError(argv, "exit 1: Job is not pending")
+
+    backend.scontrol = scontrol
+    without_n2 = [node("n1"), node("n3")]
+    backend.state = cluster(without_n2, [requeued(jobs[6], "COMPLETING"), *jobs[7:]])
+    second = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+    second.cycle()
+    assert second.book.release_due == {"7"}
+    killed(second)
+    backend.state = cluster(without_n2, [requeued(jobs[6]), *jobs[7:]])
+    backend.commands.clear()
+    third = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+    with unreadable(tmp_path / "log.db") if log == "unreadable" else nullcontext():
+        third.cycle()
+    assert commands_of(backend, "7") == [["scontrol", "release", "7"]] and third.book.release_due == set()
+    assert third.note.unsure == []
+    third.close()
 
 
 def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
