@@ -58,8 +58,9 @@ class Config:
     min_cycle_spacing: float = 1.0
     #: seconds between the daemon's cheap looks for new managed pending jobs and ended GPU jobs (one squeue of
     #: the pending and running jobs' ids, states and comments: slurmctld packs every job for it), which start a
-    #: cycle once the spacing allows; none inside the spacing. 0 disables: a site whose GPU jobs all come
-    #: through the wrapper (which tells the daemon) needs no look.
+    #: cycle once the spacing allows; none inside the spacing, none just before a cycle, and never sooner than 20
+    #: times the last look's own seconds (at 100,000 jobs a look takes about half a second). 0 disables: a site
+    #: whose GPU jobs all come through the wrapper (which tells the daemon) needs no look.
     watch: float = 0.5
     #: seconds a managed job (wrapper or hook) waits for the daemon before Slurm places it itself.
     lease: float = 60.0

@@ -87,6 +87,10 @@ FENCED = "not told to Slurm: this daemon's lead ran out (service/leader.py)"
 DROPPED = ("not re-pinned: this daemon's lead ran out, or its log could not say, or the nodes logged cannot take it, "
            "before Slurm showed it pending")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
+#: the most of the time looks may take: the next look waits this many times the last one's seconds, if longer than
+#: ``watch`` (a look at 100,000 jobs costs slurmctld about 0.5 s, and the daemon a process and a parse; at 1,000 jobs
+#: it takes milliseconds and ``watch`` rules; docs/performance.md "The look")
+LOOK_SPACING_PER_S = 20.0
 SWEEP_EVERY_S = 3600.0
 
 
@@ -129,6 +133,8 @@ class Daemon:
         self.seen_running: frozenset[str] = frozenset()
         self.looked_holding: frozenset[str] = frozenset()
         self.watching = True
+        #: seconds the last look took (process, slurmctld's packing of every job, parse)
+        self.look_s = 0.0
         #: the fewest seconds from this cycle's start to the next one's (``_wait``: doubled while jobs pile up)
         self.spacing = config.min_cycle_spacing
         #: pokes (a submitted job each) since the last cycle began: more than one means jobs pile up
@@ -185,7 +191,10 @@ class Daemon:
         self.spacing = self._next_spacing(news > 1, interval)
         busy = self.wake.is_set() or news > 0
         while not busy and (left := deadline - time.monotonic()) > 0:
-            busy = self.wake.wait(min(left, self._watch) if self._watch > 0 else left) or self._looked() > 0
+            if not 0 < self._watch < left:  # no look, or none before the cycle that reads every job anyway
+                self.wake.wait(left)
+                return
+            busy = self.wake.wait(self._watch) or self._looked() > 0
 
     def _next_spacing(self, piling: bool, interval: float) -> float:
         """The spacing after the next cycle: doubled while jobs pile up within it (at most ``interval``, at
@@ -195,8 +204,11 @@ class Daemon:
 
     @property
     def _watch(self) -> float:
-        """Seconds between looks; 0: no look (none configured, or the backend has none)."""
-        return self.config.watch if self.watching else 0.0
+        """Seconds between looks: ``watch``, or more where a look takes long (LOOK_SPACING_PER_S); 0: no look (none
+        configured, or the backend has none)."""
+        if not self.watching or self.config.watch <= 0:
+            return 0.0
+        return max(self.config.watch, LOOK_SPACING_PER_S * self.look_s)
 
     def _looked(self) -> int:
         """The jobs a look now (when looks are on) finds work for a cycle in (see ``_news``)."""
@@ -206,11 +218,14 @@ class Daemon:
         """The jobs the cheap look finds work for a cycle in: new managed pending jobs, and GPU jobs gone from
         their nodes (their GPUs are free); 0: nothing for a cycle."""
         self.looks += 1
+        started = time.monotonic()
         try:
             look = self.backend.look()
         except SlurmError as err:
             log.debug("looking for new pending or ended jobs: %s", err)
             return 0
+        finally:
+            self.look_s = time.monotonic() - started
         if look is None:
             self.watching = False  # this backend has no cheap look
             return 0

@@ -16,7 +16,7 @@ import pytest
 from compass_slurm.config import Config, load_config
 from compass_slurm.service.control import ControlServer
 from compass_slurm.service.control_client import request
-from compass_slurm.service.daemon import Daemon
+from compass_slurm.service.daemon import LOOK_SPACING_PER_S, Daemon
 from compass_slurm.slurm.snapshot import SnapshotBackend
 from compass_slurm.slurm.state import Look
 
@@ -171,3 +171,28 @@ def test_without_looks_the_pokes_alone_set_the_spacing():
     _stopped(daemon, loop)
     assert backend.looks == 0
     assert _spaced(_gaps(backend.reads), [0.1, 0.2, 0.4]), _gaps(backend.reads)
+
+
+class SlowLooks(Counting):
+    """A look that takes LOOK_S (slurmctld packing every job of a big quiet cluster) and finds nothing."""
+
+    def look(self):
+        time.sleep(LOOK_S)
+        return super().look()
+
+
+LOOK_S = 0.02
+
+
+def test_a_look_that_takes_long_spaces_the_next_ones():
+    """At LOOK_SPACING_PER_S looks take at most 1/20 of the time: 20 ms looks come about 0.4 s apart, not every
+    watch = 0.05 s; a look that would fall in the last stretch before the interval's cycle is not made."""
+    backend = SlowLooks(cluster(nodes(2), [pending("7", gpus=1)]))
+    daemon = Daemon(Config(anchors="", watch=0.05, min_cycle_spacing=SPACING), backend, None)
+    loop = _running(daemon, 2.0)
+    time.sleep(3.0)
+    _stopped(daemon, loop)
+    assert daemon._watch >= LOOK_SPACING_PER_S * LOOK_S
+    # the first cycle's spacing, then a look per 0.4 s or more until the next cycle, 2 s on: at most 5 in each
+    # interval, against 38 at watch alone
+    assert 2 <= backend.looks <= 10, backend.looks
