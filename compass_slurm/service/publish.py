@@ -160,8 +160,8 @@ class Recorder:
             try:
                 store = self._ready()
                 with store.cycle(resume=self._resumed(report)) as begun:
-                    ids = [store.record_decision(record) if record.id is None else record.id
-                           for record in report.decisions]
+                    new = iter(store.record_decisions([record for record in report.decisions if record.id is None]))
+                    ids = [next(new) if record.id is None else record.id for record in report.decisions]
             except StoreError as err:
                 self._why = err
             else:

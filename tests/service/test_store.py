@@ -252,6 +252,17 @@ def test_a_cycle_commits_its_records_together_and_tags_them(store: Store) -> Non
     assert store.errors()[0].cycle == next_id
 
 
+def test_decisions_written_together_take_ids_in_their_order(store: Store) -> None:
+    first = store.record_decision(decision("100"))
+    with store.cycle() as cycle_id:
+        ids = store.record_decisions([replace(decision(str(job)), nodes=(f"n{job}", "n0")) for job in range(101, 141)])
+    assert store.record_decisions([]) == []
+    assert ids == sorted(ids) and len(set(ids)) == 40 and ids[0] > first
+    got = {d.id: d for d in store.decisions()}
+    assert [(got[i].job_id, got[i].nodes, got[i].cycle) for i in ids] == [
+        (str(job), (f"n{job}", "n0"), cycle_id) for job in range(101, 141)]
+
+
 def test_an_exception_in_a_cycle_leaves_no_rows(store: Store, db: str) -> None:
     store.record_decision(decision("100"))
     with pytest.raises(RuntimeError), store.cycle():
