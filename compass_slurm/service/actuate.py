@@ -152,8 +152,7 @@ class Actuator:
         """Note this cycle's requeues beside the daemon's others before Slurm hears of them; when the note cannot
         take them, none is made (a restart whose log cannot be read would not know them from an admin's holds)."""
         requeues = [m for m in planned if m.kind == _REQUEUE and m.why is None]
-        why = (self.note.write([*book.requeues(), *(report.decisions[m.at] for m in requeues)], book.release_due)
-               if requeues else None)
+        why = self.note.write(book, (report.decisions[m.at] for m in requeues)) if requeues else None
         for m in requeues if why is not None else ():
             m.why = f"not requeued: {why}"
 

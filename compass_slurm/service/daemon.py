@@ -87,11 +87,11 @@ FENCED = "not told to Slurm: this daemon's lead ran out (service/leader.py)"
 DROPPED = ("not re-pinned: this daemon's lead ran out, or its log could not say, or the nodes logged cannot take it, "
            "before Slurm showed it pending")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
+SWEEP_EVERY_S = 3600.0
 #: the most of the time looks may take: the next look waits this many times the last one's seconds, if longer than
 #: ``watch`` (a look at 100,000 jobs costs slurmctld about 0.5 s, and the daemon a process and a parse; at 1,000 jobs
 #: it takes milliseconds and ``watch`` rules; docs/performance.md "The look")
 LOOK_SPACING_PER_S = 20.0
-SWEEP_EVERY_S = 3600.0
 
 
 class Daemon:
@@ -246,7 +246,7 @@ class Daemon:
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
         # still completing, keep their requeue logged and noted, and the next daemon takes them over)
         kept = self.actuator.release_on_stop(self.book, self.recorder)
-        if self.leadership.leads and (why := self.note.write([*kept, *self.book.requeues()], self.book.release_due)):
+        if self.leadership.leads and (why := self.note.write(self.book, kept)):
             log.error("%s", why)
         self.leadership.close()
         self.recorder.close()
@@ -287,8 +287,7 @@ class Daemon:
         if self.leadership.may_act() and self.recorder.may_change(report):
             decided = self._decide(obs, translator, policy, report, now)
             self._actuate(obs, policy, decided, moves, report, now)
-        # a standby's book holds none
-        if self.leadership.leads and (why := self.note.write(self.book.requeues(), self.book.release_due)):
+        if self.leadership.leads and (why := self.note.write(self.book)):  # a standby's book holds none
             report.error("requeue", why)
         self._publish(obs, policy, report, time.monotonic() - started, now)
         return report

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..atomic import write_atomic
 from ..slurm.requests import id_order
+from .job_states import JobBook
 from .spool import MODE, Spool, as_doc, from_doc
 from .store import DecisionRecord
 
@@ -49,13 +50,14 @@ class RequeueNote:
     def beside(cls, spool: Spool | None) -> RequeueNote:
         return cls(None if spool is None else spool.path.with_name(spool.path.name + ".requeues"))
 
-    def write(self, requeues: Iterable[DecisionRecord], owed: Iterable[str]) -> str | None:
-        """Make the note say ``requeues``, ``unsure`` and ``owed`` (not rewritten when it says so already); why it
-        cannot be written, or None."""
+    def write(self, book: JobBook, more: Iterable[DecisionRecord] = ()) -> str | None:
+        """Make the note say the book's requeues and ``more`` of them, ``unsure``, and the jobs whose release the book
+        owes (not rewritten when it says so already); why it cannot be written, or None."""
         if self.path is None:
             return None
-        text = json.dumps({"requeues": [as_doc(r) for r in sorted(requeues, key=lambda r: id_order(r.job_id))],
-                           "unsure": self.unsure, "owed": sorted(owed, key=id_order)})
+        requeues = sorted([*book.requeues(), *more], key=lambda r: id_order(r.job_id))
+        text = json.dumps({"requeues": list(map(as_doc, requeues)), "unsure": self.unsure,
+                           "owed": sorted(book.release_due, key=id_order)})
         if text == self._written:
             return None
         try:

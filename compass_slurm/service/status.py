@@ -239,12 +239,12 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
 def logged_requeues(state: SlurmState, store: Store) -> dict[str, DecisionRecord]:
     """The jobs of ``state`` the daemon is migrating, with their requeue's record: Slurm holds them and their latest
     place in the log is that record (what a restarted daemon takes over, sync.take_over_requeues)."""
-    from .sync import REQUEUE
+    from .sync import is_requeue
 
     held = [job.id for job in state.jobs if job.held]
     places = store.latest_places(held) if held else {}
     return {r.job_id: r for r in store.decisions_with_ids(p.id for p in places.values())
-            if r.action == "migrated" and r.reason == REQUEUE}
+            if is_requeue(r)}
 
 
 def requeued_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord]) -> Iterable[RequeuedJob]:

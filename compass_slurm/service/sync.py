@@ -32,6 +32,11 @@ PIN_REFUSED = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfi
 REQUEUE = "compact: requeued"
 
 
+def is_requeue(record: DecisionRecord) -> bool:
+    """Whether ``record`` is a migration's requeue of a running job (still a job's latest place: not re-pinned yet)."""
+    return record.action == "migrated" and record.reason == REQUEUE
+
+
 def same_nodes(policy: Policy | None, obs: Observation) -> bool:
     """Whether ``policy`` was built for exactly the GPU nodes Slurm now has."""
     return policy is not None and _layout(policy.cluster.nodes) == _layout(obs.nodes)
@@ -149,7 +154,7 @@ def take_over_requeues(policy: Policy, book: JobBook, held: Mapping[str, SlurmJo
     taken, refused = set(), []
     for job_id in sorted(held.keys() & last.keys(), key=id_order):
         record = last[job_id]
-        if record.action != "migrated" or record.reason != REQUEUE:
+        if not is_requeue(record):
             continue
         raw = record.request_raw
         try:
