@@ -1174,9 +1174,8 @@ def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
 
 
-def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_done_once_the_release_is_taken(tmp_path):
-    """Slurm takes the re-pin and refuses the release: the job is held on its new nodes, so its migration stands
-    (never logged failed) and is done in the cycle whose release Slurm takes; the policy holds it there meanwhile."""
+def re_pinned_release_refused(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:
+    """``requeuing``, then the cycle that re-pins job 7 on n2 while Slurm refuses its release once."""
     daemon, backend, jobs = requeuing(tmp_path)
     refusals, record = ["Resource temporarily unavailable"], backend.scontrol
 
@@ -1188,8 +1187,15 @@ def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_done_once_the_release_
     backend.scontrol = scontrol
     backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
     report = daemon.cycle()
-    assert backend.commands[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
     assert report.migrations == [] and [e.kind for e in report.errors] == ["migration"]
+    return daemon, backend, jobs
+
+
+def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_done_once_the_release_is_taken(tmp_path):
+    """Slurm takes the re-pin and refuses the release: the job is held on its new nodes, so its migration stands
+    (never logged failed) and is done in the cycle whose release Slurm takes; the policy holds it there meanwhile."""
+    daemon, backend, jobs = re_pinned_release_refused(tmp_path)
+    assert backend.commands[1:] == [update("7", "n2", 1, 1), ["scontrol", "release", "7"]]
     assert daemon.book.state("7") is JobState.PLACED and daemon.book.release_due == {"7"}
     backend.state = cluster(nodes(3), [replace(requeued(jobs[6]), required_nodes=("n2",)), *jobs[7:]])
     report = daemon.cycle()  # held on n2 still: the policy keeps it there, and the release owed is taken
@@ -1202,6 +1208,20 @@ def test_a_re_pin_slurm_takes_whose_release_it_refuses_is_done_once_the_release_
     with Store.open(daemon.db, create=False) as store:
         assert [(d.action, d.nodes) for d in store.decisions(job="7")] == [("migrated", ("n2",))]
         assert [m.status for m in store.migrations(job="7")] == ["done"]
+
+
+def test_a_re_pin_whose_release_was_refused_is_taken_over_as_its_requeue_after_a_restart(tmp_path):
+    """Re-pinned, its release refused, the daemon killed: the next one takes the requeue over from its record (not
+    as a failed migration's owed release) and logs the migration done once Slurm takes the release."""
+    daemon, backend, jobs = re_pinned_release_refused(tmp_path)
+    assert daemon.book.release_due == {"7"}
+    killed(daemon)
+    backend.state = cluster(nodes(3), [replace(requeued(jobs[6]), required_nodes=("n2",)), *jobs[7:]])
+    fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
+    report = fresh.cycle()
+    assert [(m.src, m.dst, m.status) for m in report.migrations if m.job_id == "7"] == [("n1", "n2", "done")]
+    assert commands_of(backend, "7")[-1] == ["scontrol", "release", "7"] and fresh.book.release_due == set()
+    fresh.close()
 
 
 def commands_of(backend: SnapshotBackend, job_id: str) -> list[list[str]]:
