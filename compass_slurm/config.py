@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # The budget's words live with the rate limit that resolves them, a module of plain Python (no policy is loaded).
-from .engine.disciplines import DEFAULT_QUEUE, DEFAULT_SLACK, QUEUES
+from .engine.disciplines import DEFAULT_QUEUE, DEFAULT_RESTART_S, DEFAULT_SLACK, QUEUES
 from .engine.rate_limit import BURST_DEFAULT, DEFAULT as DEFAULT_BUDGET, parse_burst, parse_setting
 from .paths import ETC, RUN
 
@@ -81,6 +81,11 @@ class Config:
     #: the burst cap: the most migrations in any 5 minutes, a whole number, "unlimited" (only the hour counts)
     #: or a share of the hourly budget such as "10%" (engine/rate_limit.py).
     migrations_burst: int | str = BURST_DEFAULT
+    #: seconds a migrated job loses restarting from its checkpoint (its requeue, start and restore), as `compass
+    #: simulate --migration-delay`: the daemon moves running jobs to let a waiting one start now only when that
+    #: one's expected wait (its backfill reservation) is at least 4 times this per move (docs/architecture.md
+    #: "The policies").
+    migration_delay: float = DEFAULT_RESTART_S
     #: partitions the daemon manages; empty means every partition with GPU nodes.
     partitions: tuple[str, ...] = ()
     #: Prometheus textfile written every cycle; empty disables it.
@@ -122,7 +127,7 @@ CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("manage
 
 
 #: numbers that must be finite (the others may be inf: never)
-_FINITE = {"slack"}
+_FINITE = {"slack", "migration_delay"}
 
 #: the migration rate settings, parsed by the rate limit that spends them
 _RATES = {"migrations_per_hour": parse_setting, "migrations_burst": parse_burst}

@@ -16,3 +16,9 @@ EASY_SLACK = 0.0
 #: backfill's slack for a blocked one-node whole-node head, the daemon's and the simulator's by default: EASY's
 #: rule too, a name of its own because it is a site's choice (config.py "slack" says why not 0.5 any more)
 DEFAULT_SLACK = EASY_SLACK
+#: seconds a migrated job loses to its restart (requeue, start, restore from its checkpoint) when its driver names
+#: none: the daemon's `migration_delay` by default. Sites restart from checkpoints in minutes, not seconds.
+DEFAULT_RESTART_S = 120.0
+#: a move that lets a blocked queue head start now must save it this many restarts of waiting: the head's expected
+#: wait by its EASY reservation is at least ROOM_GATE x restart x moves (docs/results/history.md "Making room")
+ROOM_GATE = 4.0

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field, replace
 from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
 from .policies.base import Compaction, Policy
-from .disciplines import EASY_SLACK, QUEUES
+from .disciplines import DEFAULT_RESTART_S, EASY_SLACK, QUEUES, ROOM_GATE
 from .rate_limit import remaining
 
 #: How jobs the policy does not manage get their nodes (Slurm's own choice): node indexes or None.
@@ -131,6 +131,7 @@ class Scheduler:
         explain: bool = False,
         on_start: Callable[[Decision], None] | None = None,
         slack: float = EASY_SLACK,
+        restart_s: float = DEFAULT_RESTART_S,
     ) -> None:
         if queue not in QUEUES:
             raise EngineError(f"unknown queue {queue!r}; choose from: {', '.join(QUEUES)}")
@@ -142,6 +143,10 @@ class Scheduler:
         if not slack >= 0 or math.isinf(slack):
             raise EngineError(f"slack must be a number >= 0 (times the head's estimate), got {slack!r}")
         self.slack = slack
+        if not restart_s >= 0 or math.isinf(restart_s):
+            raise EngineError(f"the restart cost must be a number of seconds >= 0, got {restart_s!r}")
+        #: what one migration costs the migrated job: moves that make room for a blocked head must be worth it
+        self.restart_s = restart_s
         #: queued single-node whole-node job -> the deadline its first reservation set (slack > 0)
         self._deadline: dict[str, float] = {}
         self.foreign = foreign
@@ -323,7 +328,9 @@ class Scheduler:
             # Only the head can start, so never walk (or copy) the whole queue.
             while self.queue:
                 head = next(iter(self.queue.values()))
-                if not (self._start(head, None, now, step) or (head.managed and self._make_room(head, now, step))):
+                # fifo keeps no expected ends (no reservation): a blocked head's wait is not known
+                if not (self._start(head, None, now, step) or (
+                        head.managed and self._make_room(head, now, step, None))):
                     break
             else:
                 self.policy.blocked(None)
@@ -331,12 +338,17 @@ class Scheduler:
         self._backfill(now, step)
         return step
 
-    def _make_room(self, head: Entry, now: float, step: Step) -> bool:
+    def _make_room(self, head: Entry, now: float, step: Step, reservation: Reservation | None) -> bool:
         """Tell the policy what is blocked; if it migrates to make room, try the head once more.
 
-        Only for managed jobs: the policy does not place the others, Slurm does.
+        Only for managed jobs: the policy does not place the others, Slurm does. What moves are worth is the
+        head's expected wait by its ``reservation`` (None: no estimate says when it fits, any move is worth it)
+        over ROOM_GATE restarts a move.
         """
-        done = self.policy.blocked(head.job, head.eligible, self._left(step))
+        worth = math.inf
+        if reservation is not None and self.restart_s > 0:
+            worth = (reservation.shadow - now) / (ROOM_GATE * self.restart_s)
+        done = self.policy.blocked(head.job, head.eligible, self._left(step), worth)
         _compacted(step, done)
         if not done.moves:
             return False
@@ -362,12 +374,18 @@ class Scheduler:
             shape = _shape(entry)
             if head is None:
                 held = entry if self._holds(entry, now) else None
-                if held is None and (self._start(entry, None, now, step) or (
-                        entry.managed and self._make_room(entry, now, step))):
+                if held is None and self._start(entry, None, now, step):
                     continue
+                reservation = self._reserve(entry, now)
+                if held is None and entry.managed:
+                    moved = len(step.migrations)
+                    if self._make_room(entry, now, step, reservation):
+                        continue
+                    if len(step.migrations) != moved:  # the moves changed the layout
+                        reservation = self._reserve(entry, now)
+                self.reservation = reservation
                 refused[shape] = True
                 everywhere += 1
-                self.reservation = self._reserve(entry, now)
                 # A head that cannot be planned (no estimates) reserves nothing, as in Slurm:
                 # the next blocked job may reserve instead.
                 head = entry if self.reservation is not None else None
@@ -401,10 +419,13 @@ class Scheduler:
                 if everywhere == len(self._shapes):
                     break
         if held is not None:
-            if self._start(held, None, now, step) or self._make_room(held, now, step):
+            if self._start(held, None, now, step):
+                return True
+            reservation, moved = self._reserve(held, now), len(step.migrations)
+            if self._make_room(held, now, step, reservation):
                 return True
             if head is held:
-                self.reservation = self._reserve(held, now)
+                self.reservation = reservation if len(step.migrations) == moved else self._reserve(held, now)
         elif head is None:
             self.policy.blocked(None)
         return False

@@ -440,7 +440,8 @@ class Daemon:
         queue = self._queue(obs, pending, policy)
         measured = [fragmentation(policy)]  # before the drain, then after each start
         if self.scheduler is None or self.scheduler.policy is not policy:
-            self.scheduler = Scheduler(policy, self.config.queue, explain=True, slack=self.config.slack)
+            self.scheduler = Scheduler(policy, self.config.queue, explain=True, slack=self.config.slack,
+                                       restart_s=self.config.migration_delay)
         scheduler = self.scheduler
 
         def started(decision: Decision) -> None:

@@ -129,7 +129,7 @@ class Simulation:
         self.config = config
         self.policy = make_policy(config.policy, config.nodes)
         self.scheduler = Scheduler(self.policy, config.queue, config.estimate_factor, foreign=slurm_nodes,
-                                   slack=config.slack)
+                                   slack=config.slack, restart_s=config.migration_delay)
         self.rate = RateLimit(config.migrations_per_hour, len(config.nodes), config.migrations_burst)
         self.by_id = {sj.job.id: sj for sj in jobs}
         self.total_gpus = sum(n.gpus for n in config.nodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from compass_slurm.engine.fragmentation import measure, wcc_holds
@@ -628,15 +630,16 @@ def test_candidates_name_the_best_node_of_every_tier_the_rule_chooses_among():
     assert make_policy("best-fit", [Node("n0", 8)]).candidates(Job("x", 1, 1)) == ()
 
 
-@pytest.mark.parametrize(("migratable", "node", "rule"), [
-    (True, "n1", "1-GPU instance on the fullest partial pool node"),
-    (False, "n0", "may not move: best raw fit"),
+@pytest.mark.parametrize(("name", "migratable", "node", "rule"), [
+    ("compass-wc", True, "n1", "1-GPU instance on the fullest partial pool node"),
+    ("compass-easy", True, "n0", "best raw fit"),
+    ("compass-easy", False, "n0", "may not move: best raw fit"),
 ])
-def test_compass_easy_puts_a_job_that_may_not_move_where_best_fit_would(migratable, node, rule):
+def test_compass_easy_puts_every_job_where_best_fit_would(name, migratable, node, rule):
     # n0: a 4-GPU and a 2-GPU slot (2 GPUs of residue, no vacancy); n1: a pool node with 3 ones. ABS sends a
-    # 1-GPU job to the pool node, where Compact could later tidy it up; one that may never move goes to the
-    # fullest node that fits, n0, beside the slots.
-    policy = make_policy("compass-easy", cluster(3))
+    # 1-GPU job to the pool node; compass-easy sends any job to the fullest node that fits, n0, beside the slots
+    # (a movable one is moved where ABS wants it while a job waits).
+    policy = make_policy(name, cluster(3))
     for job, where in [one("four", 4, "n0"), one("two", 2, "n0"), ones("pool", "n1", 3)]:
         policy.adopt(job, where)
     decision = policy.place(Job("j", 1, 1, migratable=migratable))
@@ -644,10 +647,41 @@ def test_compass_easy_puts_a_job_that_may_not_move_where_best_fit_would(migratab
     policy.check()
 
 
-def test_compass_easy_explains_a_job_that_may_not_move_by_best_fit_s_tiers():
+def test_compass_easy_explains_a_job_by_best_fit_s_tiers():
     policy = make_policy("compass-easy", cluster(3))
     for job, where in [one("four", 4, "n0"), one("two", 2, "n0"), ones("pool", "n1", 3)]:
         policy.adopt(job, where)
-    assert policy.candidates(Job("j", 1, 1, migratable=False)) == ("n0 (2 free)", "n1 (5 free)", "n2 (8 free)")
-    assert policy.candidates(Job("j", 1, 1)) == ("n1 (pool room 5)", "n2 (empty)")
+    for migratable in (False, True):
+        assert policy.candidates(Job("j", 1, 1, migratable=migratable)) == (
+            "n0 (2 free)", "n1 (5 free)", "n2 (8 free)")
+    assert make_policy("compass-wc", cluster(3)).candidates(Job("j", 1, 1)) == ("n0 (empty)",)
 
+
+
+def _room_to_make():
+    # n0: two movable jobs (4 and 2 GPUs); n1 and n2: a job that may not move each (2 and 6 GPUs). An 8-GPU job
+    # fits nowhere; moving both of n0's (the fewest that free it) to n1, the one best fit gives each, frees n0.
+    policy = make_policy("compass-easy", cluster(3))
+    for job, where in [one("m4", 4, "n0"), one("m2", 2, "n0"), one("p", 2, "n1", migratable=False),
+                       one("q", 6, "n2", migratable=False)]:
+        policy.adopt(job, where)
+    return policy, Job("head", 1, 8)
+
+
+def test_compass_easy_makes_room_for_a_blocked_job_with_the_fewest_moves():
+    policy, head = _room_to_make()
+    done = policy.blocked(head, worth=2)
+    assert sorted((m.job, m.src, m.dst) for m in done.moves) == [("m2", "n0", "n1"), ("m4", "n0", "n1")]
+    assert done.spent == 2
+    assert policy.place(head).nodes == ("n0",)
+    policy.check()
+
+
+@pytest.mark.parametrize(("worth", "budget"), [(1.5, None), (math.inf, 1)])
+def test_compass_easy_makes_no_room_its_wait_or_budget_cannot_pay_for(worth, budget):
+    # Moves worth less than they cost (or over the budget) are not made; Compact's passes run as before.
+    policy, head = _room_to_make()
+    done = policy.blocked(head, budget=budget, worth=worth)
+    assert policy.place(head) is None
+    assert done.spent <= (budget or 2)
+    policy.check()

@@ -8,6 +8,7 @@ import pytest
 
 from compass_slurm.engine.model import EngineError, Job, Node
 from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.engine.policies.baselines import BestFit
 from compass_slurm.engine.policies.slurm_like import slurm_nodes
 from compass_slurm.engine.scheduler import Scheduler
 
@@ -260,3 +261,26 @@ def test_slack_keeps_easy_for_multi_node_heads():
     s.submit(Job("j", 1, 1), limit=150)
     assert started(s.drain(0)) == []
     assert s.reservation.shadow == 100
+
+
+@pytest.mark.parametrize(("queue", "restart_s", "worth"), [
+    ("backfill", 100, 100 / (4 * 100)), ("backfill", 20, 100 / (4 * 20)), ("backfill", 0, math.inf),
+    ("fifo", 100, math.inf)])
+def test_a_blocked_head_s_expected_wait_over_the_restarts_is_what_moves_are_worth(queue, restart_s, worth):
+    # a holds 4 of the 8 GPUs until 100: h (8 GPUs) waits 100 s by its reservation, which pays for
+    # 100 / (ROOM_GATE x restart) moves; a restart that costs nothing pays for any, and so does any move
+    # under fifo, which keeps no expected ends to say how long h waits.
+    told = []
+
+    class Listening(BestFit):
+        def blocked(self, job, eligible=None, budget=None, worth=math.inf):
+            told.append((job and job.id, worth))
+            return super().blocked(job, eligible, budget, worth)
+
+    s = Scheduler(Listening(cluster(1)), queue, restart_s=restart_s)
+    s.arrive(Job("a", 1, 4), now=0, limit=100)
+    s.submit(Job("h", 1, 8), limit=10)
+    s.drain(0)
+    assert [w for job, w in told if job == "h"] == [pytest.approx(worth)]
+    with pytest.raises(EngineError, match="restart cost"):
+        Scheduler(BestFit(cluster(1)), queue, restart_s=-1)

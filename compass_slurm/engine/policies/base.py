@@ -19,6 +19,7 @@ The contract (checked for every registered policy by tests/engine/test_purity.py
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import ClassVar, NamedTuple
@@ -108,12 +109,13 @@ class Policy(ABC):
         return Compaction()
 
     def blocked(self, job: Job | None, eligible: Collection[str] | None = None,
-                budget: int | None = None) -> Compaction:
+                budget: int | None = None, worth: float = math.inf) -> Compaction:
         """The scheduler's word after each drain: ``job`` heads the queue and does not fit (None: nothing waits).
 
         A policy may migrate, within ``budget``, to make room for it (on-demand
         defragmentation) and return the moves; the scheduler then tries the job again.
-        Baselines never migrate.
+        ``worth``: the most moves that letting ``job`` start now is worth (its expected wait
+        over what restarts cost). Baselines never migrate.
         """
         return Compaction()
 

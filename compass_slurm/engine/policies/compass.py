@@ -19,9 +19,11 @@ exceed the budget the driver passes to ``place`` or ``compact`` is not made.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from enum import Enum
+from itertools import combinations
 from typing import ClassVar, NamedTuple
 
 from ..fragmentation import slot_width, slot_widths
@@ -47,7 +49,9 @@ class Rule(Enum):
 SLOT_RULES = frozenset({Rule.SLOT, Rule.NEW_SLOT})
 #: rules outside ABS (compass-wc's fallback)
 OUTSIDE_RULES = frozenset({Rule.ORPHAN, Rule.EXTRA})
-#: how a job that may not move was placed (compass-easy), whatever ABS role it takes there
+#: how compass-easy placed a job, whatever ABS role it takes there: where best fit would (a movable one is moved
+#: where ABS wants it while a job waits)
+BEST_FIT_RULE = "best raw fit"
 PINNED_RULE = "may not move: best raw fit"
 
 
@@ -81,8 +85,9 @@ class Compass(Policy):
     on_demand: ClassVar[bool] = False
     #: under a finite budget, re-home an orphan only where the move removes a partial node
     frugal: ClassVar[bool] = False
-    #: place a job that may not move where best fit would: ABS's rules keep room for moves that never come
-    pinned_best_fit: ClassVar[bool] = False
+    #: place every job where best fit would; ABS shapes the cluster through the moves made while a job waits
+    #: (docs/results/history.md: ABS's rules keep room for moves that, with few jobs movable, never come)
+    best_fit_placement: ClassVar[bool] = False
 
     def __init__(self, nodes, **config) -> None:
         super().__init__(nodes, **config)
@@ -140,10 +145,10 @@ class Compass(Policy):
         chosen: list[int] = []
         rules: list[Rule] = []
         pulls: list[Migration] = []
-        pinned = self._by_best_fit(job)
+        best_fit = self.best_fit_placement
         for k in range(job.instances):
             exclude = set(chosen) if job.distinct_nodes else set()
-            spot = self._best_raw_fit(job.gpus, allowed, exclude) if pinned else self._spot(job.gpus, allowed, exclude)
+            spot = self._best_raw_fit(job.gpus, allowed, exclude) if best_fit else self._spot(job.gpus, allowed, exclude)
             if spot is None:
                 self._undo_place(job.id, k, pulls)
                 return None
@@ -154,14 +159,13 @@ class Compass(Policy):
                 pulls.extend(self._fill(new, spot[0]))
             chosen.append(spot[0])
             rules.append(spot[1])
-        rule = PINNED_RULE if pinned else "; ".join(dict.fromkeys(r.value for r in rules))
+        if best_fit:
+            rule = BEST_FIT_RULE if job.migratable else PINNED_RULE
+        else:
+            rule = "; ".join(dict.fromkeys(r.value for r in rules))
         if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
             self._confined[job.id] = allowed
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
-
-    def _by_best_fit(self, job: Job) -> bool:
-        """Whether the job is placed where best fit would put it (compass-easy: it may not move)."""
-        return self.pinned_best_fit and not job.migratable
 
     def _covered(self, allowed: frozenset[int], i: int) -> bool:
         """Whether ``allowed`` holds every node of node i's group (moves within the group then keep to it)."""
@@ -203,7 +207,7 @@ class Compass(Policy):
         a, names = self.abs, self.cluster.nodes
         gids = self._groups_for(gpus, None)
         out: list[str] = []
-        if self._by_best_fit(job):
+        if self.best_fit_placement:
             free = self.cluster.free
             tiers = [(free.bucket(f), f"{f} free") for f in range(gpus, free.max_key + 1)]
         elif gpus >= 2:
@@ -212,7 +216,7 @@ class Compass(Policy):
         else:
             tiers = [(a.vacant[g], "vacancy") for g in gids]
             tiers += [(a.pool_room[g].bucket(r), f"pool room {r}") for g in gids for r in range(1, a.cap[g])]
-        if not self._by_best_fit(job):
+        if not self.best_fit_placement:
             tiers += [(a.empty[g], "empty") for g in gids]
         for members, label in tiers:
             i = _pick(members, allowed, set())
@@ -301,7 +305,7 @@ class Compass(Policy):
         return i, Rule.ORPHAN if fits_as_one else Rule.EXTRA, None
 
     def _next(self, gpus: int) -> int | None:
-        spot = self._spot(gpus, None, set())
+        spot = (self._best_raw_fit if self.best_fit_placement else self._spot)(gpus, None, set())
         return None if spot is None else spot[0]
 
     def _may_fit(self, job: Job, allowed: frozenset[int] | None) -> bool:
@@ -358,11 +362,94 @@ class Compass(Policy):
     # -- Compact -------------------------------------------------------------------------------
 
     def blocked(self, job: Job | None, eligible: Collection[str] | None = None,
-                budget: int | None = None) -> Compaction:
+                budget: int | None = None, worth: float = math.inf) -> Compaction:
+        """On demand: make room for the blocked job where its wait is worth the moves, else Compact."""
         if not self.on_demand:
             return Compaction()
         self.wanted = job
-        return self.compact(budget) if job is not None else Compaction()
+        if job is None:
+            return Compaction()
+        self._open_budget(budget)
+        moves = self._make_room(job, self._allowed(eligible), worth)
+        if moves:
+            return Compaction(_net(moves), self._spent)
+        return self.compact(budget)
+
+    def _make_room(self, job: Job, allowed: frozenset[int] | None, worth: float) -> list[Migration]:
+        """The fewest moves that let ``job`` start now, or none.
+
+        Movable instances leave as few nodes as the job needs (on each, the fewest instances, then GPUs, that
+        free enough), each to its best raw fit in its group, never onto a node being freed. Compact's passes
+        remove partial nodes but need not let the job start; these moves do, or are not made: nor when they
+        exceed the budget or ``worth``.
+        """
+        c = self.cluster
+        g, distinct = job.gpus, job.distinct_nodes
+        free = {i: c.free_gpus(i) for i in range(len(c)) if c.available[i]}
+        hosts = [i for i in free if c.capacity[i] >= g and (allowed is None or i in allowed)]
+        need = job.instances - sum(_room(free[i], g, distinct) for i in hosts)
+        if need <= 0:
+            return []
+        counted = set(hosts)
+        freed: set[int] = set()
+
+        def lands(j: int, gpus: int) -> bool:
+            """A move may land on node j: not one being freed, nor one whose room for the job it would take."""
+            return j not in freed and (
+                j not in counted or _room(free[j] - gpus, g, distinct) == _room(free[j], g, distinct))
+
+        options = []
+        for i in hosts:
+            short = g - free[i]
+            if short <= 0:
+                continue
+            leave = _fewest_to_free(sorted((k for k in c.on_node[i] if c.jobs[k[0]].migratable), key=c.gpus_of,
+                                           reverse=True), short, c.gpus_of)
+            if leave is not None:
+                options.append((len(leave), sum(map(c.gpus_of, leave)), i, leave))
+        if len(options) < need:
+            return []
+        options.sort()
+        plan: list[tuple[InstanceKey, int, int]] = []
+        for _, gpus, i, leave in options:
+            if need == 0:
+                break
+            if g - free[i] > gpus:  # an earlier move of the plan went there
+                continue
+            freed.add(i)
+            trial = []
+            for key in leave:
+                dst = self._landing(key, i, free, lands)
+                if dst is None:
+                    break
+                trial.append((key, i, dst))
+                free[dst] -= c.gpus_of(key)
+                free[i] += c.gpus_of(key)
+            else:
+                plan += trial
+                need -= 1
+                continue
+            for key, _, dst in trial:
+                free[dst] += c.gpus_of(key)
+                free[i] -= c.gpus_of(key)
+            freed.discard(i)
+        if need > 0 or len(plan) > worth or (self._left is not None and len(plan) > self._left):
+            return []
+        moves: list[Migration] = []
+        for key, _, dst in plan:
+            self._spend(1)
+            moves += self._move_one(key, self._role_on(dst, c.gpus_of(key)))
+        return moves
+
+    def _landing(self, key: InstanceKey, src: int, free: dict[int, int], lands: Callable[[int, int], bool]
+                 ) -> int | None:
+        """Where a move that makes room sends ``key``: the fewest free GPUs that hold it in its node's group
+        (then the lowest index), where it ``lands``."""
+        c = self.cluster
+        gpus, group = c.gpus_of(key), c.group_of[src]
+        fits = (j for j, f in free.items()
+                if f >= gpus and c.group_of[j] == group and lands(j, gpus) and self._can_move(key, j))
+        return min(fits, key=lambda j: (free[j], j), default=None)
 
     def compact(self, budget: int | None = None) -> Compaction:
         if self.on_demand and self.wanted is None:
@@ -824,7 +911,7 @@ class CompassEasy(CompassWorkConserving):
     summary = "work-conserving COMPASS that migrates only while a job waits (for EASY backfill); jobs that may not move go best fit"
     on_demand = True
     frugal = True
-    pinned_best_fit = True
+    best_fit_placement = True
 
 
 def _best_fit(
@@ -889,6 +976,29 @@ def _pick(members: MinSet, allowed: frozenset[int] | None, exclude: set[int]) ->
         if (allowed is None or i in allowed) and i not in exclude:
             return i
     return None
+
+
+def _room(free: int, gpus: int, distinct: bool) -> int:
+    """Instances of ``gpus`` GPUs that ``free`` GPUs of one node take."""
+    return (1 if free >= gpus else 0) if distinct else max(free, 0) // gpus
+
+
+def _fewest_to_free(keys: list[InstanceKey], short: int, gpus_of: Callable[[InstanceKey], int]
+                    ) -> tuple[InstanceKey, ...] | None:
+    """The fewest of ``keys`` (largest first) holding at least ``short`` GPUs, then the fewest GPUs; None if all
+    hold fewer. Among equals, the first in ``keys``' order."""
+    sizes = [gpus_of(k) for k in keys]
+    total, count = 0, 0
+    for size in sizes:
+        if total >= short:
+            break
+        total += size
+        count += 1
+    if total < short:
+        return None
+    best = min((sum(sizes[j] for j in pick), pick) for pick in combinations(range(len(keys)), count)
+               if sum(sizes[j] for j in pick) >= short)
+    return tuple(keys[j] for j in best[1])
 
 
 def _net(moves: list[Migration]) -> tuple[Migration, ...]:
