@@ -246,13 +246,14 @@ def log_disagreements(db: Path | str, jobs: Iterable[SlurmJob], once: bool = Tru
     return problems
 
 
+def pins(lines: Iterable[list[str]]) -> list[str]:
+    """The first node of every pin among scontrol command lines (what a cycle tells Slurm in one batch)."""
+    return [expand(arg.partition("=")[2])[0] for argv in lines for arg in argv
+            if arg.startswith("ReqNodeList=") and arg != "ReqNodeList="]
+
+
 def first_pin(lines: Iterable[list[str]]) -> str | None:
-    """The first node of the first pin among scontrol command lines (what a cycle tells Slurm in one batch)."""
-    for argv in lines:
-        for arg in argv:
-            if arg.startswith("ReqNodeList=") and arg != "ReqNodeList=":
-                return expand(arg.partition("=")[2])[0]
-    return None
+    return next(iter(pins(lines)), None)
 
 
 def submit_managed(name: str, lease: int, *args: str, seconds: int = 60) -> str:

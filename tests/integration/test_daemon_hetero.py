@@ -18,7 +18,7 @@ import pytest
 from devcluster import LAYOUTS, Layout, releases_under_test, session_layout_cluster, use_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # the daemon-process harness
-from harness import cancel, first_pin, jobs_named, log_disagreements, until  # noqa: E402
+from harness import cancel, jobs_named, log_disagreements, pins, until  # noqa: E402
 # the hook's fixtures (name, daemon) on this module's cluster
 from test_submit_hook import Cluster, daemon, name, sbatch  # noqa: E402, F401
 
@@ -99,18 +99,20 @@ def test_gpu_jobs_of_every_form_are_placed_by_the_daemon_where_slurm_runs_them(d
 
 
 class FeatureGone(CliBackend):
-    """Between the daemon's read and its pin, the chosen node loses the feature the job asks for (an admin's
-    scontrol update, or what the daemon does not read): Slurm refuses the pin, or takes it and parks the job."""
+    """Between the daemon's read and its pins, the chosen nodes lose the feature the jobs ask for (an admin's
+    scontrol update, or what the daemon does not read): Slurm refuses the pins, or takes them and parks the jobs.
+    The first batch with pins only."""
 
     def __init__(self) -> None:
         super().__init__(narrow=None, lines=None)
         self.stripped: list[str] = []
 
     def scontrol_lines(self, lines):
-        if not self.stripped and (node := first_pin(lines)) is not None:  # the first pin only
-            self.stripped.append(node)
-            subprocess.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=80gb",
-                            "ActiveFeatures=80gb"], check=True, capture_output=True)
+        if not self.stripped:
+            self.stripped = sorted(set(pins(lines)))
+            for node in self.stripped:
+                subprocess.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=80gb",
+                                "ActiveFeatures=80gb"], check=True, capture_output=True)
         return super().scontrol_lines(lines)
 
 
@@ -127,37 +129,43 @@ def managed(name: str, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
 
 
-def test_a_pin_slurm_refuses_is_lifted_within_a_cycle_and_the_job_starts_as_slurm_likes(hetero, tmp_path, name):
+@pytest.mark.parametrize(("gpus", "count"), [(1, 1), (8, 2)])
+def test_pins_slurm_refuses_are_lifted_within_a_cycle_and_the_jobs_start_as_slurm_likes(hetero, tmp_path, name,
+                                                                                        gpus, count):
+    """One job, or two whole-node jobs pinned to two nodes in one batch (each refusal cleared on a line of its own:
+    scontrol refuses a node-list update naming two jobs)."""
     backend = FeatureGone()
     daemon = in_process(tmp_path, backend)
-    job = managed(name, "--gres=gpu:1", "-C", "a100")
+    jobs = [managed(f"{name}{k}", f"--gres=gpu:{gpus}", "-C", "a100") for k in range(count)]
     try:
-        until(lambda: daemon.cycle() and backend.stripped, 20, "the daemon pins the job (or Slurm refuses)")
-        (stripped,) = backend.stripped
-        refused = 0  # cycles that saw the job pinned and refused: the first of them lifts the pin
+        until(lambda: daemon.cycle() and backend.stripped, 20, "the daemon pins the jobs (or Slurm refuses)")
+        assert len(backend.stripped) == count
+        refused = dict.fromkeys(jobs, 0)  # cycles that saw a job pinned and refused: the first of them lifts the pin
 
-        def runs() -> object:
-            nonlocal refused
-            time.sleep(1.0)  # the daemon's interval: Slurm looks at the pinned job meanwhile
+        def run() -> object:
+            time.sleep(1.0)  # the daemon's interval: Slurm looks at the pinned jobs meanwhile
             daemon.cycle()
-            seen = daemon.observation.slurm_jobs.get(job)
-            refused += seen is not None and seen.reason == "BadConstraints" and bool(seen.required_nodes)
-            return (js := jobs_named(name)) and js[0].state == "RUNNING" and js
+            for job in jobs:
+                seen = daemon.observation.slurm_jobs.get(job)
+                refused[job] += seen is not None and seen.reason == "BadConstraints" and bool(seen.required_nodes)
+            found = jobs_named(name)
+            return len(found) == count and all(j.state == "RUNNING" for j in found) and found
 
-        (run,) = until(runs, 40, "the job runs")
-        assert refused <= 1
-        (ran_on,) = expand(run.nodes)
-        assert ran_on != stripped and "a100" in FEATURES[ran_on]
+        found = until(run, 40, "the jobs run")
+        assert max(refused.values()) <= 1, refused
+        for ran in found:
+            assert all(n not in backend.stripped and "a100" in FEATURES[n] for n in expand(ran.nodes)), ran
         with Store.open(daemon.db, create=False) as store:
-            actions = [d.action for d in store.decisions() if d.job_id == job]
+            actions = {job: [d.action for d in store.decisions() if d.job_id == job] for job in jobs}
         # re-planned onto a node that has it (the daemon reads the node's features again), or left to Slurm (Slurm
         # refused the pin for what the daemon does not see); either way within the cycle after the pin
-        assert actions in (["placed", "replanned"], ["placed", "left"], ["failed", "left"]), actions
-        if actions[-1] == "replanned":
-            assert log_disagreements(tmp_path / "log.db", [run]) == []
+        for job, done in actions.items():
+            assert done in (["placed", "replanned"], ["placed", "left"], ["failed", "left"]), (job, done)
+        replanned = [ran for ran in found if actions[ran.id][-1] == "replanned"]
+        assert log_disagreements(tmp_path / "log.db", replanned) == []
     finally:
         daemon.close()
-        cancel([job])
+        cancel(jobs)
         for node in backend.stripped:
             features = ",".join(sorted(FEATURES[node]))
             subprocess.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={features}",
