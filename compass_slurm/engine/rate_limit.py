@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 
 HOUR = 3600.0
 #: the burst cap's window: long enough to span a wave of checkpoint-restarts, short against the hour
@@ -136,6 +137,16 @@ class RateLimit:
             self.times.extend([now] * n)
         if self.per_burst is not None:
             self.recent.extend([now] * n)
+
+    def spent(self) -> list[float]:
+        """When the events still counted were spent, oldest first (the longer window's): what a restart restores."""
+        return list(self.times if self.per_hour is not None else self.recent)
+
+    def restore(self, times: Iterable[float]) -> None:
+        """Count the events spent at ``times`` (by a daemon before this one) in place of what this one counted."""
+        ordered = sorted(times)
+        self.times = deque(ordered if self.per_hour is not None else ())
+        self.recent = deque(ordered if self.per_burst is not None else ())
 
     def overspent(self, now: float) -> str | None:
         """What was spent beyond a limit in the window ending at ``now`` (a broken invariant), or None."""

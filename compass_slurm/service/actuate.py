@@ -88,7 +88,7 @@ class Actuator:
                 recorder.refused(replace(was.logged, action="failed", reason=SUPERSEDED))
                 book.move(m.job, JobState.REQUEUED, decision=m.decision, job=policy.cluster.jobs[m.job],
                           logged=report.decisions[m.at])
-        self._note_ahead(planned, book, report)
+        self._note_ahead(planned, book, report, rate.spent())
         due, lost = _requeued(obs, book)
         failures = _Failures(report, recorder, book)
         for job_id, why in lost.items():
@@ -148,11 +148,11 @@ class Actuator:
                     planned[-1].why = str(err)
         return planned
 
-    def _note_ahead(self, planned: list[_Move], book: JobBook, report: CycleReport) -> None:
+    def _note_ahead(self, planned: list[_Move], book: JobBook, report: CycleReport, spent: list[float]) -> None:
         """Note this cycle's requeues beside the daemon's others before Slurm hears of them; when the note cannot
         take them, none is made (a restart whose log cannot be read would not know them from an admin's holds)."""
         requeues = [m for m in planned if m.kind == _REQUEUE and m.why is None]
-        why = self.note.write(book, (report.decisions[m.at] for m in requeues)) if requeues else None
+        why = self.note.write(book, spent, (report.decisions[m.at] for m in requeues)) if requeues else None
         for m in requeues if why is not None else ():
             m.why = f"not requeued: {why}"
 

@@ -52,7 +52,7 @@ from ..config import Config
 from ..engine.fragmentation import Fragmentation
 from ..engine.model import Decision, EngineError, Migration
 from ..engine.policies.base import Policy, make_policy
-from ..engine.rate_limit import RateLimit
+from ..engine.rate_limit import HOUR, RateLimit
 from ..engine.scheduler import Scheduler
 from ..slurm import hostlist
 from ..slurm.backend import Backend
@@ -246,7 +246,7 @@ class Daemon:
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
         # still completing, keep their requeue logged and noted, and the next daemon takes them over)
         kept = self.actuator.release_on_stop(self.book, self.recorder)
-        if self.leadership.leads and (why := self.note.write(self.book, kept)):
+        if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent(), kept)):
             log.error("%s", why)
         self.leadership.close()
         self.recorder.close()
@@ -287,7 +287,7 @@ class Daemon:
         if self.leadership.may_act() and self.recorder.may_change(report):
             decided = self._decide(obs, translator, policy, report, now)
             self._actuate(obs, policy, decided, moves, report, now)
-        if self.leadership.leads and (why := self.note.write(self.book)):  # a standby's book holds none
+        if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent())):  # a standby's book holds none
             report.error("requeue", why)
         self._publish(obs, policy, report, time.monotonic() - started, now)
         return report
@@ -349,6 +349,9 @@ class Daemon:
             records = {r.job_id: r for r in self.recorder.decisions_with_ids(
                 place.id for j, place in places.items() if j in pending or j in ended or j in held
                 or (j in running and set(place.nodes) != set(running[j].alloc)))}
+            # the budget counts the migrations of the hour before too: a restart (or a standby taking over) is no new
+            # budget, and a daemon restarted again and again would otherwise move a burst each time
+            self.rate.restore(self.recorder.migration_times(now - HOUR))
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
             return self._take_over_noted(policy, held, report)
@@ -375,6 +378,7 @@ class Daemon:
         else:
             requeued, refused = take_over_requeues(policy, self.book, held, noted.requeues)
             owed = self._owed(held, noted)
+            self.rate.restore(noted.spent)
             unsure = [j for j in noted.unsure if j in held and j not in requeued and j not in owed]
         self.note.unsure = sorted(unsure, key=id_order)
         if unsure:

@@ -26,6 +26,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from ..atomic import write_atomic
 from ..engine.fragmentation import Fragmentation, measure
@@ -126,6 +127,15 @@ class Recorder:
     def unfinished_cycle_jobs(self) -> list[str]:
         """The jobs placed by cycles cut short since the last one that ended (raises StoreError likewise)."""
         return self._ready().unfinished_cycle_jobs()
+
+    def migration_times(self, since: float) -> list[float]:
+        """When the instances moved by the migrations decided since ``since`` were moved, in seconds of the epoch,
+        one time per instance as the budget counts them (raises StoreError likewise). A migration is logged
+        ``migrated`` when decided, before Slurm hears of it; one Slurm refused is rewritten ``failed`` and not
+        counted here, though its try was."""
+        decided = self._ready().decisions(since=datetime.fromtimestamp(since, UTC))
+        return [d.time.timestamp() for d in decided if d.action == "migrated" and d.time is not None
+                for _ in range(sum((Counter(d.nodes) - Counter(d.from_nodes)).values()))]
 
     def may_change(self, report: CycleReport) -> bool:
         """Whether the cycle may change jobs: not while the store is down and the spool full or failing, since no

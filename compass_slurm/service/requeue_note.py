@@ -8,9 +8,10 @@ held must never be released. So the leading daemon keeps its requeues' records h
 of a requeue and again whenever they change; a restart that cannot read its log takes these over. The note also keeps
 the held jobs a daemon could not account for (``unsure``), so that the next one names them too until the log can say,
 and the jobs whose release it owes (``owed``: a failed migration left them held, and Slurm refused their release while
-they completed): no record of the log says so, and nothing else would release them.
+they completed): no record of the log says so, and nothing else would release them. And when the migrations its budget
+still counts were made (``spent``, seconds of the epoch), which a restart counts again (the log's otherwise).
 
-    {"requeues": [<decision record>, ...], "unsure": ["<job id>", ...], "owed": ["<job id>", ...]}
+    {"requeues": [<decision record>, ...], "unsure": ["<job id>", ...], "owed": ["<job id>", ...], "spent": [<s>, ...]}
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from .store import DecisionRecord
 
 @dataclass(frozen=True, slots=True)
 class Noted:
-    """What a note says: the requeues' records by job id, the held jobs no daemon could account for, and the jobs
-    whose release is owed."""
+    """What a note says: the requeues' records by job id, the held jobs no daemon could account for, the jobs
+    whose release is owed, and when the migrations the budget still counts were made."""
 
     requeues: dict[str, DecisionRecord]
     unsure: tuple[str, ...]
     owed: tuple[str, ...]
+    spent: tuple[float, ...]
 
 
 class RequeueNote:
@@ -50,14 +52,15 @@ class RequeueNote:
     def beside(cls, spool: Spool | None) -> RequeueNote:
         return cls(None if spool is None else spool.path.with_name(spool.path.name + ".requeues"))
 
-    def write(self, book: JobBook, more: Iterable[DecisionRecord] = ()) -> str | None:
-        """Make the note say the book's requeues and ``more`` of them, ``unsure``, and the jobs whose release the book
-        owes (not rewritten when it says so already); why it cannot be written, or None."""
+    def write(self, book: JobBook, spent: Iterable[float], more: Iterable[DecisionRecord] = ()) -> str | None:
+        """Make the note say the book's requeues and ``more`` of them, ``unsure``, the jobs whose release the book
+        owes and when the budget's migrations were ``spent`` (not rewritten when it says so already); why it cannot
+        be written, or None."""
         if self.path is None:
             return None
         requeues = sorted([*book.requeues(), *more], key=lambda r: id_order(r.job_id))
         text = json.dumps({"requeues": list(map(as_doc, requeues)), "unsure": self.unsure,
-                           "owed": sorted(book.release_due, key=id_order)})
+                           "owed": sorted(book.release_due, key=id_order), "spent": list(spent)})
         if text == self._written:
             return None
         try:
@@ -75,7 +78,7 @@ class RequeueNote:
             doc = json.loads(self.path.read_text())
             records = [from_doc("decision", r) for r in doc["requeues"]]
             return Noted({r.job_id: r for r in records}, tuple(map(str, doc["unsure"])),  # type: ignore[attr-defined]
-                         tuple(map(str, doc["owed"])))
+                         tuple(map(str, doc["owed"])), tuple(map(float, doc.get("spent", ()))))
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as err:

@@ -152,3 +152,17 @@ def test_overspent_names_the_window_beyond_its_limit():
     rate = RateLimit(2)
     rate.spend(0.0, 3)
     assert rate.overspent(1.0) == "3 migrations in the last 3600 s exceed 2"
+
+
+def test_what_was_spent_is_restored_in_place_of_what_was_counted():
+    # a restarted daemon counts the moves of the hour before: none left until the older ones are an hour old
+    rate = RateLimit(3, burst=2)
+    rate.spend(0.0, 1)
+    rate.restore([900.0, 100.0, 3000.0])
+    assert rate.spent() == [100.0, 900.0, 3000.0]
+    assert rate.budget(3000.0) == 0
+    assert rate.budget(3701.0) == 1  # the move at 100 is over an hour old
+    assert rate.budget(4501.0) == 2
+    unlimited_hour = RateLimit("unlimited", burst=2)
+    unlimited_hour.restore([0.0, 10.0])
+    assert unlimited_hour.spent() == [0.0, 10.0] and unlimited_hour.budget(10.0) == 0

@@ -1260,6 +1260,27 @@ def test_a_restart_whose_log_cannot_be_read_takes_its_requeues_over_from_its_own
     fresh.close()
 
 
+@pytest.mark.parametrize("log", ["readable", "unreadable"])
+def test_a_restart_counts_the_migrations_of_the_hour_before_against_its_budget(tmp_path, log):
+    """One move an hour, made by the daemon before (job 7): the restarted one (its log read, or else its own note)
+    completes that move and makes no other (job 8 would be next) until it is an hour old; a restart is no new
+    budget."""
+    daemon, backend, jobs = requeuing(tmp_path)
+    killed(daemon)
+    backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
+    clock = Clock()
+    if log == "readable":  # the clock that stamped the move: the log's own (the wall's), else the daemon's in its note
+        clock.now = time.time()
+    with unreadable(tmp_path / "log.db") if log == "unreadable" else nullcontext():
+        fresh = Daemon(daemon.config, backend, daemon.db, clock=clock)
+        fresh.cycle()
+    assert [argv for argv in backend.commands if argv[1] == "requeuehold"] == [["scontrol", "requeuehold", "7"]]
+    assert fresh.rate.budget(clock()) == 0
+    clock.now += 3601
+    assert fresh.rate.budget(clock()) == 1
+    fresh.close()
+
+
 def test_with_neither_its_log_nor_its_note_a_restart_leaves_held_jobs_held_and_names_them(tmp_path):
     """No note to say (gone, or never written): job 7 may be an admin's hold, so it stays held, named in the log,
     by ping (for doctor) and loudly, until the log can be read again: then it is re-pinned and released."""
