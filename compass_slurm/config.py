@@ -44,7 +44,7 @@ class Config:
     #: limit past its first reservation (engine/scheduler.py, "Slack"; docs/architecture.md "The queue");
     #: 0 (the default): EASY's rule, the head's reservation is never delayed. A slack buys mean JCT with the
     #: whole-node jobs' waits and with partial nodes (0.5, held out with a quarter of the jobs migratable: 23%
-    #: lower mean JCT, 20% longer whole-node waits, 34% more partial nodes than best-fit under EASY; the queue
+    #: lower mean JCT, 15% longer whole-node waits, 21% more partial nodes than best-fit under EASY; the queue
     #: rule's gain, not COMPASS's: docs/results/README.md "The slack").
     slack: float = DEFAULT_SLACK
     #: seconds between daemon cycles.
