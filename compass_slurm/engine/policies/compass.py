@@ -383,6 +383,8 @@ class Compass(Policy):
         remove partial nodes but need not let the job start; these moves do, or are not made: nor when they
         exceed the budget or ``worth``.
         """
+        if self._left == 0 or worth < 1:  # not one move: spare the walk over every node
+            return []
         c = self.cluster
         g, distinct = job.gpus, job.distinct_nodes
         free = {i: c.free_gpus(i) for i in range(len(c)) if c.available[i]}
