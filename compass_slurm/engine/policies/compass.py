@@ -910,7 +910,8 @@ class CompassWorkConserving(Compass):
 @register
 class CompassEasy(CompassWorkConserving):
     name = "compass-easy"
-    summary = "work-conserving COMPASS that migrates only while a job waits (for EASY backfill); jobs that may not move go best fit"
+    summary = ("every job placed best fit; migrates only while a job waits (for EASY backfill): room for it if its wait "
+               "is worth the restarts, else Compact")
     on_demand = True
     frugal = True
     best_fit_placement = True
