@@ -217,8 +217,8 @@ class CliBackend(Backend):
         self._json = json
         self._narrow = narrow
         self._lines = lines
-        #: the last read by line's jobs, by their line less its volatile fields
-        self._by_line: dict[str, SlurmJob] = {}
+        #: the last read by line's lines that stand for their jobs, by their first word (``JobId=N``)
+        self._by_line: dict[str, parse_text.KeptLine] = {}
         #: why jobs are read with squeue --json although this Slurm has the read by line
         self.lines_reason: str | None = None
         #: why the last read by line was not trusted (logged when it changes, not every cycle)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
+from typing import NamedTuple
 
 from . import gres
 from .errors import SlurmParseError
@@ -37,6 +37,8 @@ _SPLIT_ONCE = methodcaller("split", "=", 1)
 _NAME = itemgetter(0)
 _ID = attrgetter("id")
 _PRIORITY = " Priority="
+#: the fields of a job's line that change while the job does not: its run time, the scheduler's last look at it
+_RUN, _LOOK = " RunTime=", " LastSchedEval="
 _NULL = {"(null)", "N/A", "None", "n/a"}
 _USER = re.compile(r"(.*?)\((\d+)\)")
 # scontrol appends who set a node's reason and when: "maintenance [root@2026-11-30T01:30:32]"
@@ -284,52 +286,80 @@ def _job_record(line: str, lineno: int) -> Record | str:
     return f"{r.what}: field {names[at]!r} out of scontrol's order (a name or comment that reads like fields)"
 
 
-def _steady(line: str) -> str:
-    """A job's line without its run time and the scheduler's last look, which change while the job does not."""
-    run = line.find(" RunTime=")
-    look = line.find(" LastSchedEval=", run + 1)
-    if run < 0 or look < 0:  # not a line of a job (its caller says why)
-        return line
-    run_end, look_end = line.find(" ", run + 9), line.find(" ", look + 15)
-    if run_end < 0 or look_end < 0:
-        return line
-    return line[:run] + line[run_end:look] + line[look_end:]
+class KeptLine(NamedTuple):
+    """A line of the last read by line that stands for its job: the line cut around the values of its run time and
+    the scheduler's last look, which change while the job does not (``head`` ends with `` RunTime=``, ``mid`` runs
+    from the space after the run time to `` LastSchedEval=``, ``tail`` from the space after that); a line without
+    them (no job's line scontrol prints) whole in ``head``, ``mid`` None."""
+
+    head: str
+    mid: str | None
+    tail: str
+    job: SlurmJob
 
 
-def job_lines(output: str, kept: Mapping[str, SlurmJob]) -> tuple[list[SlurmJob], dict[str, SlurmJob]] | str:
-    """The jobs of ``scontrol show job --details --oneliner`` read by line (Slurm 22.05 to 23.11): a line (less its
-    volatile fields) in ``kept``, the last read's, stands for the job parsed then; only new lines are parsed.
-    Returns the jobs and the lines that stand for them now, or why a line cannot be trusted (then this read's jobs
-    must come from elsewhere). Raises SlurmParseError for a trusted line it cannot read."""
-    rows = list(map(_steady, output.split("\n")))
-    found: list[SlurmJob | None] = list(map(kept.get, rows))
-    new = list(compress(range(len(rows)), map(is_, found, repeat(None))))
-    line_of = dict(zip(map(_ID, kept.values()), kept)) if new else {}
-    for at in new:
-        line = rows[at]
+def _cut(line: str) -> tuple[str, str | None, str]:
+    """A job's line cut as KeptLine keeps it."""
+    run = line.find(_RUN)
+    look = line.find(_LOOK, run + 1)
+    run_end, look_end = line.find(" ", run + len(_RUN)), line.find(" ", look + len(_LOOK))
+    if run < 0 or look < 0 or run_end < 0 or look_end < 0:
+        return line, None, ""
+    return line[:run + len(_RUN)], line[run_end:look + len(_LOOK)], line[look_end:]
+
+
+def _steady(head: str, mid: str | None, tail: str) -> str:
+    """A cut line put together again without its volatile fields: what is parsed."""
+    return head if mid is None else head[:-len(_RUN)] + mid[:-len(_LOOK)] + tail
+
+
+def _unchanged(line: str, kept: KeptLine) -> bool:
+    """Whether ``line`` is ``kept``'s line but for the values of its volatile fields (compared where they lie: no
+    copy of the line is made)."""
+    head, mid, tail, _ = kept
+    if mid is None:
+        return line == head
+    if not line.startswith(head):
+        return False
+    run_end = line.find(" ", len(head))
+    if run_end < 0 or not line.startswith(mid, run_end):
+        return False
+    look_end = line.find(" ", run_end + len(mid))
+    return look_end >= 0 and len(line) - look_end == len(tail) and line.endswith(tail)
+
+
+def job_lines(output: str, kept: Mapping[str, KeptLine]) -> tuple[list[SlurmJob], dict[str, KeptLine]] | str:
+    """The jobs of ``scontrol show job --details --oneliner`` read by line (Slurm 22.05 to 23.11): a line that is, but
+    for its volatile fields, the one ``kept`` (the last read's lines, by their first word ``JobId=N``) holds under its
+    first word stands for the job parsed then; only the other lines are parsed. Returns the jobs and the lines that
+    stand for them now, or why a line cannot be trusted (then this read's jobs must come from elsewhere). Raises
+    SlurmParseError for a trusted line it cannot read."""
+    jobs: list[SlurmJob] = []
+    now: dict[str, KeptLine] = {}
+    for at, line in enumerate(output.split("\n")):
+        word = line[:line.find(" ")]
+        known = kept.get(word)
+        if known is not None and _unchanged(line, known):
+            now[word] = known
+            jobs.append(known.job)
+            continue
         if _empty(line):
             continue
         if not line.startswith("JobId="):
             return f"{JOBS_COMMAND} line {at + 1} does not start with JobId= (a comment with a line break)"
-        old = line_of.get(_line_id(line))
-        found[at] = _repriced(line, old, kept[old]) if old is not None else None
-        if found[at] is None:
-            r = _job_record(line, at + 1)
+        cut = _cut(line)
+        steady = _steady(*cut)
+        job = _repriced(steady, _steady(*known[:3]), known.job) if known is not None else None
+        if job is None:
+            r = _job_record(steady, at + 1)
             if isinstance(r, str):
                 return r
-            found[at] = _job(r)
-    jobs = [job for job in found if job is not None]
-    if len(set(map(_ID, jobs))) != len(jobs):
+            job = _job(r)
+        now[word] = KeptLine(*cut, job)
+        jobs.append(job)
+    if len(now) != len(jobs) or len(set(map(_ID, jobs))) != len(jobs):
         return f"{JOBS_COMMAND}: a job id on two lines (a comment with a line break)"
-    return jobs, dict(zip(compress(rows, found), jobs))
-
-
-def _line_id(line: str) -> str:
-    """The id of the job a line is of (``JobId=8 ArrayJobId=6 ArrayTaskId=1 JobName=..``: 6_1), from the fields
-    before its name."""
-    end = line.find(" JobName=")
-    head = dict(part.split("=", 1) for part in line[:end].split() if "=" in part) if end > 0 else {}
-    return _job_id(head.get("JobId", ""), head.get("ArrayJobId", ""), head.get("ArrayTaskId", ""))
+    return jobs, now
 
 
 def _job_id(job: str, array: str, task: str) -> str:

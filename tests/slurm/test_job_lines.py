@@ -71,7 +71,7 @@ def test_a_changed_line_alone_is_parsed_and_gone_lines_are_forgotten(mixed_by_li
     jobs, now = parse_text.job_lines("\n".join(changed) + "\n", kept)
     assert jobs[0].id == first[0].id and jobs[0].priority == 7 and jobs[0] is not first[0]
     assert all(a is b for a, b in zip(jobs[1:], first[2:], strict=True))
-    assert len(now) == len(jobs) and first[1] not in now.values()
+    assert len(now) == len(jobs) and first[1] not in [line.job for line in now.values()]
 
 
 def test_a_priority_recalculation_changes_the_priorities_and_parses_no_line(by_line, monkeypatch):
@@ -91,6 +91,33 @@ def test_a_line_changed_beyond_its_priority_is_parsed_whole(mixed_by_line):
     changed = re.sub(r" Priority=\d+ (.*) TimeLimit=\S+", r" Priority=3 \1 TimeLimit=00:05:00", text.splitlines()[0])
     jobs, _ = parse_text.job_lines(changed, kept)
     assert (jobs[0].priority, jobs[0].time_limit_s) == (3, 300)
+
+
+@pytest.mark.parametrize(("pattern", "replacement", "parsed"), [
+    (r" RunTime=\S+", " RunTime=1-00:00:04", False),  # a run time grown longer
+    (r" LastSchedEval=\S+", " LastSchedEval=Unknown", False),
+    (r" JobState=\S+", " JobState=COMPLETING", True),  # before the run time
+    (r" TimeLimit=\S+", " TimeLimit=00:05:00", True),  # between the two volatile fields
+    (r" Scheduler=Backfill", " Scheduler=Main", True),  # right after the last look
+    (r"$", " ", True),  # at the end
+], ids=["run-time", "last-look", "state", "time-limit", "scheduler", "end"])
+def test_a_line_is_compared_whole_but_for_its_volatile_values(mixed_by_line, pattern, replacement, parsed):
+    text = mixed_by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    lines = text.splitlines()
+    at = next(at for at, line in enumerate(lines) if re.search(pattern, line))
+    lines[at] = re.sub(pattern, lambda _: replacement, lines[at], count=1)
+    assert lines[at] != text.splitlines()[at]
+    jobs, _ = parse_text.job_lines("\n".join(lines) + "\n", kept)
+    assert (jobs[at] is not first[at]) == parsed and jobs == parse_text.job_lines("\n".join(lines) + "\n", {})[0]
+    assert all(a is b for a, b in zip(jobs[:at] + jobs[at + 1:], first[:at] + first[at + 1:], strict=True))
+
+
+def test_a_job_id_on_two_lines_of_other_arrays_is_not_trusted(mixed_by_line):
+    line = mixed_by_line.text("jobs.txt").splitlines()[0]
+    twin = line.replace(" JobName=", " ArrayJobId=7 ArrayTaskId=1 JobName=", 1)
+    read = parse_text.job_lines(f"{line}\n{twin}\n", {})
+    assert isinstance(read, str) and "a job id on two lines" in read
 
 
 def test_an_empty_queue_reads_no_jobs():
