@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class MinSet:
@@ -56,6 +56,18 @@ class MinSet:
         for item in out:
             heapq.heappush(heap, item)
         return out
+
+    def first(self, wanted: Callable[[int], bool]) -> int | None:
+        """The smallest member ``wanted`` accepts, or None: O(k log n) for the k smallest it looks at."""
+        k, seen = 4, 0
+        while True:
+            found = self.smallest(k)
+            for item in found[seen:]:
+                if wanted(item):
+                    return item
+            if len(found) < k:
+                return None
+            seen, k = k, 2 * k
 
     def __contains__(self, item: int) -> bool:
         return item in self._members

@@ -394,6 +394,7 @@ class Compass(Policy):
             return []
         counted = set(hosts)
         freed: set[int] = set()
+        touched: set[int] = set()  # nodes whose free GPUs the plan changed
 
         def lands(j: int, gpus: int) -> bool:
             """A move may land on node j: not one being freed, nor one whose room for the job it would take."""
@@ -421,12 +422,13 @@ class Compass(Policy):
             freed.add(i)
             trial = []
             for key in leave:
-                dst = self._landing(key, i, free, lands)
+                dst = self._landing(key, i, free, touched, lands)
                 if dst is None:
                     break
                 trial.append((key, i, dst))
                 free[dst] -= c.gpus_of(key)
                 free[i] += c.gpus_of(key)
+                touched.update((dst, i))
             else:
                 plan += trial
                 need -= 1
@@ -443,15 +445,26 @@ class Compass(Policy):
             moves += self._move_one(key, self._role_on(dst, c.gpus_of(key)))
         return moves
 
-    def _landing(self, key: InstanceKey, src: int, free: dict[int, int], lands: Callable[[int, int], bool]
-                 ) -> int | None:
-        """Where a move that makes room sends ``key``: the fewest free GPUs that hold it in its node's group
-        (then the lowest index), where it ``lands``."""
+    def _landing(self, key: InstanceKey, src: int, free: dict[int, int], touched: set[int],
+                 lands: Callable[[int, int], bool]) -> int | None:
+        """Where a move that makes room sends ``key``: the fewest free GPUs (as planned) that hold it in its node's
+        group, then the lowest index, where it ``lands``. The nodes the plan left alone are found by the cluster's
+        own free-GPU index, so a search costs a few lookups, not a pass over every node."""
         c = self.cluster
         gpus, group = c.gpus_of(key), c.group_of[src]
-        fits = (j for j, f in free.items()
-                if f >= gpus and c.group_of[j] == group and lands(j, gpus) and self._can_move(key, j))
-        return min(fits, key=lambda j: (free[j], j), default=None)
+
+        def takes(j: int) -> bool:
+            return j in free and c.group_of[j] == group and lands(j, gpus) and self._can_move(key, j)
+
+        best = min(((free[j], j) for j in touched if free[j] >= gpus and takes(j)), default=None)
+        for f in range(gpus, c.free.max_key + 1):
+            if best is not None and best[0] < f:
+                break
+            j = c.free.bucket(f).first(lambda j: j not in touched and takes(j))
+            if j is not None:
+                best = min(best or (f, j), (f, j))
+                break
+        return None if best is None else best[1]
 
     def compact(self, budget: int | None = None) -> Compaction:
         if self.on_demand and self.wanted is None:
@@ -999,6 +1012,8 @@ def _fewest_to_free(keys: list[InstanceKey], short: int, gpus_of: Callable[[Inst
         count += 1
     if total < short:
         return None
+    if total == short:  # the largest ones fit exactly: no set of as few holds fewer GPUs, none comes earlier
+        return tuple(keys[:count])
     best = min((sum(sizes[j] for j in pick), pick) for pick in combinations(range(len(keys)), count)
                if sum(sizes[j] for j in pick) >= short)
     return tuple(keys[j] for j in best[1])
