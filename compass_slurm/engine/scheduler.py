@@ -354,6 +354,14 @@ class Scheduler:
             return False
         return self._start(head, None, now, step)
 
+    def _room_for(self, head: Entry, now: float, step: Step) -> tuple[bool, Reservation | None]:
+        """Make room for a blocked head as its reservation says it is worth: whether it started, and if not its
+        reservation (made again where the moves changed the layout)."""
+        reservation, moved = self._reserve(head, now), len(step.migrations)
+        if self._make_room(head, now, step, reservation):
+            return True, None
+        return False, reservation if len(step.migrations) == moved else self._reserve(head, now)
+
     def _backfill(self, now: float, step: Step) -> None:
         while self._walk(now, step):
             # a held head started on what the jobs that went first left it (no GPU idles for the
@@ -376,13 +384,12 @@ class Scheduler:
                 held = entry if self._holds(entry, now) else None
                 if held is None and self._start(entry, None, now, step):
                     continue
-                reservation = self._reserve(entry, now)
                 if held is None and entry.managed:
-                    moved = len(step.migrations)
-                    if self._make_room(entry, now, step, reservation):
+                    started, reservation = self._room_for(entry, now, step)
+                    if started:
                         continue
-                    if len(step.migrations) != moved:  # the moves changed the layout
-                        reservation = self._reserve(entry, now)
+                else:
+                    reservation = self._reserve(entry, now)
                 self.reservation = reservation
                 refused[shape] = True
                 everywhere += 1
@@ -421,11 +428,11 @@ class Scheduler:
         if held is not None:
             if self._start(held, None, now, step):
                 return True
-            reservation, moved = self._reserve(held, now), len(step.migrations)
-            if self._make_room(held, now, step, reservation):
+            started, reservation = self._room_for(held, now, step)
+            if started:
                 return True
             if head is held:
-                self.reservation = reservation if len(step.migrations) == moved else self._reserve(held, now)
+                self.reservation = reservation
         elif head is None:
             self.policy.blocked(None)
         return False

@@ -287,7 +287,8 @@ class Daemon:
         if self.leadership.may_act() and self.recorder.may_change(report):
             decided = self._decide(obs, translator, policy, report, now)
             self._actuate(obs, policy, decided, moves, report, now)
-        if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent())):  # a standby's book holds none
+        # a standby's book holds none
+        if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent())):
             report.error("requeue", why)
         self._publish(obs, policy, report, time.monotonic() - started, now)
         return report

@@ -133,8 +133,8 @@ class Recorder:
         one time per instance as the budget counts them (raises StoreError likewise). A migration is logged
         ``migrated`` when decided, before Slurm hears of it; one Slurm refused is rewritten ``failed`` and not
         counted here, though its try was."""
-        decided = self._ready().decisions(since=datetime.fromtimestamp(since, UTC))
-        return [d.time.timestamp() for d in decided if d.action == "migrated" and d.time is not None
+        migrated = self._ready().decisions(since=datetime.fromtimestamp(since, UTC), action="migrated")
+        return [d.time.timestamp() for d in migrated if d.time is not None
                 for _ in range(sum((Counter(d.nodes) - Counter(d.from_nodes)).values()))]
 
     def may_change(self, report: CycleReport) -> bool:

@@ -875,7 +875,7 @@ class Store:
     # -- reading --------------------------------------------------------------------------
 
     def _query(self, kind: type[_R], since: datetime | None, job: str | None = None,
-               limit: int | None = None, cycle: int | None = None) -> list[_R]:
+               limit: int | None = None, cycle: int | None = None, action: str | None = None) -> list[_R]:
         """Rows of ``kind`` oldest first; with ``limit``, only the latest ``limit`` of them."""
         table = kind.table
         query = select(table)
@@ -885,6 +885,8 @@ class Store:
             query = query.where(table.c.job_id == job)
         if cycle is not None:
             query = query.where(table.c.cycle == cycle)
+        if action is not None:
+            query = query.where(table.c.action == action)
         newest_first = limit is not None
         order = (table.c.time.desc(), table.c.id.desc()) if newest_first else (table.c.time, table.c.id)
         query = query.order_by(*order).limit(limit)
@@ -893,11 +895,11 @@ class Store:
         records = [kind(**row) for row in rows]
         return records[::-1] if newest_first else records
 
-    def decisions(self, since: datetime | None = None, job: str | None = None,
-                  limit: int | None = None, cycle: int | None = None) -> list[DecisionRecord]:
+    def decisions(self, since: datetime | None = None, job: str | None = None, limit: int | None = None,
+                  cycle: int | None = None, action: str | None = None) -> list[DecisionRecord]:
         """Decisions oldest first; ``limit`` keeps the latest ones (``limit=5``: the last five); ``cycle``: those
-        of one daemon cycle."""
-        return self._query(DecisionRecord, since, job, limit, cycle)
+        of one daemon cycle; ``action``: those of one action."""
+        return self._query(DecisionRecord, since, job, limit, cycle, action)
 
     def latest_places(self, jobs: Iterable[str]) -> dict[str, Place]:
         """Each job's latest record naming where it runs (action in PLACES); jobs without one are left out."""

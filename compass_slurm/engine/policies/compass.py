@@ -146,9 +146,10 @@ class Compass(Policy):
         rules: list[Rule] = []
         pulls: list[Migration] = []
         best_fit = self.best_fit_placement
+        rule_of = self._best_raw_fit if best_fit else self._spot
         for k in range(job.instances):
             exclude = set(chosen) if job.distinct_nodes else set()
-            spot = self._best_raw_fit(job.gpus, allowed, exclude) if best_fit else self._spot(job.gpus, allowed, exclude)
+            spot = rule_of(job.gpus, allowed, exclude)
             if spot is None:
                 self._undo_place(job.id, k, pulls)
                 return None
@@ -923,8 +924,8 @@ class CompassWorkConserving(Compass):
 @register
 class CompassEasy(CompassWorkConserving):
     name = "compass-easy"
-    summary = ("every job placed best fit; migrates only while a job waits (for EASY backfill): room for it if its wait "
-               "is worth the restarts, else Compact")
+    summary = ("every job placed best fit; migrates only while a job waits (for EASY backfill): room for it if its "
+               "wait is worth the restarts, else Compact")
     on_demand = True
     frugal = True
     best_fit_placement = True
