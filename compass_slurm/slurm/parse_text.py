@@ -290,12 +290,13 @@ class KeptLine(NamedTuple):
     """A line of the last read by line that stands for its job: the line cut around the values of its run time and
     the scheduler's last look, which change while the job does not (``head`` ends with `` RunTime=``, ``mid`` runs
     from the space after the run time to `` LastSchedEval=``, ``tail`` from the space after that); a line without
-    them (no job's line scontrol prints) whole in ``head``, ``mid`` None."""
+    them (no job's line scontrol prints) whole in ``head``, ``mid`` None. ``word`` is its first word, ``JobId=N``."""
 
     head: str
     mid: str | None
     tail: str
     job: SlurmJob
+    word: str
 
 
 def _cut(line: str) -> tuple[str, str | None, str]:
@@ -313,19 +314,11 @@ def _steady(head: str, mid: str | None, tail: str) -> str:
     return head if mid is None else head[:-len(_RUN)] + mid[:-len(_LOOK)] + tail
 
 
-def _unchanged(line: str, kept: KeptLine) -> bool:
-    """Whether ``line`` is ``kept``'s line but for the values of its volatile fields (compared where they lie: no
-    copy of the line is made)."""
-    head, mid, tail, _ = kept
-    if mid is None:
-        return line == head
-    if not line.startswith(head):
-        return False
-    run_end = line.find(" ", len(head))
-    if run_end < 0 or not line.startswith(mid, run_end):
-        return False
-    look_end = line.find(" ", run_end + len(mid))
-    return look_end >= 0 and len(line) - look_end == len(tail) and line.endswith(tail)
+#: how far ahead of the line expected next the last read's lines are looked at for the one found instead (the jobs
+#: that ended in between): beyond it the rest of the read is matched by job id alone
+_RESYNC = 64
+#: after the last read's lines: one no line starts with (scontrol prints C strings, which hold no NUL)
+_NO_LINE = KeptLine("\0", None, "", None, "")  # type: ignore[arg-type]
 
 
 def job_lines(output: str, kept: Mapping[str, KeptLine]) -> tuple[list[SlurmJob], dict[str, KeptLine]] | str:
@@ -333,29 +326,61 @@ def job_lines(output: str, kept: Mapping[str, KeptLine]) -> tuple[list[SlurmJob]
     for its volatile fields, the one ``kept`` (the last read's lines, by their first word ``JobId=N``) holds under its
     first word stands for the job parsed then; only the other lines are parsed. Returns the jobs and the lines that
     stand for them now, or why a line cannot be trusted (then this read's jobs must come from elsewhere). Raises
-    SlurmParseError for a trusted line it cannot read."""
+    SlurmParseError for a trusted line it cannot read.
+
+    The text is compared where it lies, no line copied, and scontrol prints its jobs in the same order each time
+    (new ones last): each line is first taken for the one that followed the last line matched, whose ``head``
+    (it starts with the job's first word) tells at once; a job's id is cut out only where that is not so."""
     jobs: list[SlurmJob] = []
     now: dict[str, KeptLine] = {}
-    for at, line in enumerate(output.split("\n")):
-        word = line[:line.find(" ")]
-        known = kept.get(word)
-        if known is not None and _unchanged(line, known):
+    order = [*kept.values(), _NO_LINE]
+    startswith, find = output.startswith, output.find  # (bound once: this runs for each of 100,000 jobs)
+    cursor, size, start, at = 0, len(output), 0, 0
+    while start < size:
+        end = find("\n", start)
+        if end < 0:
+            end = size
+        at += 1
+        line_start, start = start, end + 1
+        head, mid, tail, job, word = known = order[cursor]
+        if startswith(head, line_start):
+            cursor += 1
+        else:
+            space = find(" ", line_start, end)
+            known = kept.get(output[line_start:space if space >= 0 else end])  # type: ignore[assignment]
+            mid = None  # (a line not of its job's head is parsed)
+            if known is not None:
+                # Jobs that ended since the last read leave gaps: expect the line after this job's from here on.
+                for i in range(cursor, min(cursor + _RESYNC, len(order) - 1)):
+                    if order[i] is known:
+                        cursor = i + 1
+                        break
+                head, mid, tail, job, word = known
+                if not startswith(head, line_start):
+                    mid = None
+        # Unchanged but for the two volatile values: the same head, mid and tail around them. (A kept line without
+        # them, mid None, which no job's line of scontrol's is, is parsed again each time.)
+        if (mid is not None and (run_end := find(" ", line_start + len(head), end)) >= 0
+                and startswith(mid, run_end) and (look_end := find(" ", run_end + len(mid), end)) >= 0
+                and end - look_end == len(tail) and startswith(tail, look_end)):
             now[word] = known
-            jobs.append(known.job)
+            jobs.append(job)
             continue
+        line = output[line_start:end]
         if _empty(line):
             continue
         if not line.startswith("JobId="):
-            return f"{JOBS_COMMAND} line {at + 1} does not start with JobId= (a comment with a line break)"
+            return f"{JOBS_COMMAND} line {at} does not start with JobId= (a comment with a line break)"
         cut = _cut(line)
         steady = _steady(*cut)
-        job = _repriced(steady, _steady(*known[:3]), known.job) if known is not None else None
+        job = None if known is None else _repriced(steady, _steady(*known[:3]), known.job)
         if job is None:
-            r = _job_record(steady, at + 1)
+            r = _job_record(steady, at)
             if isinstance(r, str):
                 return r
             job = _job(r)
-        now[word] = KeptLine(*cut, job)
+        word = line.partition(" ")[0]
+        now[word] = KeptLine(*cut, job, word)
         jobs.append(job)
     if len(now) != len(jobs) or len(set(map(_ID, jobs))) != len(jobs):
         return f"{JOBS_COMMAND}: a job id on two lines (a comment with a line break)"

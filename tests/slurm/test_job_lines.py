@@ -5,6 +5,7 @@ and ``squeue --json`` whenever a line cannot be trusted."""
 from __future__ import annotations
 
 import logging
+import random
 import re
 
 import pytest
@@ -111,6 +112,52 @@ def test_a_line_is_compared_whole_but_for_its_volatile_values(mixed_by_line, pat
     jobs, _ = parse_text.job_lines("\n".join(lines) + "\n", kept)
     assert (jobs[at] is not first[at]) == parsed and jobs == parse_text.job_lines("\n".join(lines) + "\n", {})[0]
     assert all(a is b for a, b in zip(jobs[:at] + jobs[at + 1:], first[:at] + first[at + 1:], strict=True))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lines_in_any_order_stand_for_their_jobs(mixed_by_line, seed):
+    """scontrol prints its jobs in the same order each time, which the read expects but must not rely on: lines
+    shuffled, some gone, a changed one and one twice read as a fresh parse does, or are not trusted."""
+    text = mixed_by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    lines = later(text).splitlines()
+    rng = random.Random(seed)
+    rng.shuffle(lines)
+    lines = lines[:max(1, len(lines) - rng.randrange(3))]
+    jobs, now = parse_text.job_lines("\n".join(lines) + "\n", kept)
+    assert jobs == parse_text.job_lines("\n".join(lines) + "\n", {})[0]
+    assert all(job in first and any(job is f for f in first) for job in jobs)  # nothing parsed again
+    assert list(now) == [line[:line.find(" ")] for line in lines]
+    twice = parse_text.job_lines("\n".join([*lines, lines[0]]) + "\n", kept)
+    assert isinstance(twice, str) and "a job id on two lines" in twice
+
+
+class Counted(dict):
+    """The kept lines, counting the look-ups by job id."""
+
+    looked_up = 0
+
+    def get(self, *args):
+        self.looked_up += 1
+        return super().get(*args)
+
+
+def test_after_a_gap_the_lines_are_expected_in_order_again(mixed_by_line):
+    """A job that ended costs one look-up by id, not one for every line after it."""
+    text = mixed_by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    lines = later(text).splitlines()
+    kept = Counted(kept)
+    jobs, _ = parse_text.job_lines("\n".join(lines[1:]) + "\n", kept)
+    assert jobs == first[1:] and kept.looked_up == 1
+
+
+def test_blank_lines_among_kept_ones_are_passed_over(mixed_by_line):
+    text = mixed_by_line.text("jobs.txt")
+    first, kept = parse_text.job_lines(text, {})
+    lines = later(text).splitlines()
+    jobs, now = parse_text.job_lines("\n\n" + "\n\n".join(lines) + "\n\n\n", kept)
+    assert all(a is b for a, b in zip(jobs, first, strict=True)) and now == kept
 
 
 def test_a_job_id_on_two_lines_of_other_arrays_is_not_trusted(mixed_by_line):
