@@ -126,7 +126,7 @@ def test_lines_in_any_order_stand_for_their_jobs(mixed_by_line, seed):
     lines = lines[:max(1, len(lines) - rng.randrange(3))]
     jobs, now = parse_text.job_lines("\n".join(lines) + "\n", kept)
     assert jobs == parse_text.job_lines("\n".join(lines) + "\n", {})[0]
-    assert all(job in first and any(job is f for f in first) for job in jobs)  # nothing parsed again
+    assert all(any(job is f for f in first) for job in jobs)  # nothing parsed again
     assert list(now) == [line[:line.find(" ")] for line in lines]
     twice = parse_text.job_lines("\n".join([*lines, lines[0]]) + "\n", kept)
     assert isinstance(twice, str) and "a job id on two lines" in twice
