@@ -281,6 +281,8 @@ class Simulation:
             missing = [k for k in range(job.instances) if (job_id, k) not in c.location]
             if missing:
                 raise InvariantError(f"{where}: job {job_id} runs without instance(s) {missing}")
+            if job.distinct_nodes and len({c.location[(job_id, k)] for k in range(job.instances)}) < job.instances:
+                raise InvariantError(f"{where}: job {job_id} asked for a node per instance and shares one")
             eligible = self.by_id[job_id].eligible
             # placed or moved, a job of a GPU type or constraint stays on its nodes (migrations stay in a group)
             outside = [] if eligible is None else [c.nodes[c.location[(job_id, k)]].name for k in range(job.instances)

@@ -677,6 +677,22 @@ def test_compass_easy_makes_room_for_a_blocked_job_with_the_fewest_moves():
     policy.check()
 
 
+def test_making_room_never_sends_two_instances_of_a_distinct_nodes_job_to_one_node():
+    # n1 and n2 each hold an instance of a --nodes=2 job "d" (2 GPUs); a 2x7 head lacks one GPU on each. n3's
+    # 4 free GPUs are the best fit for either instance, not for both: the plan may not send them there together
+    # (found by test_properties: make_room asked each move alone where the siblings are, not where it sent them).
+    policy = make_policy("compass-easy", cluster(5))
+    for job, where in [one("n0-full", 8, "n0", migratable=False), (Job("d", 2, 2, distinct_nodes=True), ["n1", "n2"]),
+                       one("p3", 4, "n3", migratable=False), one("n4-full", 8, "n4", migratable=False)]:
+        policy.adopt(job, where)
+    done = policy.blocked(Job("head", 2, 7), worth=math.inf)
+    sent = [m.dst for m in done.moves if m.job == "d"]
+    assert len(set(sent)) == len(sent)
+    where = [name for name, placed in layout(policy).items() for job, _, _ in placed if job == "d"]
+    assert sorted(where) == sorted(set(where)) and len(where) == 2
+    policy.check()
+
+
 @pytest.mark.parametrize(("worth", "budget"), [(1.5, None), (math.inf, 1)])
 def test_compass_easy_makes_no_room_its_wait_or_budget_cannot_pay_for(worth, budget):
     # Moves worth less than they cost (or over the budget) are not made; Compact's passes run as before.

@@ -396,10 +396,15 @@ class Compass(Policy):
         counted = set(hosts)
         freed: set[int] = set()
         touched: set[int] = set()  # nodes whose free GPUs the plan changed
+        #: (distinct-nodes job, node) for each of its instances the plan sends there: _can_move sees only where
+        #: the siblings are, not where the plan sends them
+        sent: set[tuple[str, int]] = set()
 
-        def lands(j: int, gpus: int) -> bool:
-            """A move may land on node j: not one being freed, nor one whose room for the job it would take."""
-            return j not in freed and (
+        def lands(j: int, key: InstanceKey) -> bool:
+            """A move may land on node j: not one being freed, nor one whose room for the job it would take, nor
+            one the plan sends a sibling of a distinct-nodes instance to."""
+            gpus = c.gpus_of(key)
+            return j not in freed and (key[0], j) not in sent and (
                 j not in counted or _room(free[j] - gpus, g, distinct) == _room(free[j], g, distinct))
 
         options = []
@@ -427,6 +432,8 @@ class Compass(Policy):
                 if dst is None:
                     break
                 trial.append((key, i, dst))
+                if c.jobs[key[0]].distinct_nodes:
+                    sent.add((key[0], dst))
                 free[dst] -= c.gpus_of(key)
                 free[i] += c.gpus_of(key)
                 touched.update((dst, i))
@@ -435,6 +442,7 @@ class Compass(Policy):
                 need -= 1
                 continue
             for key, _, dst in trial:
+                sent.discard((key[0], dst))
                 free[dst] += c.gpus_of(key)
                 free[i] -= c.gpus_of(key)
             freed.discard(i)
@@ -447,7 +455,7 @@ class Compass(Policy):
         return moves
 
     def _landing(self, key: InstanceKey, src: int, free: dict[int, int], touched: set[int],
-                 lands: Callable[[int, int], bool]) -> int | None:
+                 lands: Callable[[int, InstanceKey], bool]) -> int | None:
         """Where a move that makes room sends ``key``: the fewest free GPUs (as planned) that hold it in its node's
         group, then the lowest index, where it ``lands``. The nodes the plan left alone are found by the cluster's
         own free-GPU index, so a search costs a few lookups, not a pass over every node."""
@@ -455,7 +463,7 @@ class Compass(Policy):
         gpus, group = c.gpus_of(key), c.group_of[src]
 
         def takes(j: int) -> bool:
-            return j in free and c.group_of[j] == group and lands(j, gpus) and self._can_move(key, j)
+            return j in free and c.group_of[j] == group and lands(j, key) and self._can_move(key, j)
 
         best = min(((free[j], j) for j in touched if free[j] >= gpus and takes(j)), default=None)
         for f in range(gpus, c.free.max_key + 1):
