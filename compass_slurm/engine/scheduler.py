@@ -47,9 +47,10 @@ the same way; it does no I/O and reads no clock):
   None means any node. ``managed=False``: the job is placed as Slurm itself would
   (``foreign``) and adopted pinned, as the daemon does with plain sbatch jobs.
 - ``adopt(job, nodes, start, limit)``: a running job the scheduler did not start.
-- ``requeue(jobs)``: the queue from now on is exactly ``jobs`` in that order (the daemon
-  passes Slurm's pending jobs in priority order each cycle); a job queued already as it
-  was keeps its entry, so a queue that hardly changed costs no submits.
+- ``requeue(entries)``: the queue from now on is exactly ``entries`` (``Entry``: job,
+  eligible nodes, limit) in that order (the daemon passes Slurm's pending jobs in priority
+  order each cycle); a job queued already as it was keeps its place, so a queue that hardly
+  changed costs no submits.
 - ``expect(ends)``: expected ends of every job the policy holds, replacing the earlier ones
   (the daemon keeps one policy and one scheduler across cycles and tells it Slurm's end times).
 - ``finish(job_id)``: a running job ended; ``withdraw(job_id)``: a queued job left.
@@ -72,6 +73,8 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress
+from operator import attrgetter, is_not
 
 from .cluster import ClusterState
 from .model import Decision, EngineError, Job, Migration
@@ -106,6 +109,9 @@ class Entry:
     eligible: frozenset[str] | None = None
     limit: float | None = None
     managed: bool = True
+
+
+_ENTRY_ID = attrgetter("job.id")
 
 
 @dataclass
@@ -190,16 +196,56 @@ class Scheduler:
         limit: float | None = None,
         managed: bool = True,
     ) -> None:
-        if job.id in self.queue or job.id in self.policy.cluster.jobs:  # knows(), inline: once per queued job
+        if job.id in self.queue:
+            raise EngineError(f"duplicate job id {job.id}")
+        entry = Entry(job, None if eligible is None else frozenset(eligible), limit, managed)
+        self._admit(entry)
+        self.queue[job.id] = entry
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """The queue is ``entries`` in this order; queued jobs not named leave it.
+
+        A job handed the same entry object as before keeps its place at no cost (the daemon hands the same
+        objects for what did not change: the parsers' identity contract, slurm/translation_cache.py, tested in
+        tests/slurm/test_job_identity.py); an equal new entry (same job, eligible nodes and limit) replaces it
+        as cheaply; the others are queued anew.
+        """
+        entries = list(entries)
+        ids = list(map(_ENTRY_ID, entries))
+        queue = dict(zip(ids, entries))
+        if len(queue) != len(entries):
+            seen: set[str] = set()
+            raise EngineError(f"duplicate job id {next(j for j in ids if j in seen or seen.add(j))}")
+        old, self.queue = self.queue, queue
+        # (maps and compress: a queue of 100,000 jobs that hardly changed costs a pass in C)
+        for entry in list(compress(entries, map(is_not, map(old.get, ids), entries))):
+            was = old.get(entry.job.id)
+            if was is not None:
+                if was.job is entry.job and was.limit == entry.limit and was.managed == entry.managed and (
+                        was.eligible is entry.eligible or was.eligible == entry.eligible):
+                    continue  # the same in all the queue reads
+                self._unshape(was)
+            self._admit(entry)
+        for job_id in old.keys() - self.queue.keys():
+            self._unshape(old[job_id])
+            self._deadline.pop(job_id, None)
+        # A queue kept for long: heaps that hold mostly jobs gone are rebuilt from the queue.
+        for shape, heap in self._shortest.items():
+            if len(heap) > 2 * self._shapes[shape] + 64:
+                heap[:] = [(self._estimate(e), e.job.id) for e in self.queue.values() if _shape(e) == shape]
+                heapq.heapify(heap)
+
+    def _admit(self, entry: Entry) -> None:
+        """Checks a job new to the queue and counts it in its shape (the caller puts it in the queue)."""
+        job = entry.job
+        if job.id in self.policy.cluster.jobs:
             raise EngineError(f"duplicate job id {job.id}")
         if job.gpus > self.policy.cluster.max_gpus:
             raise EngineError(
                 f"job {job.id}: {job.gpus} GPUs per instance exceed the largest node ({self.policy.cluster.max_gpus})"
             )
-        if limit is not None and not limit >= 0:
-            raise EngineError(f"job {job.id}: time limit must be >= 0 seconds, got {limit!r}")
-        entry = Entry(job, None if eligible is None else frozenset(eligible), limit, managed)
-        self.queue[job.id] = entry
+        if entry.limit is not None and not entry.limit >= 0:
+            raise EngineError(f"job {job.id}: time limit must be >= 0 seconds, got {entry.limit!r}")
         if self.discipline == "backfill":  # only the backfill walk reads shapes; fifo skips their upkeep
             shape = _shape(entry)
             self._shapes[shape] += 1
@@ -207,33 +253,6 @@ class Scheduler:
             if heap is None:
                 heap = self._shortest[shape] = []
             heapq.heappush(heap, (self._estimate(entry), job.id))
-
-    def requeue(self, jobs: Iterable[tuple[Job, frozenset[str] | None, float | None]]) -> None:
-        """The queue is ``jobs`` (job, eligible nodes, limit) in this order; queued jobs not named leave it.
-
-        A job queued already with the same job, eligible nodes and limit keeps its entry
-        (the daemon hands the same objects for what did not change: the parsers' identity contract,
-        slurm/translation_cache.py, tested in tests/slurm/test_job_identity.py); the others are submitted, which
-        for an unchanged job costs only its resubmission.
-        """
-        old, self.queue = self.queue, {}
-        for job, eligible, limit in jobs:
-            entry = old.pop(job.id, None)
-            if entry is not None:
-                if entry.job is job and entry.limit == limit and (entry.eligible is eligible or entry.eligible == (
-                        None if eligible is None else frozenset(eligible))):
-                    self.queue[job.id] = entry
-                    continue
-                self._unshape(entry)
-            self.submit(job, eligible, limit)
-        for entry in old.values():
-            self._unshape(entry)
-            self._deadline.pop(entry.job.id, None)
-        # A queue kept for long: heaps that hold mostly jobs gone are rebuilt from the queue.
-        for shape, heap in self._shortest.items():
-            if len(heap) > 2 * self._shapes[shape] + 64:
-                heap[:] = [(self._estimate(e), e.job.id) for e in self.queue.values() if _shape(e) == shape]
-                heapq.heapify(heap)
 
     def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None) -> None:
         """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``."""

@@ -53,7 +53,7 @@ from ..engine.fragmentation import Fragmentation
 from ..engine.model import Decision, EngineError, Migration
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import HOUR, RateLimit
-from ..engine.scheduler import Scheduler
+from ..engine.scheduler import Entry, Scheduler
 from ..slurm import hostlist
 from ..slurm.backend import Backend
 from ..slurm.errors import SlurmError
@@ -515,18 +515,17 @@ class Daemon:
                 pending[at] = _unpinned(pending[at], pinned[ids[at]], translator)
         return pending
 
-    def _queue(self, obs: Observation, pending: list[Pending], policy: Policy) -> list[tuple]:
-        """The Scheduler's queue: (job, eligible nodes, limit) of the pending jobs the policy does not hold (a
-        stale one no longer), but those left to Slurm, in Slurm's priority order."""
+    def _queue(self, obs: Observation, pending: list[Pending], policy: Policy) -> list[Entry]:
+        """The Scheduler's queue: the entries of the pending jobs the policy does not hold (a stale one no
+        longer), but those left to Slurm, in Slurm's priority order."""
         # The identity contract: for a job that did not change, the parsers return the same SlurmJob and the
-        # translation cache the same Pending (its engine job and eligible set): the Scheduler keeps the entry of
-        # a job handed again with the same objects (Scheduler.requeue), the policy the node indexes of the same
+        # translation cache the same Pending (its engine job, eligible set and queue entry): the Scheduler keeps
+        # the place of a job handed the same entry (Scheduler.requeue), the policy the node indexes of the same
         # eligible set. A new object for an unchanged job costs its work again; tests/slurm/test_job_identity.py.
-        queue = list(compress(zip(map(_JOB, pending), map(_ELIGIBLE, pending), map(_LIMIT, pending)),
-                              map(not_, map(policy.cluster.jobs.__contains__, obs.pending_ids))))
+        queue = list(compress(map(_ENTRY, pending), map(not_, map(policy.cluster.jobs.__contains__, obs.pending_ids))))
         left = self.book.left_or_leaving()
         if left:  # a pin Slurm refused: the job is Slurm's now, whatever it asks
-            queue = [entry for entry in queue if entry[0].id not in left]
+            queue = [entry for entry in queue if entry.job.id not in left]
         return queue
 
     # -- actuate -----------------------------------------------------------------------------
@@ -726,7 +725,7 @@ class Decided:
     migrations: list[Migration]
 
 
-_JOB, _ELIGIBLE, _LIMIT = attrgetter("job"), attrgetter("eligible"), attrgetter("slurm.time_limit_s")
+_ENTRY = attrgetter("entry")
 
 
 def _unpinned(p: Pending, pinned: tuple[str, ...], translator: Translator) -> Pending:

@@ -33,6 +33,7 @@ from itertools import compress
 from operator import attrgetter
 
 from ..engine.model import Job, Node
+from ..engine.scheduler import Entry
 from .claims import NO_CLAIM, Claim, Claims, Eligible, fits, instance_needs, taken
 from .constraint import ANY, Constraint, parse_constraint
 from .errors import SlurmParseError
@@ -83,6 +84,11 @@ class Pending:
     slurm: SlurmJob
     job: Job
     eligible: Eligible
+    #: its entry in the Scheduler's queue, made with it: the same object each cycle while the job is unchanged
+    entry: Entry = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entry", Entry(self.job, self.eligible, self.slurm.time_limit_s))
 
 
 @dataclass

@@ -10,7 +10,7 @@ from compass_slurm.engine.model import EngineError, Job, Node
 from compass_slurm.engine.policies.base import make_policy
 from compass_slurm.engine.policies.baselines import BestFit
 from compass_slurm.engine.policies.slurm_like import slurm_nodes
-from compass_slurm.engine.scheduler import Scheduler
+from compass_slurm.engine.scheduler import Entry, Scheduler
 
 
 def cluster(n: int, gpus: int = 8) -> list[Node]:
@@ -124,30 +124,44 @@ def test_requeue_keeps_unchanged_entries_and_replaces_the_rest():
     s = scheduler(1)
     s.arrive(Job("a", 1, 8), now=0, limit=10)
     x, y, z = Job("x", 1, 2), Job("y", 1, 2), Job("z", 1, 4)
-    s.requeue([(x, None, 100), (y, None, 100), (z, None, 100)])
+    s.requeue([Entry(x, None, 100), Entry(y, None, 100), Entry(z, None, 100)])
     kept = s.queue["y"]
-    s.requeue([(z, None, 100), (y, None, 100), (Job("x", 1, 2), None, 5)])  # x: a new job object, a new limit
+    s.requeue([Entry(z, None, 100), kept, Entry(Job("x", 1, 2), None, 5)])  # x: a new job object, a new limit
     assert list(s.queue) == ["z", "y", "x"] and s.queue["y"] is kept and s.queue["x"].limit == 5
     assert s._least_estimate((1, 2, False, None, True)) == 5  # the replaced entry's old estimate is skipped
-    s.requeue([(y, None, 100)])
+    s.requeue([Entry(y, None, 100)])
     assert list(s.queue) == ["y"]
     s.check()
     s.expect({"a": 50})
     s.expect({"a": 20})  # replaces, as the daemon tells it each cycle
     assert s.expected_end("a") == 20
     s.check()
-    with pytest.raises(EngineError, match="duplicate"):
-        s.requeue([(x, None, 1), (x, None, 1)])
+    with pytest.raises(EngineError, match="duplicate job id x"):
+        s.requeue([Entry(x, None, 1), Entry(y, None, 1), Entry(x, None, 1)])
+    assert list(s.queue) == ["y"]  # a queue refused leaves the one before
+
+
+def test_an_equal_new_entry_takes_the_place_of_the_old_one_uncounted_again():
+    s = scheduler(1)
+    x, y = Job("x", 1, 2), Job("y", 1, 2)
+    s.requeue([Entry(x, frozenset({"n0"}), 100), Entry(y, None, 100)])
+    equal = Entry(x, frozenset({"n0"}), 100)  # another object: a job repriced by Slurm, say
+    s.requeue([Entry(y, None, 100), equal])
+    assert list(s.queue) == ["y", "x"] and s.queue["x"] is equal
+    assert s._shapes[(1, 2, False, frozenset({"n0"}), True)] == 1
+    s.requeue([Entry(x, None, 100), Entry(y, None, 100)])  # eligible nodes changed: counted in its new shape
+    assert (1, 2, False, frozenset({"n0"}), True) not in s._shapes and s._shapes[(1, 2, False, None, True)] == 2
+    s.check()
 
 
 def test_a_requeued_queue_forgets_the_estimates_of_jobs_gone():
     s = scheduler(1)
-    long = Job("long", 1, 1)
+    long = Entry(Job("long", 1, 1), None, 1000)
     for k in range(200):  # the job behind the new one keeps its entry: the heap is rebuilt with it
-        s.requeue([(Job(f"j{k}", 1, 1), None, 10), (long, None, 1000)])
+        s.requeue([Entry(Job(f"j{k}", 1, 1), None, 10), long])
     assert len(s._shortest[(1, 1, False, None, True)]) <= 2 * 2 + 64
     assert s._least_estimate((1, 1, False, None, True)) == 10
-    s.requeue([(long, None, 1000)])
+    s.requeue([long])
     assert s._least_estimate((1, 1, False, None, True)) == 1000
     s.check()
 
