@@ -39,7 +39,12 @@ def is_requeue(record: DecisionRecord) -> bool:
 
 def same_nodes(policy: Policy | None, obs: Observation) -> bool:
     """Whether ``policy`` was built for exactly the GPU nodes Slurm now has."""
-    return policy is not None and _layout(policy.cluster.nodes) == _layout(obs.nodes)
+    if policy is None or len(policy.cluster.nodes) != len(obs.nodes):
+        return False
+    # (identity first, in C: the translation cache hands the same Node while a node's layout and availability
+    # stay; only the others are compared)
+    ours, read = policy.cluster.nodes, obs.nodes
+    return all(_layout(ours[i]) == _layout(read[i]) for i in compress(range(len(read)), map(is_not, ours, read)))
 
 
 def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport) -> list[Migration]:
@@ -251,5 +256,5 @@ def _ours(record: DecisionRecord, job: SlurmJob) -> bool:
     return record.action in PINS and pinned_to(job, record.nodes)
 
 
-def _layout(nodes: tuple[Node, ...]) -> list[tuple[str, int, str | None]]:
-    return [(n.name, n.gpus, n.gpu_type) for n in nodes]
+def _layout(node: Node) -> tuple[str, int, str | None]:
+    return node.name, node.gpus, node.gpu_type

@@ -150,8 +150,8 @@ class Translator:
         in_scope = {n for nodes in self.partitions.values() for n in nodes}
         reserved = frozenset(n for r in state.reservations if r.active for n in r.nodes)
         self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope and engines(n)}
-        self.nodes = tuple(Node(n.name, n.gpus, node_available(n, reserved), gpu_type=n.gpu_type)
-                           for n in self.slurm_nodes.values())
+        self.known = known if known is not None else TranslationCache()
+        self.nodes = self.known.nodes(self.slurm_nodes.values(), lambda n: node_available(n, reserved))
         self.available = frozenset(n.name for n in self.nodes if n.available)
         self.nodesets = NodeSets.of(state, self.slurm_nodes)
         self._eligible: dict[object, Eligible] = {}
@@ -160,7 +160,6 @@ class Translator:
         #: each partition's nodes as a set, made when first asked (a pinned job's own nodes are looked up in it)
         self._partition_sets: dict[str, frozenset[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
-        self.known = known if known is not None else TranslationCache()
         self.known.begin((tuple(self.partitions.items()),
                           tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()), migratable, lease,
                           self.nodesets))

@@ -12,17 +12,17 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ..engine.model import Job
+from ..engine.model import Job, Node
 from .claims import Eligible
 from .constraint import ANY, Constraint
 from .requests import Request, priority_key
-from .state import SlurmJob
+from .state import SlurmJob, SlurmNode
 
 if TYPE_CHECKING:
     from .translate import Pending, Running
@@ -104,6 +104,8 @@ class TranslationCache:
 
     def __init__(self) -> None:
         self._context: object = None
+        #: the engine's Node made of each GPU node last read, by name (see nodes)
+        self._nodes: dict[str, Node] = {}
         #: a small int per distinct eligible-nodes key: hashed per job and cycle, where the key's tuple would be
         self._tokens: dict[tuple, int] = {}
         self._reset()
@@ -138,6 +140,21 @@ class TranslationCache:
         self.eligible: dict[object, Eligible] = {}
         self._users: Counter[object] = Counter()
         self.user: dict[object, Task] = {}
+
+    def nodes(self, slurm_nodes: Iterable[SlurmNode], available: Callable[[SlurmNode], bool]) -> tuple[Node, ...]:
+        """The engine's nodes of ``slurm_nodes``: the Node made before for a node whose name, GPUs, type and
+        availability are as they were (the policy holds the Nodes it was built with: same_nodes checks
+        those by identity first)."""
+        kept, made, out = self._nodes, {}, []
+        for n in slurm_nodes:
+            up = available(n)
+            node = kept.get(n.name)
+            if node is None or node.available != up or node.gpus != n.gpus or node.gpu_type != n.gpu_type:
+                node = Node(n.name, n.gpus, up, gpu_type=n.gpu_type)
+            made[n.name] = node
+            out.append(node)
+        self._nodes = made
+        return tuple(out)
 
     def begin(self, context: object) -> None:
         """A new state, translated in ``context``: what was kept for another one is forgotten."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import random
 from dataclasses import replace
 
@@ -9,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compass_slurm.engine.policies.base import make_policy
+from compass_slurm.service.sync import same_nodes
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 from compass_slurm.slurm.translate import Observation, Translator
@@ -139,6 +142,25 @@ def test_equal_eligible_node_keys_share_one_token_until_the_context_changes():
     assert known.token(("gpu", 8, 1000)) == b  # a new cycle keeps them
     known.begin("two")
     assert known.token(("gpu", 8, 1000)) == 0  # a new context starts afresh
+
+
+def test_a_node_keeps_its_engine_node_while_its_layout_and_availability_stay():
+    # The policy holds the Nodes it was built with: same_nodes compares those by identity first.
+    known = TranslationCache()
+
+    def read(*changed: SlurmNode) -> Observation:
+        nodes = {n.name: n for n in [node(f"n{i}") for i in range(1, 5)] + list(changed)}
+        return Translator(state([], nodes=list(nodes.values())), lease=LEASE, known=known).observe()
+
+    first = read()
+    policy = make_policy("best-fit", first.nodes)
+    busy = read(node("n1", cpus_alloc=4))  # another read of n1 (CPUs in use): the same engine node
+    assert all(map(operator.is_, busy.nodes, first.nodes)) and same_nodes(policy, busy)
+    drained = read(replace(node("n2"), state="down"))
+    assert [a is b for a, b in zip(drained.nodes, first.nodes)] == [True, False, True, True]
+    assert not drained.nodes[1].available and same_nodes(policy, drained)
+    assert not same_nodes(policy, read(replace(node("n3"), gpus=4)))
+    assert not same_nodes(policy, read(replace(node("n3"), gpu_type="a100")))
 
 
 def _job_pool(rng) -> list[SlurmJob]:
