@@ -223,7 +223,7 @@ class Scheduler:
             if was is not None:
                 if was.job is entry.job and was.limit == entry.limit and was.managed == entry.managed and (
                         was.eligible is entry.eligible or was.eligible == entry.eligible):
-                    continue  # the same in all the queue reads
+                    continue  # queued as it was: its place and its shape count stay
                 self._unshape(was)
             self._admit(entry)
         for job_id in old.keys() - self.queue.keys():
