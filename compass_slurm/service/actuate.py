@@ -61,7 +61,7 @@ class Actuator:
         lines, at = [], []
         for k, (p, decision) in enumerate(decided):
             try:
-                lines.append(_pin_argv(p.job.id, decision.gpus_per_node(), p.slurm.gpu_type))
+                lines.append(self._pin_argv(p.slurm, decision.gpus_per_node()))
             except SlurmError as err:
                 failures[k] = f"Slurm refused: {err}"
                 continue
@@ -70,6 +70,15 @@ class Actuator:
             if result is not None:
                 failures[k] = f"Slurm refused: {result}"
         return failures
+
+    def _pin_argv(self, job: SlurmJob, gpus_per_node: Mapping[str, int]) -> list[str]:
+        """The update that pins ``job`` to its nodes, the same GPUs on each, starting now (SlurmError: Slurm cannot be
+        told that); by the job's SLUID where one was read (this cycle: a requeue changes it)."""
+        sizes = set(gpus_per_node.values())
+        if len(sizes) != 1:
+            raise SlurmError(f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that")
+        return update_argv(job.id, list(gpus_per_node), sizes.pop(), job.gpu_type, start_now=True,
+                           sluid=job.sluid)
 
     def migrate(self, obs: Observation, policy: Policy, moves: list[Migration], book: JobBook, rate: RateLimit,
                 report: CycleReport, recorder: Recorder, now: float, dry_run: bool = False) -> None:
@@ -143,7 +152,7 @@ class Actuator:
             ))
             if kind == _REPOINT:
                 try:
-                    planned[-1].update = _pin_argv(job_id, target, obs.slurm_jobs[job_id].gpu_type)
+                    planned[-1].update = self._pin_argv(obs.slurm_jobs[job_id], target)
                 except SlurmError as err:
                     planned[-1].why = str(err)
         return planned
@@ -163,7 +172,7 @@ class Actuator:
         for job_id, slurm in due.items():
             record = book.get(job_id)
             try:
-                update = _pin_argv(job_id, record.decision.gpus_per_node(), slurm.gpu_type)
+                update = self._pin_argv(slurm, record.decision.gpus_per_node())
             except SlurmError as err:
                 failures.add(record.logged, str(err), release=slurm.held)
                 continue
@@ -391,13 +400,6 @@ def _requeued(obs: Observation, book: JobBook) -> tuple[dict[str, SlurmJob], dic
     return due, lost
 
 
-def _pin_argv(job_id: str, gpus_per_node: Mapping[str, int], gpu_type: str | None) -> list[str]:
-    """The update that pins a job to its nodes, the same GPUs on each, starting now (SlurmError: Slurm cannot be told
-    that)."""
-    sizes = set(gpus_per_node.values())
-    if len(sizes) != 1:
-        raise SlurmError(f"per-node GPU counts {fmt(gpus_per_node)} differ; Slurm cannot express that")
-    return update_argv(job_id, list(gpus_per_node), sizes.pop(), gpu_type, start_now=True)
 
 
 def _done_late(migration: DecisionRecord | None, report: CycleReport) -> None:

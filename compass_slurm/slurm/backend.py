@@ -49,13 +49,15 @@ def update_argv(
     gpus_per_node: int | None = None,
     gpu_type: str | None = None,
     start_now: bool = False,
+    sluid: str = "",
 ) -> list[str]:
     """``scontrol update JobId=..`` pinning the job to ``nodes`` (as a compressed hostlist).
 
     With ``gpus_per_node`` the request becomes ``len(nodes)`` nodes with that many GPUs
-    each (the per-job GPU count is cleared first: Slurm rejects having both).
+    each (the per-job GPU count is cleared first: Slurm rejects having both). With ``sluid``
+    (SlurmJob.sluid) the job is named by it.
     """
-    argv = ["scontrol", "update", f"JobId={names.job_id(job_id)}"]
+    argv = ["scontrol", "update", f"JobId={names.sluid(sluid) if sluid else names.job_id(job_id)}"]
     kind = f"gpu:{names.gpu_type(gpu_type)}" if gpu_type is not None else "gpu"
     if nodes is not None:
         node_list = names.node_names(nodes)

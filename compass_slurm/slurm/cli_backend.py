@@ -61,6 +61,9 @@ VERSION = ["scontrol", "--version"]
 TOPOLOGY = ["scontrol", "show", "topology"]
 #: the topology changes with slurm.conf only: read again after this long, or when the node set changes
 TOPOLOGY_EVERY_S = 60.0
+#: the first Slurm whose scontrol takes a SLUID for a pin without reading the job first (update_job.c's
+#: ``_is_single_job``: named by its id, a pin costs slurmctld a job read and a federation read besides the update)
+SLUID_SINCE = (26, 5)
 #: the first Slurm whose squeue --json prints only the jobs --jobs names (22.05 prints all; 23.11 all for two or more,
 #: and its squeue --Format has no ExcNodes): the narrow read's
 NARROW_SINCE = (24, 11)
@@ -278,6 +281,11 @@ class CliBackend(Backend):
         return _version_tuple(self.version())
 
     @property
+    def names_sluids(self) -> bool:
+        """Whether jobs are read with their SLUIDs, which pins then name them by (SLUID_SINCE on)."""
+        return self._release >= SLUID_SINCE
+
+    @property
     def _exclusive_gone(self) -> bool:
         return self._release >= EXCLUSIVE_GONE_SINCE
 
@@ -350,7 +358,9 @@ class CliBackend(Backend):
         return jobs
 
     def _read_json_jobs(self) -> list[SlurmJob]:
-        jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"]), parse_text.jobs)
+        sluids = self.names_sluids
+        jobs = self._read("jobs", lambda doc: parse_json.jobs(doc, self._memo["jobs"], sluids),
+                          lambda text: parse_text.jobs(text, sluids))
         if self._whole_commands()["jobs"] == JOBS_JSON and self._exclusive_gone:
             jobs = _with_exclusive(jobs, _owners(parse_text.exclusive_jobs(self._run(EXCLUSIVE)), jobs))
         return jobs
@@ -431,7 +441,7 @@ class CliBackend(Backend):
             return []  # every one of them ended since the narrow read
         with collector.paused():
             doc = parse_json.load(out, " ".join(JOBS_JSON))
-            return parse_json.jobs(doc, self._memo["jobs"] if whole else None)
+            return parse_json.jobs(doc, self._memo["jobs"] if whole else None, self.names_sluids)
 
     def read_topology(self, nodes: Sequence[SlurmNode], now: float) -> dict[str, tuple]:
         """SlurmState's topology fields: ``scontrol show topology`` at most every TOPOLOGY_EVERY_S, and when the

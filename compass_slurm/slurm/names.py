@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from .errors import SlurmNameError
 
 _JOB_ID = re.compile(r"[1-9]\d{0,9}(?:_\d{1,10})?")
+# a SLUID as Slurm prints it: 's' and 13 digits of Crockford's base 32 (src/common/sluid.c)
+_SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
 # Slurm node and partition names: letters, digits and a few joiners; no '=', ',', '[', space
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _PARTITION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
@@ -27,6 +29,11 @@ def _check(kind: str, pattern: re.Pattern[str], value: object) -> str:
 def job_id(value: object) -> str:
     """``1234`` or an array task ``1234_5``."""
     return _check("job id", _JOB_ID, str(value) if isinstance(value, int) else value)
+
+
+def sluid(value: object) -> str:
+    """A job record's SLUID, ``s685M8Y3T4EB00``."""
+    return _check("SLUID", _SLUID, value)
 
 
 def node_name(value: object) -> str:

@@ -22,7 +22,7 @@ from . import gres
 from .errors import SlurmParseError
 from .hostlist import compress, expand
 from .state import SlurmJob, SlurmNode, memory_per_node
-from .values import features, held, node_state, time_limit_s
+from .values import features, held, node_state, sluid, time_limit_s
 
 
 #: Per command: the list it prints and every field of its entries that the parsers below read.
@@ -39,7 +39,7 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
         "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
         "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
         "shared", "time_limit", "start_time", "features", "prefer", "contiguous", "minimum_switches",
-        "required_switches", "segment_size",
+        "required_switches", "segment_size", "step_id",
     })),
 }
 #: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
@@ -357,12 +357,14 @@ def _exclusive(f: _Fields) -> bool:
     return f.str("shared") == "none"
 
 
-def jobs(doc: Mapping[str, Any], memo: Memo | None = None) -> list[SlurmJob]:
+def jobs(doc: Mapping[str, Any], memo: Memo | None = None, sluids: bool = False) -> list[SlurmJob]:
+    """squeue --json's jobs; ``sluids``: with each record's SLUID (``Backend.names_sluids``)."""
     entries = _entries(doc, "jobs", "squeue --json")
-    return memo.map(entries, _job) if memo is not None else [_job(i, raw) for i, raw in enumerate(entries)]
+    build = functools.partial(_job, sluids=True) if sluids else _job
+    return memo.map(entries, build) if memo is not None else [build(i, raw) for i, raw in enumerate(entries)]
 
 
-def _job(i: int, raw: Any) -> SlurmJob:
+def _job(i: int, raw: Any, sluids: bool = False) -> SlurmJob:
     f = _Fields(raw, f"squeue --json job #{i}")
     job_id = _job_id(f)
     f.what = f"squeue --json job {job_id}"
@@ -416,7 +418,14 @@ def _job(i: int, raw: Any) -> SlurmJob:
         # 23.11 says minimum_switches, 24.11 on required_switches; 22.05's squeue --json has neither
         switches=f.int("required_switches", default=None) or f.int("minimum_switches"),
         segment=f.int("segment_size"),  # 25.11 on
+        # (the record of an array's tasks not split off yet is no one task's)
+        sluid="" if array_pending or not sluids else sluid(_step(f).get("sluid"), f"{f.what}: step_id.sluid"),
     )
+
+
+def _step(f: _Fields) -> Mapping[str, Any]:
+    step = f.get("step_id")
+    return step if isinstance(step, Mapping) else {}
 
 
 def _flag(f: _Fields, key: str) -> bool:

@@ -29,7 +29,7 @@ from .errors import SlurmParseError
 from .hostlist import expand
 from .state import (Look, SlurmBlock, SlurmJob, SlurmNode, SlurmPartition, SlurmReservation, SlurmSwitch, marked,
                     memory_per_node)
-from .values import duration_s, features, held, memory_mb, node_state, switches
+from .values import duration_s, features, held, memory_mb, node_state, sluid, switches
 
 #: where a field starts: at a word= after whitespace (values may hold '=' and spaces)
 _FIELD = re.compile(r"\s(?=[A-Za-z][\w:/.]*=)")
@@ -215,9 +215,9 @@ def _exclusive(r: Record) -> bool:
     return r.str("OverSubscribe") == "NO"
 
 
-def jobs(output: str) -> list[SlurmJob]:
-    """``scontrol show job --details --oneliner``."""
-    return [_job(r) for r in records(output, JOBS_COMMAND, "JobId")]
+def jobs(output: str, sluids: bool = False) -> list[SlurmJob]:
+    """``scontrol show job --details --oneliner``; ``sluids``: with each record's SLUID (``Backend.names_sluids``)."""
+    return [_job(r, sluids) for r in records(output, JOBS_COMMAND, "JobId")]
 
 
 JOBS_COMMAND = "scontrol show job"
@@ -409,7 +409,7 @@ def _repriced(line: str, old: str, job: SlurmJob) -> SlurmJob | None:
     return job.with_priority(int(value))
 
 
-def _job(r: Record) -> SlurmJob:
+def _job(r: Record, sluids: bool = False) -> SlurmJob:
     array, task = r.str("ArrayJobId"), r.str("ArrayTaskId")
     job_id = _job_id(r.str("JobId", required=True), array, task)
     user = _USER.fullmatch(r.str("UserId"))
@@ -456,6 +456,8 @@ def _job(r: Record) -> SlurmJob:
         contiguous=r.str("Contiguous") == "1",
         switches=switches(r.str("Switches"), r.what),
         segment=r.int("SegmentSize") or 0,
+        # (the record of an array's tasks not split off yet is no one task's)
+        sluid=sluid(r.str("SLUID"), f"{r.what}: field SLUID") if sluids and (not task or task.isdigit()) else "",
     )
 
 

@@ -110,4 +110,4 @@ def array_tasks(job: SlurmJob) -> list[SlurmJob]:
         tasks = expand_ranges(job.array_pending)
     except SlurmParseError:
         return [job]  # not a task list we can read: the record stays one job, left to Slurm
-    return [replace(job, id=f"{job.array_job}_{task}", array_pending="") for task in tasks]
+    return [replace(job, id=f"{job.array_job}_{task}", array_pending="", sluid="") for task in tasks]

@@ -169,6 +169,10 @@ class SlurmJob:
     #: ``--switches=N[@wait]``'s N (0: none asked) and ``--segment``'s size (0: none; 24.11 never shows it)
     switches: int = 0
     segment: int = 0
+    #: the SLUID a pin names this job record by: read where Slurm takes one for a pin without reading the job
+    #: first (the CLI backend from 26.05 on); "": none read, or not one record's (an array's tasks not split off
+    #: yet). A requeue gives the job a new one.
+    sluid: str = ""
 
     @property
     def pending(self) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import SlurmParseError
+from . import names
+from .errors import SlurmNameError, SlurmParseError
 
 #: sinfo's one-character suffixes for node flags
 _SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
@@ -100,3 +101,13 @@ def switches(text: str, what: str) -> int:
     if text and not count.isdecimal():
         raise SlurmParseError(f"{what}: field Switches is not a count: {text[:40]!r}")
     return int(count) if count else 0
+
+
+def sluid(text: object, what: str) -> str:
+    """A job record's SLUID as read (25.11 on), checked as a command line will take it; "" for none."""
+    if not text:
+        return ""
+    try:
+        return names.sluid(text)
+    except SlurmNameError as err:
+        raise SlurmParseError(f"{what}: {err}") from None

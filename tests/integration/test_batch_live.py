@@ -93,3 +93,49 @@ def test_a_batch_that_dies_midway_retries_only_the_lines_not_known_done(slurm):
                                                         .rsplit(cli_backend.PROMPT, 1)[0])
     assert backend.scontrol_lines(lines) == [None, None, None]
     assert alone == lines[1:]
+
+
+#: what a pin costs slurmctld: the update, and before it scontrol's read of a job named by its id (update_job.c's
+#: _is_single_job: REQUEST_FED_INFO, then REQUEST_JOB_INFO_SINGLE), which a SLUID skips (26.05 on)
+PIN_RPCS = ("REQUEST_UPDATE_JOB", "REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
+
+
+def _rpcs() -> dict[str, int]:
+    """RPCs of each PIN_RPCS type slurmctld served since ``sdiag --reset`` (the release's own sdiag)."""
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    by_type = out.split("by message type", 1)[1].split("by user", 1)[0]
+    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
+    return {kind: int(counts.get(kind, 0)) for kind in PIN_RPCS}
+
+
+def test_pins_name_jobs_by_sluid_from_26_05_at_one_rpc_each(slurm, dev_cluster):
+    """Issue 31: from 26.05 on the CLI backend reads each job's SLUID and a pin names the job by it, so scontrol
+    skips its read of the job: one RPC per pin instead of three. A SLUID read before the job was requeued is
+    refused for that line alone; the next read has the new one."""
+    jobs = [slurm.sbatch("--hold", "--nodes=1", "--gpus-per-node=2", "--comment=compass") for _ in range(3)]
+    running = slurm.sbatch("--gpus=1", "--nodelist=node04", "--comment=compass:migratable")
+    slurm.wait(running, "RUNNING")
+    backend = CliBackend()
+    read = {job.id: job for job in backend.read_state().jobs}
+    by_sluid = dev_cluster.release >= "26.05"
+    assert all(bool(read[job].sluid) == by_sluid for job in [*jobs, running])
+    subprocess.run(["scontrol", "requeuehold", running], check=True)
+    slurm.wait(running, "PENDING", timeout=60)
+    stale = read[running]
+    pins = [update_argv(job, ["node05"], 2, sluid=read[job].sluid) for job in jobs]
+    pins.append(update_argv(running, ["node05"], 1, sluid=stale.sluid))
+    assert [argv[2] for argv in pins] == [f"JobId={read[job].sluid or job}" for job in [*jobs, running]]
+    subprocess.run(["sdiag", "--reset"], capture_output=True, check=True)
+    results = backend.scontrol_lines(pins)
+    rpcs = _rpcs()
+    assert results[:3] == [None] * 3
+    assert all("ReqNodeList=node05" in slurm.show(job) for job in jobs)
+    if by_sluid:
+        assert "Invalid job id" in results[3] and stale.sluid in results[3], results[3]
+        assert "ReqNodeList=node05" not in slurm.show(running)
+        assert rpcs == {"REQUEST_UPDATE_JOB": 4, "REQUEST_JOB_INFO_SINGLE": 0, "REQUEST_FED_INFO": 0}
+        fresh = {job.id: job for job in backend.read_state().jobs}[running]
+        assert fresh.sluid and fresh.sluid != stale.sluid  # a requeue gives the job a new one
+    else:
+        assert results[3] is None
+        assert rpcs == dict.fromkeys(PIN_RPCS, 4)

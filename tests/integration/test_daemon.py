@@ -102,7 +102,7 @@ def test_a_realistic_mix_runs_where_the_daemon_decided(idle_cluster, tmp_path):
     assert {v.name: v.used for v in fresh.policy.view()} == {v.name: v.used for v in daemon.policy.view()}
 
 
-def test_dry_run_prints_the_commands_and_changes_nothing(idle_cluster, tmp_path):
+def test_dry_run_prints_the_commands_and_changes_nothing(idle_cluster, dev_cluster, tmp_path):
     job = submit(idle_cluster, "--gpus=4", managed="compass")
     config = tmp_path / "config.toml"
     config.write_text(f'anchors = "{tmp_path / "anchors"}"\n')
@@ -110,9 +110,11 @@ def test_dry_run_prints_the_commands_and_changes_nothing(idle_cluster, tmp_path)
                            "--config", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"scontrol update JobId={job} ReqNodeList=node")
-    assert lines[0].endswith(" NumNodes=1 TresPerJob= TresPerNode=gres:gpu:4 StartTime=now")
     seen = CliBackend().read_state().job(job)
+    # (the job named by its SLUID from 26.05 on, as a live run names it: cli_backend.SLUID_SINCE)
+    assert bool(seen.sluid) == (dev_cluster.release >= "26.05")
+    assert len(lines) == 1 and lines[0].startswith(f"scontrol update JobId={seen.sluid or job} ReqNodeList=node")
+    assert lines[0].endswith(" NumNodes=1 TresPerJob= TresPerNode=gres:gpu:4 StartTime=now")
     assert seen.pending and seen.required_nodes == () and seen.reason == "BeginTime"
     assert not (tmp_path / "anchors").exists()
 
