@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, replace
 from itertools import compress
 from operator import attrgetter, not_
@@ -127,7 +127,7 @@ class Daemon:
         #: what unchanged jobs translated to last cycle (taken as it was, not worked out again)
         self.translation_cache = TranslationCache()
         #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
-        self.seen_pending: frozenset[str] = frozenset()
+        self.seen_pending: Set[str] = frozenset()
         #: GPU jobs running at the last cycle, and the jobs holding nodes at the last look: one that was in
         #: both and is gone has ended (both, so that an id the look spells otherwise never wakes a cycle)
         self.seen_running: frozenset[str] = frozenset()

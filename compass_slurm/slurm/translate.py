@@ -93,7 +93,11 @@ class Pending:
 
 @dataclass
 class Observation:
-    """One SlurmState, translated. ``skipped`` says why managed jobs are left to Slurm."""
+    """One SlurmState, translated. ``skipped`` says why managed jobs are left to Slurm.
+
+    Its dicts and sets are those the translation cache keeps (no copies: tens of thousands of jobs each): read them,
+    never change them. The cache's next update changes them, so an Observation holds until the next ``observe``
+    with the same cache (the daemon's: its next cycle)."""
 
     nodes: tuple[Node, ...]
     running: dict[str, Running] = field(default_factory=dict)
@@ -106,7 +110,7 @@ class Observation:
     #: every running GPU job and managed pending one by id, for GPU types and owners
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     #: the managed pending jobs by the ids squeue prints (an array's tasks not split off yet as one): the look's
-    pending_managed: frozenset[str] = frozenset()
+    pending_managed: Set[str] = frozenset()
     #: when each running job will have ended by its time limit (None: unlimited); not there: no start time known
     ends: dict[str, float | None] = field(default_factory=dict)
     #: nodes where Slurm counts more GPUs in use than the jobs read hold (see Translator._crowded)
@@ -182,10 +186,9 @@ class Translator:
             todo = {id(facts): facts for facts in (*fresh, *known.volatile.values(), *came)}.values()
         for facts in todo:
             self._settle(facts, throttled, begin_after)
-        return Observation(self.nodes, dict(known.running), list(filter(None, map(_PLACED, known.order))),
-                           known.queue_len, known.pending_gpus, dict(known.skipped), dict(known.waiting),
-                           dict(known.slurm_jobs), frozenset(known.pending_managed), dict(known.ends), claims.crowded,
-                           dict(known.left), self.state.jobs)
+        return Observation(self.nodes, known.running, list(filter(None, map(_PLACED, known.order))),
+                           known.queue_len, known.pending_gpus, known.skipped, known.waiting, known.slurm_jobs,
+                           known.pending_managed, known.ends, claims.crowded, known.left, self.state.jobs)
 
     def _crowded(self) -> frozenset[str]:
         """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned

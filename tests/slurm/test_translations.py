@@ -45,12 +45,15 @@ def state(jobs, nodes=None, read_at: float = NOW) -> SlurmState:
 
 
 def check(states: list[SlurmState], **kw) -> list[Observation]:
-    """Observe ``states`` in turn with one TranslationCache; each must equal a fresh translation."""
+    """Observe ``states`` in turn with one TranslationCache; each must equal a fresh translation. Returned as they
+    were then (an Observation's dicts are the cache's, which its next observe changes)."""
     known, out = TranslationCache(), []
     for s in states:
         kept = Translator(s, lease=LEASE, known=known, **kw).observe()
         assert facts(kept) == facts(Translator(s, lease=LEASE, **kw).observe())
-        out.append(kept)
+        out.append(replace(kept, running=dict(kept.running), skipped=dict(kept.skipped), waiting=dict(kept.waiting),
+                           slurm_jobs=dict(kept.slurm_jobs), pending_managed=frozenset(kept.pending_managed),
+                           ends=dict(kept.ends), left=dict(kept.left)))
     return out
 
 
