@@ -79,7 +79,7 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--skip-bad", is_flag=True, help="Skip malformed rows (and count them) instead of stopping.")
 @click.option("--check", is_flag=True, help="Debug: assert the engine's invariants after every event (slow).")
 @click.option("--output", type=click.Path(file_okay=False),
-              help="Write timelines, summary.json and comparison.png here.")
+              help="Write timelines, each job's times (jobs-POLICY.csv), summary.json and comparison.png here.")
 @click.option("--sweep", "sweep_file", metavar="SWEEP.toml",
               help="Run a grid of (window, policy, eta, queue, budget) and merge the results (see docs).")
 @click.option("--sbatch", is_flag=True, help="With --sweep: one Slurm array task per run, then a collect job.")
@@ -196,7 +196,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
         for r in results
     ]
     if output:
-        _write_output(Path(output), rows, results, len(cluster_nodes), sum(n.gpus for n in cluster_nodes))
+        _write_output(Path(output), rows, results, jobs, cluster_nodes)
     if as_json:
         emit_json(rows)
     else:
@@ -352,12 +352,18 @@ def _run(jobs, configs, show_progress: bool):
         return run_policies(jobs, configs, lambda policy, done: bar.update(tasks[policy], completed=done))
 
 
-def _write_output(out: Path, rows: list[dict], results, nodes: int, gpus: int) -> None:
+#: the columns of ``--output``'s jobs-<policy>.csv: one row per job, times in seconds from the trace's start
+JOB_COLUMNS = ("job", "class", "instances", "gpus_per_instance", "migratable", "submit_s", "start_s", "end_s",
+               "wait_s")
+
+
+def _write_output(out: Path, rows: list[dict], results, jobs, cluster_nodes) -> None:
     import csv
 
-    from ..sim.metrics import Timeline
+    from ..sim.metrics import Timeline, wait_class
     from ..sim.plot import plot_comparison
 
+    nodes, gpus, largest = len(cluster_nodes), sum(n.gpus for n in cluster_nodes), max(n.gpus for n in cluster_nodes)
     try:
         out.mkdir(parents=True, exist_ok=True)
         for r in results:
@@ -366,6 +372,13 @@ def _write_output(out: Path, rows: list[dict], results, nodes: int, gpus: int) -
                 writer.writerow((*Timeline.COLUMNS, "sif"))
                 for row in r.timeline.rows():
                     writer.writerow((*row[:-1], int(row[-1]), (row[4] - row[5]) / nodes))
+            with open(out / f"jobs-{r.policy}.csv", "w", newline="") as fh:  # where each job's wait went
+                writer = csv.writer(fh)
+                writer.writerow(JOB_COLUMNS)
+                for sj in jobs:
+                    job, start = sj.job, r.started[sj.job.id]
+                    writer.writerow((job.id, wait_class(job.gpus, largest), job.instances, job.gpus,
+                                     int(job.migratable), sj.submit, start, r.ended[job.id], start - sj.submit))
         (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
         plot_comparison(results, nodes, gpus, out / "comparison.png")
     except OSError as err:

@@ -32,7 +32,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..engine.fragmentation import measure
@@ -88,6 +88,9 @@ class SimResult:
     events: int
     wall_s: float
     timeline: Timeline | None
+    #: with the timeline: when each job started and ended (seconds, by job id)
+    started: Mapping[str, float] | None = None
+    ended: Mapping[str, float] | None = None
 
 
 def simulate(jobs: Sequence[SimJob], config: SimConfig, progress: Callable[[int], None] | None = None) -> SimResult:
@@ -216,8 +219,9 @@ class Simulation:
             {g.label: len(g.members) for g in self.policy.cluster.groups},
         )
         wall = time.perf_counter() - started
-        timeline = self.timeline if self.config.keep_timeline else None
-        return SimResult(self.config.policy, metrics, self.events, wall, timeline)
+        if not self.config.keep_timeline:
+            return SimResult(self.config.policy, metrics, self.events, wall, None)
+        return SimResult(self.config.policy, metrics, self.events, wall, self.timeline, self.started, self.ended)
 
     def _next_completion(self) -> float:
         """Time of the next real completion, dropping entries a migration pause superseded."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -148,6 +149,26 @@ def test_output_dir_gets_timelines_summary_and_plot(trace, tmp_path):
     lines = (out / "timeline-first-fit.csv").read_text().splitlines()
     assert lines[0] == "time,queued,running,gpus_used,partial,phi_star,wcc,sif"
     assert (out / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_output_dir_gets_each_job_s_times_which_make_the_summary_s_waits(tmp_path):
+    out = tmp_path / "out"
+    result = simulate("--synthetic", "gfs", "--limit", "300", "--policy", "compass-easy,best-fit", "--backfill",
+                      "--migratable", "0.25", "--seed", "3", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    summary = {row["policy"]: row for row in json.loads((out / "summary.json").read_text())}
+    for policy, row in summary.items():
+        with open(out / f"jobs-{policy}.csv", newline="") as fh:
+            jobs = list(csv.DictReader(fh))
+        assert list(jobs[0]) == ["job", "class", "instances", "gpus_per_instance", "migratable", "submit_s",
+                                 "start_s", "end_s", "wait_s"]
+        assert len(jobs) == row["jobs"] == len({j["job"] for j in jobs})
+        assert all(float(j["submit_s"]) <= float(j["start_s"]) <= float(j["end_s"]) for j in jobs)
+        assert all(float(j["wait_s"]) == float(j["start_s"]) - float(j["submit_s"]) for j in jobs)
+        for name, mean in row["mean_wait_by_class_s"].items():
+            waits = [float(j["wait_s"]) for j in jobs if j["class"] == name]
+            assert (sum(waits) / len(waits) if waits else None) == pytest.approx(mean)
+        assert {j["migratable"] for j in jobs} == {"0", "1"}
 
 
 def test_synthetic_default_and_mixed_nodes():
