@@ -53,8 +53,9 @@ class Config:
     #: GPU job, the control socket's "submitted", which any local user may send): slurmctld answers one cycle's
     #: reads and updates at a time. A cycle at 16,384 nodes and 100,000 jobs takes about a second of its own.
     #: When more than one job waits as a spacing ends (a stream of submissions), the next one doubles, up to
-    #: `interval`: a stream costs slurmctld a read per interval, not one per job; a spacing that ends with one job
-    #: waiting at most brings it back to this (docs/performance.md "slurmctld's load").
+    #: `interval`: a stream costs slurmctld one cycle's reads per interval (no look before it: the jobs the cycle
+    #: finds new keep the spacing), not a read per job; a spacing that ends with one job waiting at most brings it
+    #: back to this (docs/performance.md "slurmctld's load").
     min_cycle_spacing: float = 1.0
     #: seconds between the daemon's cheap looks for new managed pending jobs and ended GPU jobs (one squeue of
     #: the pending and running jobs' ids, states and comments: slurmctld packs every job for it), which start a

@@ -139,6 +139,10 @@ class Daemon:
         self.spacing = config.min_cycle_spacing
         #: pokes (a submitted job each) since the last cycle began: more than one means jobs pile up
         self.pokes = 0
+        #: under a stream (no look before the cycle, see _wait): the managed pending jobs before that cycle, and how
+        #: many it found that they did not hold (None: not counted)
+        self.pending_before: frozenset[str] | None = None
+        self.arrived: int | None = None
         #: set to run the next cycle now (the control socket's "submitted"); ``stop`` ends run()
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -183,10 +187,20 @@ class Daemon:
         means jobs come faster than cycles (a stream of submissions): the next spacing doubles, up to
         ``interval``, so a stream is served by one cycle per interval rather than one per job. News of one job
         at most brings it back to ``min_cycle_spacing``: a lone job, or a user submitting one job after another
-        as each starts, still starts a cycle at once."""
+        as each starts, still starts a cycle at once. Once the spacing is the interval no look comes before the
+        cycle: the jobs that cycle's own read finds new set the spacing after it."""
         deadline = time.monotonic() + interval
         if self.stop.wait(max(0.0, earliest - time.monotonic())):
             return
+        if not self.wake.is_set() and self.spacing >= interval and self._watch > 0:
+            # A stream: the cycle due now reads every job itself, and a look first could start it only a cycle's
+            # length sooner. The jobs the last cycle found new tell whether they still pile up (none counted yet:
+            # the spacing came to the interval because they did).
+            piling = self.arrived is None or self.arrived > 1
+            self.pending_before, self.arrived = frozenset(self.seen_pending), None
+            self.spacing = self._next_spacing(piling, interval)
+            return
+        self.arrived = None
         news = self.pokes if self.wake.is_set() else self._looked()
         self.spacing = self._next_spacing(news > 1, interval)
         busy = self.wake.is_set() or news > 0
@@ -269,6 +283,8 @@ class Daemon:
             translator = Translator(state, self.config.partitions, self.config.lease,
                                     migratable=self.config.migratable, known=self.translation_cache)
             obs = translator.observe()
+            if self.pending_before is not None:  # (see _wait)
+                self.arrived, self.pending_before = len(obs.pending_managed - self.pending_before), None
             self.seen_pending = obs.pending_managed
             self.seen_running = frozenset(obs.running)
             if not obs.nodes:

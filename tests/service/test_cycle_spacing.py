@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from compass_slurm.service.control import ControlServer
 from compass_slurm.service.control_client import request
 from compass_slurm.service.daemon import LOOK_SPACING_PER_S, Daemon
 from compass_slurm.slurm.snapshot import SnapshotBackend
-from compass_slurm.slurm.state import Look
+from compass_slurm.slurm.state import Look, SlurmJob
 
 from tests.service.test_daemon_unit import cluster, nodes, pending
 
@@ -54,21 +55,30 @@ def _burst(path: Path) -> float:
 
 
 class Counting(SnapshotBackend):
-    """Counts the cycles' reads and the looks; each look finds ``arriving`` new managed jobs."""
+    """Counts the cycles' reads and the looks; before each, ``arriving`` managed jobs are submitted, which it shows
+    pending with every one submitted before."""
 
     def __init__(self, state) -> None:
         super().__init__(state, out=None)
         self.reads: list[float] = []
         self.looks = 0
         self.arriving = 0
+        self.submitted: list[SlurmJob] = []
+
+    def _submit(self) -> None:
+        first = len(self.submitted) + 1000
+        self.submitted += [pending(str(first + k), gpus=1) for k in range(self.arriving)]
 
     def read_state(self):
         self.reads.append(time.monotonic())
-        return super().read_state()
+        self._submit()
+        state = super().read_state()
+        return replace(state, jobs=state.jobs + tuple(self.submitted))
 
     def look(self):
         self.looks += 1
-        return Look(frozenset(f"new{self.looks}.{k}" for k in range(self.arriving)), frozenset())
+        self._submit()
+        return Look(frozenset(["7", *(job.id for job in self.submitted)]), frozenset())
 
 
 def _running(daemon: Daemon, interval: float) -> threading.Thread:
@@ -136,7 +146,10 @@ def test_a_stream_of_news_doubles_the_spacing_up_to_the_interval_and_no_look_fal
     _stopped(daemon, loop)
     gaps = _gaps(backend.reads)
     assert _spaced(gaps, [0.1, 0.2, 0.4] + [INTERVAL] * (len(gaps) - 3)), gaps
-    assert backend.looks == len(gaps), "one look per spacing, at its end: none inside it"
+    # one look at the end of each spacing shorter than the interval, none inside it; at the interval the cycle
+    # reads every job itself, and what it finds new keeps the spacing
+    assert backend.looks == 3 and len(gaps) >= 5, (backend.looks, gaps)
+    assert daemon.spacing == INTERVAL and daemon.arrived in (None, 2)
 
 
 def test_a_quiet_spacing_brings_it_back_so_a_lone_job_starts_a_cycle_at_once():
