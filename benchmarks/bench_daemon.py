@@ -39,7 +39,9 @@ a job not running where the daemon decided). Targets (issue 12): steady <= 0.5 s
 4,096 nodes / 20,000 jobs, <= 1 s at 16,384 / 100,000, and at most 5 processes for changes per
 steady cycle. ``--json`` prints one object instead: ``steady_s``, ``read_s``, ``cold_s``,
 ``processes_per_cycle`` (processes started for changes in the median steady cycle),
-``changes_per_cycle`` (its scontrol command lines) and ``read``.
+``changes_per_cycle`` (its scontrol command lines), ``read``, and ``steady_cycles``: each steady cycle's
+seconds and changes in turn (the cycles are the same for any code that decides the same, so two codes'
+runs compare cycle by cycle, where their medians may be other cycles).
 """
 
 from __future__ import annotations
@@ -553,7 +555,8 @@ def main() -> None:
         print(json.dumps({"steady_s": round(steady.seconds, 4), "read_s": round(read, 4), "cold_s": round(cold.seconds, 4),
                           "processes_per_cycle": steady.processes, "changes_per_cycle": steady.changes,
                           "read": args.read, "nodes": args.nodes, "jobs": args.jobs, "spawn": not args.no_spawn,
-                          "db": db is not None, "in_memory": folder is None}))
+                          "db": db is not None, "in_memory": folder is None,
+                          "steady_cycles": [[round(c.seconds, 4), c.changes] for c in cycles[1:]]}))
         return
     target = TARGETS_S.get((args.nodes, args.jobs))
     verdict = "" if target is None else f" | target <= {target} s: {'met' if steady.seconds <= target else 'MISSED'}"

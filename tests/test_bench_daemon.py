@@ -107,3 +107,5 @@ def test_json_reports_a_sites_cycle_with_its_processes():
     assert set(figures) >= {"steady_s", "read_s", "cold_s", "processes_per_cycle", "changes_per_cycle", "read"}
     assert figures["read"] == "narrow" and figures["spawn"] and figures["db"] and not figures["in_memory"]
     assert 1 <= figures["processes_per_cycle"] <= 5 and figures["changes_per_cycle"] >= figures["processes_per_cycle"]
+    assert len(figures["steady_cycles"]) == 2 and [figures["steady_s"], figures["changes_per_cycle"]] in (
+        figures["steady_cycles"])
