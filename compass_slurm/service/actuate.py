@@ -400,8 +400,6 @@ def _requeued(obs: Observation, book: JobBook) -> tuple[dict[str, SlurmJob], dic
     return due, lost
 
 
-
-
 def _done_late(migration: DecisionRecord | None, report: CycleReport) -> None:
     """A re-pinned job's owed release is taken (None: it was owed by a failed migration): its migration is done."""
     if migration is not None:
