@@ -14,6 +14,7 @@ either with ``backup_controller=True`` gets a second slurmctld as backup, and
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -249,6 +250,18 @@ def config_value(name: str) -> str:
     """A setting as `scontrol show config` prints it (``SlurmctldTimeout``: "10 sec")."""
     out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60).stdout
     return next(line.partition("=")[2].strip() for line in out.splitlines() if line.split("=")[0].strip() == name)
+
+
+def rpc_counts(sdiag: str, kinds: tuple[str, ...]) -> dict[str, int]:
+    """How many RPCs of each of ``kinds`` (``REQUEST_UPDATE_JOB``, ...) ``sdiag``'s output says slurmctld served."""
+    by_type = sdiag.split("by message type", 1)[1].split("by user", 1)[0]
+    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
+    return {kind: int(counts.get(kind, 0)) for kind in kinds}
+
+
+def rpcs_served(kinds: tuple[str, ...]) -> dict[str, int]:
+    """RPCs of each of ``kinds`` since ``sdiag --reset``, by the release's own sdiag (dev-cluster wraps it)."""
+    return rpc_counts(subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout, kinds)
 
 
 def slurmctld_timeout() -> int:

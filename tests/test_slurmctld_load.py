@@ -56,8 +56,9 @@ def test_bad_input_is_one_line_and_exit_2(argv, says):
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("argv", [["--jobs", "0"], ["--repeat", "-2"]])
-def test_the_looks_benchmark_refuses_bad_input_in_one_line(argv):
+@pytest.mark.parametrize("argv, says", [(["--jobs", "0"], "must be above 0"), (["--repeat", "-2"], "must be above 0"),
+                                        (["--release", "24.x"], "--release: not a release such as 24.11: '24.x'")])
+def test_the_looks_benchmark_refuses_bad_input_in_one_line(argv, says):
     look = Path(slurmctld_load.__file__).with_name("slurmctld_look.py")
     done = subprocess.run([sys.executable, str(look), *argv], capture_output=True, text=True)
-    assert done.returncode == 2 and "must be above 0" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr

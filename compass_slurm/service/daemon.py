@@ -126,8 +126,10 @@ class Daemon:
         self.observation: Observation | None = None
         #: what unchanged jobs translated to last cycle (taken as it was, not worked out again)
         self.translation_cache = TranslationCache()
-        #: managed pending jobs as of the last cycle or look; a look that finds others starts a cycle
+        #: managed pending jobs as of the last cycle, and the pending jobs of the last look: a look that finds
+        #: others starts a cycle (once: the look after knows them)
         self.seen_pending: Set[str] = frozenset()
+        self.looked_pending: frozenset[str] = frozenset()
         #: GPU jobs running at the last cycle, and the jobs holding nodes at the last look: one that was in
         #: both and is gone has ended (both, so that an id the look spells otherwise never wakes a cycle)
         self.seen_running: frozenset[str] = frozenset()
@@ -243,9 +245,12 @@ class Daemon:
         if look is None:
             self.watching = False  # this backend has no cheap look
             return 0
-        new = look.pending_managed - self.seen_pending
+        new = look.pending - self.seen_pending - self.looked_pending
+        if new and not look.comments and (obs := self.observation) is not None:
+            # a look that sees no marker: a job the last cycle read without it is not the daemon's
+            new -= {job_id for job_id, job in obs.find(new).items() if not job.managed}
         ended = (self.seen_running & self.looked_holding) - look.holding
-        self.seen_pending, self.looked_holding = look.pending_managed, look.holding
+        self.looked_pending, self.looked_holding = look.pending, look.holding
         return len(new) + len(ended)
 
     def poke(self) -> None:

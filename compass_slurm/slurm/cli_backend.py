@@ -69,8 +69,13 @@ SLUID_SINCE = (26, 5)
 NARROW_SINCE = (24, 11)
 #: a longer --jobs list reads all of squeue --json instead (one argument may hold at most 128 KiB)
 JOBS_ARG_MAX = 100_000
-#: the daemon's look for new managed jobs between cycles: ids and comments of the pending jobs only
+#: the daemon's look for new managed jobs between cycles: ids, states and comments
 LOOK = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t %k"]
+#: the look where squeue has --only-job-state: ids and states alone, which slurmctld sends without packing each job
+#: whole (REQUEST_JOB_STATE, not REQUEST_JOB_INFO: a fifteenth of its time); no comment, so no marker
+LOOK_STATES = ["squeue", "--noheader", "--only-job-state", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t"]
+#: the first Slurm here whose squeue has --only-job-state (23.11's has not)
+JOB_STATE_SINCE = (24, 11)
 
 #: runs an argv and returns (exit code, stdout, stderr); tests swap in recorded output
 Runner = Callable[[list[str], float], tuple[int, str, str]]
@@ -484,6 +489,8 @@ class CliBackend(Backend):
         return {} if out is None else parse_text.ran_on(out, " ".join(argv))  # None: Slurm forgot every one
 
     def look(self) -> Look | None:
+        if self._release >= JOB_STATE_SINCE:
+            return parse_text.look(self._run(LOOK_STATES), comments=False)
         return parse_text.look(self._run(LOOK))
 
     def scontrol(self, argv: list[str]) -> None:

@@ -545,9 +545,10 @@ def ran_on(output: str, what: str) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def look(output: str) -> Look:
+def look(output: str, comments: bool = True) -> Look:
     """``squeue --noheader --states=PENDING,RUNNING,COMPLETING --format=%i %t %k``: the pending ids whose
-    comment carries the marker, and the ids of the jobs that hold nodes (R, CG)."""
+    comment carries the marker, and the ids of the jobs that hold nodes (R, CG). ``comments`` False: the lines have
+    none (``--only-job-state --format=%i %t``), and every pending id is taken."""
     pending, holding = set(), set()
     for line in output.split("\n"):  # a carriage return in a comment is part of it
         job_id, _, rest = line.strip().partition(" ")
@@ -555,8 +556,8 @@ def look(output: str) -> Look:
         if not job_id:
             continue
         if state == "PD":
-            if marked(comment):
+            if not comments or marked(comment):
                 pending.add(job_id)
         else:
             holding.add(job_id)
-    return Look(frozenset(pending), frozenset(holding))
+    return Look(frozenset(pending), frozenset(holding), comments)

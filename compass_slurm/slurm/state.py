@@ -57,10 +57,13 @@ def marked(comment: str) -> bool:
 class Look:
     """The daemon's cheap look between cycles (one small squeue): what may call for a cycle now."""
 
-    #: pending jobs that carry the marker (a new one waits for a placement)
-    pending_managed: frozenset[str]
+    #: pending jobs that carry the marker (a new one waits for a placement); every pending job where the look saw
+    #: no comments
+    pending: frozenset[str]
     #: running or completing jobs, any kind (one of the daemon's that left them has freed its GPUs)
     holding: frozenset[str]
+    #: whether the look saw the jobs' comments, and so the marker (not where it reads states alone)
+    comments: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+from devcluster import rpcs_served
 
 from compass_slurm.service.daemon import NOT_PENDING
 from compass_slurm.slurm import cli_backend
@@ -100,14 +101,6 @@ def test_a_batch_that_dies_midway_retries_only_the_lines_not_known_done(slurm):
 PIN_RPCS = ("REQUEST_UPDATE_JOB", "REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
 
 
-def _rpcs() -> dict[str, int]:
-    """RPCs of each PIN_RPCS type slurmctld served since ``sdiag --reset`` (the release's own sdiag)."""
-    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
-    by_type = out.split("by message type", 1)[1].split("by user", 1)[0]
-    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
-    return {kind: int(counts.get(kind, 0)) for kind in PIN_RPCS}
-
-
 def test_pins_name_jobs_by_sluid_from_26_05_at_one_rpc_each(slurm, dev_cluster):
     """Issue 31: from 26.05 on the CLI backend reads each job's SLUID and a pin names the job by it, so scontrol
     skips its read of the job: one RPC per pin instead of three. A SLUID read before the job was requeued is
@@ -127,7 +120,7 @@ def test_pins_name_jobs_by_sluid_from_26_05_at_one_rpc_each(slurm, dev_cluster):
     assert [argv[2] for argv in pins] == [f"JobId={read[job].sluid or job}" for job in [*jobs, running]]
     subprocess.run(["sdiag", "--reset"], capture_output=True, check=True)
     results = backend.scontrol_lines(pins)
-    rpcs = _rpcs()
+    rpcs = rpcs_served(PIN_RPCS)
     assert results[:3] == [None] * 3
     assert all("ReqNodeList=node05" in slurm.show(job) for job in jobs)
     if by_sluid:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from devcluster import rpcs_served
 
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
@@ -503,4 +504,10 @@ def test_the_look_between_cycles_sees_a_new_managed_job_and_one_that_ended(idle_
     while not daemon._news():  # until the ended job has left its node
         assert time.monotonic() < deadline, f"the look never saw job {short} end"
         time.sleep(0.3)
-    assert waiting in backend.look().pending_managed and short not in backend.look().holding
+    assert waiting in backend.look().pending and short not in backend.look().holding
+    subprocess.run(["sdiag", "--reset"], capture_output=True, check=True)
+    look = backend.look()  # from 24.11 on ids and states alone: slurmctld packs no job whole for it
+    served = rpcs_served(("REQUEST_JOB_INFO", "REQUEST_JOB_STATE"))
+    assert served == ({"REQUEST_JOB_INFO": 0, "REQUEST_JOB_STATE": 1} if not look.comments else
+                      {"REQUEST_JOB_INFO": 1, "REQUEST_JOB_STATE": 0})
+    assert look.comments == (backend.version() < "24.11")

@@ -10,13 +10,12 @@ those two releases only: no pyslurm exists for the others.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from devcluster import dev
+from devcluster import dev, rpc_counts
 
 from compass_slurm.slurm.backend import leave_argv, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
@@ -149,9 +148,7 @@ def _sdiag(python: str, *args: str) -> str:
 
 def _update_rpcs(python: str) -> dict[str, int]:
     """How many RPCs of each UPDATE_RPCS type slurmctld served since ``sdiag --reset``."""
-    by_type = _sdiag(python).split("by message type", 1)[1].split("by user", 1)[0]
-    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
-    return {kind: int(counts.get(kind, 0)) for kind in UPDATE_RPCS}
+    return rpc_counts(_sdiag(python), UPDATE_RPCS)
 
 
 def _pinned(job: str) -> dict[str, str]:

@@ -1345,12 +1345,13 @@ def test_slurm_requests_map_to_instances(kw, expected):
 class Watched(SnapshotBackend):
     """A snapshot whose cheap look between cycles finds ``looks`` pending and ``holding`` on nodes (None: no look)."""
 
-    def __init__(self, state: SlurmState, looks: frozenset[str] | None, holding: frozenset[str] = frozenset()) -> None:
+    def __init__(self, state: SlurmState, looks: frozenset[str] | None, holding: frozenset[str] = frozenset(),
+                 comments: bool = True) -> None:
         super().__init__(state, out=None)
-        self.looks, self.holding = looks, holding
+        self.looks, self.holding, self.comments = looks, holding, comments
 
     def look(self) -> Look | None:
-        return None if self.looks is None else Look(self.looks, self.holding)
+        return None if self.looks is None else Look(self.looks, self.holding, self.comments)
 
 
 def test_a_new_managed_pending_job_found_between_cycles_starts_one(tmp_path):
@@ -1364,6 +1365,21 @@ def test_a_new_managed_pending_job_found_between_cycles_starts_one(tmp_path):
     assert daemon._news() and not daemon._news()
     backend.looks = None
     assert not daemon._news() and not daemon.watching  # no cheap look: the interval alone
+
+
+def test_a_look_of_states_alone_wakes_a_cycle_for_a_job_the_last_one_did_not_read(tmp_path):
+    """From 24.11 on the look has no comments (squeue --only-job-state), so every pending job is in it: one the last
+    cycle read without the marker is no news, one it did not read is news once, marked or not."""
+    state = cluster(nodes(2), [pending("90", gpus=2), pending("91", gpus=1, comment=""), running("5", {"n2": 1})])
+    backend = Watched(state, frozenset({"90", "91"}), frozenset({"5"}), comments=False)
+    daemon = Daemon(Config(anchors="", watch=0.01), backend, None)
+    assert daemon._news() == 2  # no cycle yet: nothing is known
+    daemon.cycle()
+    assert not daemon._news()  # 91 was read unmarked
+    backend.looks = frozenset({"90", "91", "93"})  # 93: submitted since, marked or not (the look cannot tell)
+    assert daemon._news() == 1 and not daemon._news()
+    daemon.cycle()  # the read does not show 93 (an id the look spells otherwise): it never wakes a cycle again
+    assert not daemon._news() and not daemon._news()
 
 
 def test_a_gpu_job_that_left_its_nodes_between_cycles_starts_one(tmp_path):

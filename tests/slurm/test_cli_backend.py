@@ -250,18 +250,33 @@ LOOK = "19 PD compass nightly\n20 PD compass:migratable\n22_[0-3] PD compass\n23
        "24 PD a,compass;b\n21 PD (null)\n25 PD compass:requeue\n26 PD compassion\n30 R compass\n31 R (null)\n" \
        "22_4 CG compass\n"
 LOOK_ARGV = ["squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING", "--format=%i %t %k"]
+VERSION_ARGV = ["scontrol", "--version"]
+#: the same jobs from 24.11 on: ``squeue --noheader --only-job-state --states=PENDING,RUNNING,COMPLETING
+#: --format=%i %t`` (as on the dev cluster: no comment)
+LOOK_STATES = "19 PD\n20 PD\n22_[0-3] PD\n23 PD\n24 PD\n21 PD\n25 PD\n26 PD\n30 R\n31 R\n22_4 CG\n"
+LOOK_STATES_ARGV = ["squeue", "--noheader", "--only-job-state", "--states=PENDING,RUNNING,COMPLETING",
+                    "--format=%i %t"]
 
 
 def test_the_look_is_one_small_squeue(mixed):
+    """Before 24.11 with the comments, whose marker tells the managed jobs; from 24.11 on ids and states alone
+    (slurmctld sends them without packing each job whole): every pending job, which the daemon sorts out."""
     mixed.override[" ".join(LOOK_ARGV)] = (0, LOOK, "")
-    look = CliBackend(runner=mixed).look()
-    assert look.pending_managed == {"19", "20", "22_[0-3]", "23", "24"}
+    mixed.override[" ".join(LOOK_STATES_ARGV)] = (0, LOOK_STATES, "")
+    backend = CliBackend(runner=mixed)
+    look, again = backend.look(), backend.look()
+    states_only = mixed.release >= "24.11"
+    argv = LOOK_STATES_ARGV if states_only else LOOK_ARGV
+    assert mixed.calls == [VERSION_ARGV, argv, argv] and look == again  # the release asked once
     assert look.holding == {"30", "31", "22_4"}  # completing jobs still hold their GPUs
-    assert mixed.calls == [LOOK_ARGV]
+    if states_only:
+        assert not look.comments and look.pending == {"19", "20", "21", "22_[0-3]", "23", "24", "25", "26"}
+    else:
+        assert look.comments and look.pending == {"19", "20", "22_[0-3]", "23", "24"}
 
 
 def test_the_look_failing_is_a_command_error(mixed):
-    with pytest.raises(SlurmCommandError, match="squeue --noheader --states=PENDING,RUNNING,COMPLETING"):
+    with pytest.raises(SlurmCommandError, match="squeue --noheader (--only-job-state )?--states=PENDING,RUNNING,COM"):
         CliBackend(runner=mixed).look()
 
 
