@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import threading
@@ -35,7 +34,7 @@ from statistics import quantiles
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS), str(TESTS / "faults")]
-from devcluster import Layout, dev, use_cluster  # noqa: E402
+from devcluster import Layout, dev, sdiag_by_type, use_cluster  # noqa: E402
 from harness import WRAPPER, DaemonProcess, cancel, wrapper_env  # noqa: E402
 
 NODES, GPUS = 64, 8
@@ -43,7 +42,6 @@ SIZES = (1, 1, 1, 1, 2, 2, 4, 8)
 SLEEP_S = (30, 60)
 SUBMIT = "REQUEST_SUBMIT_BATCH_JOB"
 PHASES = ("plain", "hook", "wrapper")
-_RPC = re.compile(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)")
 
 
 @dataclass
@@ -94,9 +92,7 @@ class Phase:
 def sdiag_rpcs() -> dict[str, Rpc]:
     """`sdiag`'s RPC statistics by message type."""
     text = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
-    section = text.split("by message type", 1)[1].split("by user", 1)[0]
-    return {m.group(1): Rpc(int(m.group(2)), int(m.group(4))) for line in section.splitlines()
-            if (m := _RPC.match(line))}
+    return {name: Rpc(count, total_us) for name, (count, total_us) in sdiag_by_type(text).items()}
 
 
 def ctld_cpu_s() -> float:

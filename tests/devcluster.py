@@ -252,11 +252,20 @@ def config_value(name: str) -> str:
     return next(line.partition("=")[2].strip() for line in out.splitlines() if line.split("=")[0].strip() == name)
 
 
+#: one line of sdiag's "Remote Procedure Call statistics by message type"
+_SDIAG_RPC = re.compile(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)\s+total_time:(\d+)", re.MULTILINE)
+
+
+def sdiag_by_type(sdiag: str) -> dict[str, tuple[int, int]]:
+    """``sdiag``'s output: each message type's RPC count and total microseconds (not the by-user section)."""
+    by_type = sdiag.split("by message type", 1)[1].split("by user", 1)[0]
+    return {m[1]: (int(m[2]), int(m[4])) for m in _SDIAG_RPC.finditer(by_type)}
+
+
 def rpc_counts(sdiag: str, kinds: tuple[str, ...]) -> dict[str, int]:
     """How many RPCs of each of ``kinds`` (``REQUEST_UPDATE_JOB``, ...) ``sdiag``'s output says slurmctld served."""
-    by_type = sdiag.split("by message type", 1)[1].split("by user", 1)[0]
-    counts = dict(re.findall(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", by_type, re.MULTILINE))
-    return {kind: int(counts.get(kind, 0)) for kind in kinds}
+    counts = sdiag_by_type(sdiag)
+    return {kind: counts.get(kind, (0, 0))[0] for kind in kinds}
 
 
 def rpcs_served(kinds: tuple[str, ...]) -> dict[str, int]:
