@@ -6,8 +6,6 @@ import shlex
 import statistics
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def spread(values: list[float], fmt: str) -> str:
     """ "median [min-max]", or the one value when all agree."""
@@ -31,11 +29,21 @@ def command(argv: list[str], varied: str = "--seed") -> str:
             out += [varied, "S"]
             skip = True
             continue
-        path = Path(arg)
-        if path.is_absolute() and path.exists():
-            try:
-                arg = str(path.relative_to(REPO))
-            except ValueError:
-                arg = str(Path("..") / path.relative_to(REPO.parent))
-        out.append(arg)
+        out.append(shown(arg))
     return shlex.join(out).replace("'S'", "S")
+
+
+def shown(arg: str) -> str:
+    """An absolute path of the machine the sweep ran on, as the repository names it: the project's own files
+    from its root (docs/...), the shared traces beside it (../shared/...). By its parts, not by what exists
+    here, so that a table regenerates to the byte in any checkout."""
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    parts = path.parts
+    for k in range(len(parts) - 1):
+        if parts[k:k + 2] == ("docs", "results"):
+            return str(Path(*parts[k:]))
+    if "shared" in parts:
+        return str(Path("..", *parts[parts.index("shared"):]))
+    return arg
