@@ -27,7 +27,7 @@ from pathlib import Path
 from bench_daemon import Recorded, build
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
-from compass_slurm.slurm.cli_backend import JOB_STATE_SINCE, LOOK, LOOK_STATES, CliBackend
+from compass_slurm.slurm.cli_backend import JOB_STATE_SINCE, LOOK, LOOK_STATES, CliBackend, release_of
 from compass_slurm.slurm.state import SlurmState
 
 #: squeue's compact state codes for the states the look asks for
@@ -66,7 +66,7 @@ def main() -> None:
     if args.nodes <= 0 or args.jobs <= 0 or args.repeat <= 0:
         parser.error("--nodes, --jobs and --repeat must be above 0")
     try:
-        release = tuple(map(int, args.release.split(".")[:2]))
+        release = release_of(args.release)
     except ValueError:
         parser.error(f"--release: not a release such as 24.11: {args.release!r}")
     states_only = release >= JOB_STATE_SINCE

@@ -30,7 +30,7 @@ from slurmctld_load import sdiag_rpcs  # noqa: E402
 
 from compass_slurm.slurm import parse_narrow  # noqa: E402
 from compass_slurm.slurm.cli_backend import (JOB_STATE_SINCE, JOBS_JSON, JOBS_TEXT, LOOK, LOOK_STATES,  # noqa: E402
-                                             NARROW_SINCE)
+                                             NARROW_SINCE, release_of)
 
 JOB_INFO, JOB_STATE = "REQUEST_JOB_INFO", "REQUEST_JOB_STATE"
 
@@ -64,7 +64,7 @@ def main() -> int:
     if args.jobs <= 0 or args.repeat <= 0:
         parser.error("--jobs and --repeat must be above 0")
     try:
-        release = tuple(map(int, args.release.split(".")[:2]))
+        release = release_of(args.release)
     except ValueError:
         parser.error(f"--release: not a release such as 24.11: {args.release!r}")
     use_cluster(Layout(16, 8, args.release))

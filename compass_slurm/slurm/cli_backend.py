@@ -207,7 +207,8 @@ def _owners(owning: Set[str], fresh: list[SlurmJob]) -> set[str]:
     return (ids & owning) | {job.id for job in fresh if job.array_pending and job.array_job in arrays}
 
 
-def _version_tuple(version: str) -> tuple[int, int]:
+def release_of(version: str) -> tuple[int, int]:
+    """A Slurm version ("24.11.5", or a release "24.11") as (major, minor); ValueError if it is neither."""
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
@@ -262,28 +263,28 @@ class CliBackend(Backend):
     @property
     def uses_json(self) -> bool:
         if self._json is None:
-            self._json = _version_tuple(self.version()) >= JSON_SINCE
+            self._json = self._release >= JSON_SINCE
         return self._json
 
     @property
     def nodes_json(self) -> list[str]:
-        return NODES_JSON_PER_NODE if _version_tuple(self.version()) >= GROUPED_SINCE else NODES_JSON
+        return NODES_JSON_PER_NODE if self._release >= GROUPED_SINCE else NODES_JSON
 
     @property
     def uses_narrow(self) -> bool:
         if self._narrow is None:
-            self._narrow = self.uses_json and _version_tuple(self.version()) >= NARROW_SINCE
+            self._narrow = self.uses_json and self._release >= NARROW_SINCE
         return self._narrow and self.narrow_reason is None and "jobs" not in self.text_reasons
 
     @property
     def uses_lines(self) -> bool:
         if self._lines is None:
-            self._lines = self.uses_json and _version_tuple(self.version()) < NARROW_SINCE
+            self._lines = self.uses_json and self._release < NARROW_SINCE
         return self._lines and self.lines_reason is None
 
     @property
     def _release(self) -> tuple[int, int]:
-        return _version_tuple(self.version())
+        return release_of(self.version())
 
     @property
     def names_sluids(self) -> bool:
