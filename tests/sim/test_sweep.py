@@ -278,8 +278,9 @@ def test_windows_from_shares_another_files_slices_relative_to_it(sweep_dir):
     assert plan.output == sweep_dir / "s-results"
 
 
+REPO = Path(__file__).resolve().parents[2]
 #: every committed sweep under docs/results (a new one is covered by being there)
-RESULTS = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "docs" / "results").glob("*/sweep.toml"))
+RESULTS = sorted(p.parent.name for p in (REPO / "docs" / "results").glob("*/sweep.toml"))
 
 
 @pytest.mark.parametrize("name", RESULTS)
@@ -287,7 +288,7 @@ def test_every_committed_results_sweep_plans_what_its_results_were_measured_from
     """docs/results regenerates from its sweep files: each still plans, and its plan.json is that plan's."""
     from compass_slurm.engine.policies.base import policy_names
 
-    here = Path(__file__).resolve().parents[2] / "docs" / "results" / name
+    here = REPO / "docs" / "results" / name
     plan = sweep.load(here / "sweep.toml", policy_names())
     committed = json.loads((here / "results" / "plan.json").read_text())["tasks"]
     assert [t.label() for t in plan.tasks] == [sweep.Task(**{**t, "argv": tuple(t["argv"])}).label()
@@ -297,13 +298,12 @@ def test_every_committed_results_sweep_plans_what_its_results_were_measured_from
 @pytest.mark.parametrize("name", RESULTS)
 def test_every_committed_results_table_is_what_its_sweep_files_command_prints(name):
     """The summarize command a sweep file names, run from the repository, prints its table.md to the byte."""
-    repo = Path(__file__).resolve().parents[2]
-    header = (repo / "docs" / "results" / name / "sweep.toml").read_text()
+    header = (REPO / "docs" / "results" / name / "sweep.toml").read_text()
     # the comment's command, its continuation lines joined: python3 SCRIPT DIR... > TABLE
     text = re.sub(r"\\\n#\s+", " ", header)
     line = next(ln for ln in text.splitlines() if ln.startswith("#   python3 "))
     argv = shlex.split(line[1:])
     table = argv[argv.index(">") + 1]
-    out = subprocess.run([sys.executable, *argv[1:argv.index(">")]], cwd=repo, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, *argv[1:argv.index(">")]], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
-    assert out == (repo / table).read_text()
+    assert out == (REPO / table).read_text()

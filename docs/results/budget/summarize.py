@@ -14,14 +14,12 @@ targets and verdicts are the held-out tables' own (heldout/summarize.py).
 
 from __future__ import annotations
 
-import statistics
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "heldout"))
-from summarize import DEFAULT, EASY, FIGURES, HELD, LOST, MEDIAN_ONLY, geomean, held, load, median  # noqa: E402
-
+from summarize import DEFAULT, EASY, FIGURES, LOST, MISSED, geomean, held, load, median, ratio, tally  # noqa: E402
 
 
 def budget_of(row: dict) -> str:
@@ -59,17 +57,15 @@ def main(results_dirs: list[str]) -> None:
     for b in budgets:
         cells, verdicts = [], []
         for field, _ in FIGURES:
-            got = [(median(runs[(w, b)], field), median(runs[(w, "best-fit")], field)) for w in windows]
-            kept = [x / y for x, y in got if x and y]
+            kept = [r for r in (ratio(runs[(w, b)], runs[(w, "best-fit")], field) for w in windows) if r]
             cells.append(f"{geomean(kept):.3f}")
-        moves = sum(statistics.median(r["migrations"] for r in runs[(w, b)]) for w in windows)
+        moves = sum(median(runs[(w, b)], "migrations") for w in windows)
         for w in windows:
             verdicts.append(held(runs[(w, b)], runs[(w, "best-fit")]))
-        names = list(verdicts[0])
-        missed = Counter(k for v in verdicts for k, ok in v.items() if not ok.startswith((HELD, MEDIAN_ONLY)))
-        lost = Counter(k for v in verdicts for k, ok in v.items() if ok.startswith(LOST))
-        print(f"| {b} | " + " | ".join(cells) + f" | {moves:,.0f} | " + " / ".join(str(missed[k]) for k in names)
-              + " | " + " / ".join(str(lost[k]) for k in names) + " |")
+        names, counts = list(verdicts[0]), tally(verdicts)
+        print(f"| {b} | " + " | ".join(cells) + f" | {moves:,.0f} | "
+              + " / ".join(str(counts[MISSED][k] + counts[LOST][k]) for k in names)
+              + " | " + " / ".join(str(counts[LOST][k]) for k in names) + " |")
     largest = max(windows, key=lambda w: runs[(w, "best-fit")][0]["nodes"])
     nodes = runs[(largest, "best-fit")][0]["nodes"]
     print(f"\n## {largest}, {nodes} nodes: the largest cluster, where the per-node budget is {nodes} an hour\n")
@@ -84,7 +80,7 @@ def main(results_dirs: list[str]) -> None:
             a, base = median(ours, field), median(theirs, field)
             fmt = "{:.3f}" if field == "agu" else "{:,.2f}" if field == "mean_partial_nodes" else "{:,.0f}"
             cells.append(fmt.format(a) + ("" if b == "best-fit" else f" ({a / base:.2f})"))
-        print(f"| {b} | " + " | ".join(cells) + f" | {statistics.median(r['migrations'] for r in ours):,.0f} |")
+        print(f"| {b} | " + " | ".join(cells) + f" | {median(ours, 'migrations'):,.0f} |")
 
 
 if __name__ == "__main__":

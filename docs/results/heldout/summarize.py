@@ -74,15 +74,6 @@ def targets(ours: dict, easy: dict) -> dict[str, bool]:
     }
 
 
-def median_row(rows: list[dict]) -> dict:
-    """A row of the medians over seeds (the fields the targets read)."""
-    med = {name: statistics.median(r[name] for r in rows)
-           for name in ("mean_partial_nodes", "agu", "ajct_s", "mean_wait_s")}
-    med["mean_wait_by_class_s"] = {c: None if wait(rows[0], c) is None else statistics.median(wait(r, c) for r in rows)
-                                   for c in CLASSES}
-    return med
-
-
 #: the figures the noise and budget tables compare, as (row field or wait class, column name)
 FIGURES = (("mean_partial_nodes", "partial nodes"), ("agu", "AGU"), ("ajct_s", "AJCT"), ("1", "1-GPU wait"),
            ("whole-node", "whole-node wait"))
@@ -93,6 +84,19 @@ def median(rows: list[dict], field: str) -> float | None:
     if field in CLASSES:
         return None if wait(rows[0], field) is None else statistics.median(wait(r, field) for r in rows)
     return statistics.median(r[field] for r in rows)
+
+
+def ratio(ours: list[dict], theirs: list[dict], field: str) -> float | None:
+    """The ratio of the medians over seeds, None where either is unknown or the baseline's is 0."""
+    a, b = median(ours, field), median(theirs, field)
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def median_row(rows: list[dict]) -> dict:
+    """A row of the medians over seeds (the fields the targets read)."""
+    med = {name: median(rows, name) for name in ("mean_partial_nodes", "agu", "ajct_s", "mean_wait_s")}
+    med["mean_wait_by_class_s"] = {c: median(rows, c) for c in CLASSES}
+    return med
 
 
 #: a target's verdicts: held and lost are claims (the median and all seeds but at most one agree), the others not
@@ -117,6 +121,12 @@ def held(ours: list[dict], easy: list[dict]) -> dict[str, str]:
         else:
             out[name] = f"{MEDIAN_ONLY if ok else MISSED} ({count}/{n})"
     return out
+
+
+def tally(verdicts: list[dict[str, str]]) -> dict[str, Counter]:
+    """Per verdict (HELD, LOST, MEDIAN_ONLY, MISSED), on how many of ``verdicts`` each target got it."""
+    return {verdict: Counter(k for v in verdicts for k, ok in v.items() if ok.startswith(verdict))
+            for verdict in (HELD, LOST, MEDIAN_ONLY, MISSED)}
 
 
 def fmt_wait(rows: list[dict], cls: str) -> str:
@@ -258,13 +268,12 @@ def main(results_dirs: list[str]) -> None:
     for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
         for name in dict.fromkeys(n for w, n, _ in verdicts if w[1:] == (share, delay, burst)):
             got = [v for w, n, v in verdicts if n == name and w[1:] == (share, delay, burst)]
-            tally = {verdict: Counter(k for v in got for k, ok in v.items() if ok.startswith(verdict))
-                     for verdict in (HELD, LOST, MEDIAN_ONLY)}
+            counts = tally(got)
             print(f"\n{name} at --migratable {share:g}, --migration-delay {delay:g}, --migrations-burst {burst}, "
-                  f"of {len(got)} slices: held on " + ", ".join(f"{k} {tally[HELD][k]}" for k in names)
+                  f"of {len(got)} slices: held on " + ", ".join(f"{k} {counts[HELD][k]}" for k in names)
                   + "; at the median (held or median only) on " + ", ".join(
-                      f"{k} {tally[HELD][k] + tally[MEDIAN_ONLY][k]}" for k in names)
-                  + "; lost on " + ", ".join(f"{k} {tally[LOST][k]}" for k in names) + ".")
+                      f"{k} {counts[HELD][k] + counts[MEDIAN_ONLY][k]}" for k in names)
+                  + "; lost on " + ", ".join(f"{k} {counts[LOST][k]}" for k in names) + ".")
     for share, delay, burst in dict.fromkeys(w[1:] for w in wheres):
         slices = [w for w in wheres if w[1:] == (share, delay, burst) and runs.get((*w, *DEFAULT)) and runs.get((*w, *EASY))]
         slacks = sorted({k[-1] for k in runs if k[1:4] == (share, delay, burst) and k[-1] != DEFAULT[1]

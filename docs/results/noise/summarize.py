@@ -20,19 +20,14 @@ Standard library only; the targets and verdicts are the held-out tables' own (he
 from __future__ import annotations
 
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "heldout"))
-from summarize import DEFAULT, EASY, FIGURES, HELD, LOST, MEDIAN_ONLY, held, load, median  # noqa: E402
+from summarize import DEFAULT, EASY, FIGURES, HELD, LOST, MEDIAN_ONLY, MISSED, held, load, ratio, tally  # noqa: E402
 
 BASE_SEEDS = range(1, 6)
 DRAWS = (range(6, 11), range(11, 16))
-
-
-def ratio(ours: list[dict], theirs: list[dict], field: str) -> float | None:
-    a, b = median(ours, field), median(theirs, field)
-    return None if a is None or b is None or b == 0 else a / b
 
 
 def seeds(rows: list[dict], wanted: range, renumber: bool = False) -> list[dict]:
@@ -45,12 +40,11 @@ def cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def tally(verdicts: list[dict[str, str]]) -> str:
-    lost = Counter(k for v in verdicts for k, ok in v.items() if ok.startswith(LOST))
-    missed = Counter(k for v in verdicts for k, ok in v.items() if not ok.startswith((HELD, MEDIAN_ONLY)))
+def counted(verdicts: list[dict[str, str]]) -> str:
+    counts = tally(verdicts)
     names = list(verdicts[0])
-    return ("missed at the median on " + ", ".join(f"{k} {missed[k]}" for k in names)
-            + "; lost on " + ", ".join(f"{k} {lost[k]}" for k in names))
+    return ("missed at the median on " + ", ".join(f"{k} {counts[MISSED][k] + counts[LOST][k]}" for k in names)
+            + "; lost on " + ", ".join(f"{k} {counts[LOST][k]}" for k in names))
 
 
 def main(results_dirs: list[str]) -> None:
@@ -88,7 +82,7 @@ def main(results_dirs: list[str]) -> None:
             verdicts[k].append(held(d, base))
         print(f"| {w} | " + " | ".join(cells) + " |")
     for draw, got in zip(DRAWS, verdicts):
-        print(f"\nDraw {draw.start}-{draw.stop - 1}, of {len(got)} slices: {tally(got)}.")
+        print(f"\nDraw {draw.start}-{draw.stop - 1}, of {len(got)} slices: {counted(got)}.")
     print("\n## The default against best-fit under EASY, fifteen seeds each\n")
     print("Each cell: the default's median over seeds 1-15 / best-fit's, then (±) the noise of that figure "
           "on that slice (the larger distance from 1 of best-fit's two draws against itself above).\n")
@@ -103,7 +97,7 @@ def main(results_dirs: list[str]) -> None:
                  for field, _ in FIGURES]
         missed = [f"{k}: {v}" for k, v in verdict.items() if not v.startswith((HELD, MEDIAN_ONLY))]
         print(f"| {w} | " + " | ".join(cells) + f" | {'; '.join(missed) or '-'} |")
-    print(f"\nThe default, of {len(ours_verdicts)} slices: {tally(ours_verdicts)}.")
+    print(f"\nThe default, of {len(ours_verdicts)} slices: {counted(ours_verdicts)}.")
 
 
 if __name__ == "__main__":
