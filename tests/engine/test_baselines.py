@@ -13,7 +13,7 @@ from compass_slurm.engine.policies.base import Policy, make_policy, policy_names
 from compass_slurm.engine.policies.buddy import Buddy
 from compass_slurm.engine.scheduler import Scheduler
 
-BASELINES = ("first-fit", "best-fit", "worst-fit", "slurm-default", "fgd", "buddy")
+BASELINES = ("first-fit", "best-fit", "best-fit-rotate", "worst-fit", "slurm-default", "fgd", "buddy")
 #: FGD with a frozen default mix (uniform over 1, 2, 4, 8), so hand-computed scores stay valid.
 CONFIG: dict[str, dict[str, object]] = {"fgd": {"window": 0}}
 
@@ -51,6 +51,8 @@ EXPECTED = {
     # policy:          1 GPU  2 GPUs 3 GPUs 5 GPUs
     "first-fit": ("n0", "n0", "n1", "n1"),
     "best-fit": ("n3", "n0", "n1", "n1"),
+    # no placement yet, so its ties start at n0: best-fit's choices
+    "best-fit-rotate": ("n3", "n0", "n1", "n1"),
     "worst-fit": ("n2", "n2", "n2", "n2"),
     "slurm-default": ("n0", "n0", "n1", "n1"),
     # 1 GPU: n0 4->3 (-1), n1 5->4 (-1), n2 0->7 (+7), n3 3->0 (-3). 2 GPUs: n0 -4, n1 +1, n2 +6.
@@ -73,6 +75,29 @@ def prepared(name: str) -> Policy:
 def test_exact_choice_on_hand_computed_state(name, column, gpus):
     p = prepared(name)
     assert place(p, "new", 1, gpus) == (EXPECTED[name][column],)
+
+
+def test_best_fit_rotate_breaks_ties_from_the_node_after_its_last_placement():
+    # free 4, 8, 4, 8: the 8-GPU job takes n1 (both), then the 4-GPU jobs tie between n0 and n2
+    rotate, best = (policy(name, 8, 8, 8, 8) for name in ("best-fit-rotate", "best-fit"))
+    for p in (rotate, best):
+        p.adopt(Job("a", 1, 4), ["n0"])
+        p.adopt(Job("b", 1, 4), ["n2"])
+        assert place(p, "whole", 1, 8) == ("n1",)
+    assert place(best, "x", 1, 4) == ("n0",)
+    assert place(rotate, "x", 1, 4) == ("n2",)
+    # the fullest node still wins over the turn: n3 is empty, n0 has 4 free
+    assert place(rotate, "y", 1, 2) == ("n0",)
+
+
+def test_best_fit_rotate_keeps_its_turn_when_a_gang_does_not_fit():
+    # free 4, 4, 8, 4: the gang's first instance takes n2, its second finds no node; had the turn followed
+    # that claim, the next tie among n0, n1 and n3 would go to n3
+    p = policy("best-fit-rotate", 8, 8, 8, 8)
+    for job_id, node in (("a", "n0"), ("b", "n1"), ("c", "n3")):
+        p.adopt(Job(job_id, 1, 4), [node])
+    assert place(p, "big", 2, 8) is None
+    assert place(p, "x", 1, 4) == ("n0",)
 
 
 def test_fgd_fragmentation_scores_are_exact():
@@ -324,6 +349,7 @@ def test_remove_frees_exactly(name):
 MIXED = {
     "first-fit": ("n0", "n1", "n2"),
     "best-fit": ("n0", "n1", "n2"),
+    "best-fit-rotate": ("n0", "n1", "n2"),
     "worst-fit": ("n1", "n3", "n0"),
     "slurm-default": ("n0", "n1", "n2"),
     "fgd": ("n0", "n1", "n2"),  # 4: n0 F 4->0 (-4) vs n1 0->4; 2: n2 F 4->4 (0) vs n3 0->6

@@ -1,4 +1,4 @@
-"""Classic bin-packing baselines: first fit, best fit (GFS-style) and worst fit (Slurm's LLN).
+"""Classic bin-packing baselines: first fit, best fit (GFS-style), its placebo, and worst fit (Slurm's LLN).
 
 Each picks one node per instance by free GPUs. Without restrictions the free-GPU
 buckets answer in O(G); a partition restriction or a distinct-nodes job scans.
@@ -37,6 +37,34 @@ class BestFit(_ByFree):
             hit = self.cluster.free.lowest_with_key_at_least(gpus)
             return None if hit is None else hit[1]
         return self.pick_by_free(gpus, taken, allowed, distinct, self.cluster.free_gpus)
+
+
+@register
+class BestFitRotate(BestFit):
+    """Best fit that breaks ties in turn instead of by lowest index.
+
+    Neither better nor worse than best-fit by design, it is the placebo of the results
+    (docs/results/placebo): how far a policy moves from best-fit's figures when it decides
+    otherwise only between equals.
+    """
+
+    name = "best-fit-rotate"
+    summary = "best fit, ties to the first node after the last one placed on (a placebo)"
+
+    def __init__(self, nodes, **config):
+        super().__init__(nodes, **config)
+        self._after = 0  # where the tie-break starts: the node after the last placement's
+
+    def choose(self, gpus, taken, allowed, distinct):
+        n, start = len(self.cluster), self._after
+        return self.pick_by_free(gpus, taken, allowed, distinct,
+                                 lambda i: (self.cluster.free_gpus(i), (i - start) % n))
+
+    def _place(self, job, allowed, budget):
+        decision = super()._place(job, allowed, budget)
+        if decision is not None:
+            self._after = (self._indexes(decision.nodes[-1:])[0] + 1) % len(self.cluster)
+        return decision
 
 
 @register

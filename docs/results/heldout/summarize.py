@@ -129,6 +129,38 @@ def tally(verdicts: list[dict[str, str]]) -> dict[str, Counter]:
             for verdict in (HELD, LOST, MEDIAN_ONLY, MISSED)}
 
 
+def seeds(rows: list[dict], wanted: range, renumber: bool = False) -> list[dict]:
+    """The rows of the seeds ``wanted``, renumbered 1.. when they stand in for the baseline's seeds."""
+    got = sorted((r for r in rows if r["perturb"] in wanted), key=lambda r: r["perturb"])
+    return [{**r, "perturb": wanted.index(r["perturb"]) + 1} if renumber else r for r in got]
+
+
+def cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def counted(verdicts: list[dict[str, str]]) -> str:
+    counts = tally(verdicts)
+    names = list(verdicts[0])
+    return ("missed at the median on " + ", ".join(f"{k} {counts[MISSED][k] + counts[LOST][k]}" for k in names)
+            + "; lost on " + ", ".join(f"{k} {counts[LOST][k]}" for k in names))
+
+
+def runs_of(results_dirs: list[str], configs: tuple[tuple[str, float], ...]) -> tuple[dict, list[str]]:
+    """The rows of the (policy, slack) ``configs`` by (slice, policy), and the slices in the sweeps' order."""
+    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in (row for d in results_dirs for row in load(d)):
+        if (row["policy"], float(row["slack"])) in configs:
+            runs[(row["window"], row["policy"])].append(row)
+    return runs, list(dict.fromkeys(w for w, _ in runs))
+
+
+def set_up(title: str, row: dict) -> str:
+    """A table's title line with the set-up its runs share (at slack 0)."""
+    return (f"# {title}: --migratable {row['migratable']:g}, --migration-delay {row['migration_delay_s']:g}, "
+            f"--migrations-burst {row['migrations_burst_setting']}, backfill, slack 0\n")
+
+
 def fmt_wait(rows: list[dict], cls: str) -> str:
     values = [wait(r, cls) for r in rows]
     return "-" if None in values else spread(values, "{:,.0f}")
