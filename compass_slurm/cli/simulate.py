@@ -271,7 +271,8 @@ def _whole(option: str, text: str | None) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise UserError(f"bad {option} {text!r}: not a whole number", hint="give a seed such as 1") from None
+        # one line naming it (issue 32): the seed's form needs no hint beyond the message
+        raise UserError(f"bad {option} {text!r}: not a whole number such as 1") from None
 
 
 def _number(option: str, text: str, *, positive: bool = False) -> float:
@@ -473,6 +474,7 @@ def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:
         raise UserError("--sbatch needs --sweep SWEEP.toml")
     try:
         plan = sweep.load(path, policy_names())
+        _check_tasks(path, plan)
         if sbatch:
             array_id, collect_id = sweep.submit(plan, run_process)
             click.echo(f"submitted array job {array_id} ({len(plan.tasks)} tasks) and collect job {collect_id}; "
@@ -498,6 +500,16 @@ def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:
     code = sweep.report_failures(plan, collected)
     if code:
         sys.exit(code)
+
+
+def _check_tasks(path: str, plan) -> None:
+    """An option of 'options' this command would refuse in every task (unknown, or a bad value) fails the sweep
+    now, in one line. The rest of a task's command line the sweep built from keys it has checked."""
+    for task in plan.tasks:
+        try:
+            command.make_context("compass simulate", list(task.argv))
+        except click.UsageError as exc:
+            raise UserError(f"{path}: 'options': {exc.format_message()}") from None
 
 
 def simulate_in_process(argv: tuple[str, ...]) -> tuple[int, str, str]:

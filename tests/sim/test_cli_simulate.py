@@ -223,6 +223,13 @@ def test_clear_errors(trace, args, message):
     assert len(result.output.strip().splitlines()) <= 2  # the problem, and at most a hint
 
 
+@pytest.mark.parametrize("seed", ["1.5", "soon"])
+def test_a_perturb_seed_that_is_not_a_whole_number_is_one_line(trace, seed):
+    result = simulate("--trace", str(trace), "--perturb", seed)
+    assert result.exit_code == 2
+    assert result.output.strip() == f"compass: error: bad --perturb '{seed}': not a whole number such as 1"
+
+
 def test_empty_trace(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("job_id,submit_time_s,duration_s,num_gpus\n")

@@ -160,6 +160,20 @@ def test_a_malformed_sweep_file_exits_2_with_one_line(sweep_dir, text, message):
     assert not (sweep_dir / "s-results").exists()
 
 
+@pytest.mark.parametrize("options, message", [
+    ('["--bogus"]', "'options': No such option '--bogus'"),
+    ('["--nodes", "x"]', "'options': Invalid value for '--nodes': 'x' is not a valid integer range"),
+])
+@pytest.mark.parametrize("sbatch", [False, True])
+def test_an_option_compass_simulate_refuses_exits_2_with_one_line_before_any_task(sweep_dir, options, message,
+                                                                                 sbatch):
+    path = write(sweep_dir, f'policies = "best-fit"\noptions = {options}\n[[windows]]\ntrace = "t.csv"\n')
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(path), *(["--sbatch"] if sbatch else [])])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"compass: error: {path}: {message}."]
+    assert not (sweep_dir / "s-results").exists()
+
+
 def test_sbatch_without_a_sweep_is_a_usage_error():
     result = CliRunner().invoke(cli, ["simulate", "--sbatch"])
     assert result.exit_code == 2 and "--sbatch needs --sweep" in result.stderr
