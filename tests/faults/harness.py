@@ -176,12 +176,14 @@ class SlurmJob:
     comment: str
     nodes: str
     reason: str
+    start: str = ""
+    end: str = ""
 
 
 def jobs_named(prefix: str) -> list[SlurmJob]:
     """Every job Slurm still knows (finished ones for MinJobAge) whose name starts with ``prefix``."""
     out = subprocess.run(["squeue", "--noheader", "--states=all", "--array",
-                          f"--format=%i{SEP}%j{SEP}%T{SEP}%k{SEP}%N{SEP}%r"],
+                          f"--format=%i{SEP}%j{SEP}%T{SEP}%k{SEP}%N{SEP}%r{SEP}%S{SEP}%e"],
                          capture_output=True, text=True, check=True).stdout
     found = [SlurmJob(*line.split(SEP)) for line in out.splitlines() if SEP in line]
     return [j for j in found if j.name.startswith(prefix)]
@@ -271,10 +273,15 @@ def states(prefix: str) -> dict[str, str]:
 def all_in(prefix: str, wanted: set[str], count: int) -> dict[str, str] | None:
     """The jobs' states once ``count`` jobs carry ``prefix`` and all are in ``wanted``, else a falsy
     description of what is missing (for the failure message)."""
-    seen = states(prefix)
+    jobs = jobs_named(prefix)
+    seen = {j.id: j.state for j in jobs}
     if len(seen) == count and set(seen.values()) <= wanted:
         return seen
-    return _Missing(f"{len(seen)}/{count} jobs; " + ", ".join(f"{k} {v}" for k, v in Counter(seen.values()).items()))
+    # the first few jobs not in ``wanted``, with where and when they ran, for a failure seen once
+    odd = [f"{j.id} {j.state} on {j.nodes or '-'} ({j.reason}) {j.start} to {j.end}"
+           for j in jobs if j.state not in wanted]
+    return _Missing(f"{len(seen)}/{count} jobs; " + ", ".join(f"{k} {v}" for k, v in Counter(seen.values()).items())
+                    + ("; " + "; ".join(odd[:6]) if odd else ""))
 
 
 class _Missing(str):
