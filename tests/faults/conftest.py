@@ -38,6 +38,25 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"COMPASS_FAULTS_SLURM: unknown release {_release()!r}; known are {', '.join(RELEASES)}")
 
 
+#: what slurmctld logs when a job or node goes wrong (a failure's report shows its latest such lines)
+_TROUBLE = re.compile(r"error|fail|kill|drain|down|not responding|requeue", re.IGNORECASE)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A fault test's failure carries slurmctld's latest lines of trouble: by the end of a CI run the next
+    cluster started in the same directory has replaced its log."""
+    outcome = yield
+    report = outcome.get_result()
+    conf = os.environ.get("SLURM_CONF")
+    if report.when == "call" and report.failed and conf:
+        log = Path(conf).parents[1] / "log" / "slurmctld.log"
+        if log.exists():
+            lines = log.read_text(errors="replace").splitlines()[-5000:]
+            report.sections.append((f"{log}: its last 80 lines of trouble",
+                                    "\n".join([ln for ln in lines if _TROUBLE.search(ln)][-80:])))
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[dict[str, str]]:
     """The running dev cluster's environment (SLURM_CONF, ...), also set in os.environ meanwhile."""
