@@ -266,10 +266,6 @@ def submit_managed(name: str, lease: int, *args: str, seconds: int = 60) -> str:
     return out.strip().split(";")[0]
 
 
-def states(prefix: str) -> dict[str, str]:
-    return {j.id: j.state for j in jobs_named(prefix)}
-
-
 def all_in(prefix: str, wanted: set[str], count: int) -> dict[str, str] | None:
     """The jobs' states once ``count`` jobs carry ``prefix`` and all are in ``wanted``, else a falsy
     description of what is missing (for the failure message)."""

@@ -139,6 +139,11 @@ def cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def missed(verdict: dict[str, str]) -> str:
+    """The targets one slice misses at the median, with their verdicts, or "-"."""
+    return "; ".join(f"{k}: {v}" for k, v in verdict.items() if not v.startswith((HELD, MEDIAN_ONLY))) or "-"
+
+
 def counted(verdicts: list[dict[str, str]]) -> str:
     counts = tally(verdicts)
     names = list(verdicts[0])

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "heldout"))
-from summarize import DEFAULT, EASY, FIGURES, HELD, MEDIAN_ONLY, cell, counted, held, ratio, runs_of, seeds, set_up  # noqa: E402,E501
+from summarize import DEFAULT, EASY, FIGURES, cell, counted, held, missed, ratio, runs_of, seeds, set_up  # noqa: E402,E501
 
 BASE_SEEDS = range(1, 6)
 DRAWS = (range(6, 11), range(11, 16))
@@ -70,8 +70,7 @@ def main(results_dirs: list[str]) -> None:
         ours_verdicts.append(verdict)
         cells = [cell(ratio(ours, theirs, field)) + ("" if (w, field) not in noise else f" (±{noise[(w, field)]:.3f})")
                  for field, _ in FIGURES]
-        missed = [f"{k}: {v}" for k, v in verdict.items() if not v.startswith((HELD, MEDIAN_ONLY))]
-        print(f"| {w} | " + " | ".join(cells) + f" | {'; '.join(missed) or '-'} |")
+        print(f"| {w} | " + " | ".join(cells) + f" | {missed(verdict)} |")
     print(f"\nThe default, of {len(ours_verdicts)} slices: {counted(ours_verdicts)}.")
 
 

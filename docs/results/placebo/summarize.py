@@ -21,14 +21,10 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "heldout"))
-from summarize import DEFAULT, EASY, FIGURES, HELD, LOST, MEDIAN_ONLY, MISSED, cell, held, ratio, runs_of, seeds, set_up, tally  # noqa: E402,E501
+from summarize import DEFAULT, EASY, FIGURES, LOST, MISSED, cell, held, missed, ratio, runs_of, seeds, set_up, tally  # noqa: E402,E501
 
 PLACEBO = ("best-fit-rotate", 0.0)
 DRAWS = (range(1, 6), range(1, 16))
-
-
-def missed(verdict: dict[str, str]) -> str:
-    return "; ".join(f"{k}: {v}" for k, v in verdict.items() if not v.startswith((HELD, MEDIAN_ONLY))) or "-"
 
 
 def counts(verdicts: list[dict[str, str]]) -> list[str]:
