@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..config import Config
+from ..engine.disciplines import SIM_RESTART_S
 from .common import CONTEXT_SETTINGS, InternalError, UserError, console, emit_json, json_option
 
 #: Jobs in a synthetic workload when --limit does not say.
@@ -41,7 +42,7 @@ DEFAULT_BURST = Config.migrations_burst
               help="With --layout: this share of the jobs (drawn with --seed) asks for a GPU type, drawn among the "
                    "layout's types with a node big enough, in proportion to their GPUs. A trace's gpu_type and "
                    "constraint columns count whatever this says [default: 0].")
-@click.option("--migration-delay", type=click.FloatRange(min=0), default=8.0, show_default=True,
+@click.option("--migration-delay", type=click.FloatRange(min=0), default=SIM_RESTART_S, show_default=True,
               help="Seconds a job pauses per migration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
 @click.option("--perturb", metavar="SEED",

@@ -19,6 +19,9 @@ DEFAULT_SLACK = EASY_SLACK
 #: seconds a migrated job loses to its restart (requeue, start, restore from its checkpoint) when its driver names
 #: none: the daemon's `migration_delay` by default. Sites restart from checkpoints in minutes, not seconds.
 DEFAULT_RESTART_S = 120.0
+#: seconds a migration pauses the job in `compass simulate` when --migration-delay names none: the paper's measured
+#: checkpoint-restart (its results flat from 1 to 10 s); the held-out tables name 120, the daemon's default
+SIM_RESTART_S = 8.0
 #: a move that lets a blocked queue head start now must save it this many restarts of waiting: the head's expected
 #: wait by its EASY reservation is at least ROOM_GATE x restart x moves (docs/results/history.md "Making room")
 ROOM_GATE = 4.0

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..engine.fragmentation import measure
 from ..engine.model import Node
 from ..engine.policies.base import make_policy
-from ..engine.disciplines import EASY_SLACK
+from ..engine.disciplines import EASY_SLACK, SIM_RESTART_S
 from ..engine.policies.slurm_like import slurm_nodes
 from ..engine.rate_limit import RateLimit, Setting
 from ..engine.scheduler import Scheduler, Step
@@ -58,7 +58,7 @@ class InvariantError(AssertionError):
 class SimConfig:
     policy: str
     nodes: tuple[Node, ...]
-    migration_delay: float = 8.0
+    migration_delay: float = SIM_RESTART_S
     queue: str = "fifo"
     check: bool = False
     keep_timeline: bool = True

@@ -6,12 +6,25 @@ buckets answer in O(G); a partition restriction or a distinct-nodes job scans.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from .base import GreedyPolicy, register
 
 
 class _ByFree(GreedyPolicy):
-    def _fast(self, gpus: int, taken: set[int], allowed: frozenset[int] | None, distinct: bool) -> bool:
-        return allowed is None and not (distinct and taken)
+    """One node per instance ranked by ``_key`` (ties to the lowest index); where nothing restricts the job, the
+    free-GPU buckets answer instead (``_bucket``), in O(G)."""
+
+    def choose(self, gpus, taken, allowed, distinct):
+        if allowed is None and not (distinct and taken):
+            return self._bucket(gpus)
+        return self.pick_by_free(gpus, taken, allowed, distinct, self._key)
+
+    @abstractmethod
+    def _bucket(self, gpus: int) -> int | None: ...
+
+    @abstractmethod
+    def _key(self, i: int) -> object: ...
 
 
 @register
@@ -19,12 +32,13 @@ class FirstFit(_ByFree):
     name = "first-fit"
     summary = "lowest-index node with enough free GPUs"
 
-    def choose(self, gpus, taken, allowed, distinct):
-        if self._fast(gpus, taken, allowed, distinct):
-            free = self.cluster.free
-            mins = [m for k in range(gpus, free.max_key + 1) if (m := free.bucket(k).min()) is not None]
-            return min(mins) if mins else None
-        return next(iter(self.fitting(gpus, taken, allowed, distinct)), None)
+    def _bucket(self, gpus):
+        free = self.cluster.free
+        mins = [m for k in range(gpus, free.max_key + 1) if (m := free.bucket(k).min()) is not None]
+        return min(mins) if mins else None
+
+    def _key(self, i):
+        return i
 
 
 @register
@@ -32,11 +46,12 @@ class BestFit(_ByFree):
     name = "best-fit"
     summary = "node with the fewest free GPUs that still fit (GFS-style)"
 
-    def choose(self, gpus, taken, allowed, distinct):
-        if self._fast(gpus, taken, allowed, distinct):
-            hit = self.cluster.free.lowest_with_key_at_least(gpus)
-            return None if hit is None else hit[1]
-        return self.pick_by_free(gpus, taken, allowed, distinct, self.cluster.free_gpus)
+    def _bucket(self, gpus):
+        hit = self.cluster.free.lowest_with_key_at_least(gpus)
+        return None if hit is None else hit[1]
+
+    def _key(self, i):
+        return self.cluster.free_gpus(i)
 
 
 @register
@@ -72,8 +87,9 @@ class WorstFit(_ByFree):
     name = "worst-fit"
     summary = "node with the most free GPUs (spread, like Slurm's LLN)"
 
-    def choose(self, gpus, taken, allowed, distinct):
-        if self._fast(gpus, taken, allowed, distinct):
-            hit = self.cluster.free.highest_with_key_at_least(gpus)
-            return None if hit is None else hit[1]
-        return self.pick_by_free(gpus, taken, allowed, distinct, lambda i: -self.cluster.free_gpus(i))
+    def _bucket(self, gpus):
+        hit = self.cluster.free.highest_with_key_at_least(gpus)
+        return None if hit is None else hit[1]
+
+    def _key(self, i):
+        return -self.cluster.free_gpus(i)
