@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from admin_cli import SNAPSHOTS
 
-from compass_slurm.cli import cli
 from compass_slurm.slurm import snapshot
 
-SNAPSHOTS = Path(__file__).resolve().parents[1] / "data" / "snapshots"
 sys.path.insert(0, str(SNAPSHOTS))
 from make import large_state  # noqa: E402
-
-MIXED = SNAPSHOTS / "mixed-16x8.json"
 
 
 @pytest.fixture(autouse=True)
@@ -41,12 +36,3 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
     snapshot.save(large_state(), path)
     return path
 
-
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env)
-
-
-def json_of(*args: str) -> dict:
-    result = invoke(*args, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MIXED, invoke, json_of
+from admin_cli import MIXED, invoke, json_of
 
 from compass_slurm.cli import COMMANDS
 from compass_slurm.service.store import SCHEMA_VERSION, Store

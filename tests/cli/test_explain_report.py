@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import invoke, json_of
+from admin_cli import invoke, json_of
 
 from compass_slurm.engine.model import Decision, Job, Migration
 from compass_slurm.service.store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord, Store

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import MIXED, invoke, json_of
+from admin_cli import MIXED, invoke, json_of
 
 from compass_slurm.engine.model import Decision, Job
 from compass_slurm.service.store import DecisionRecord, SampleRecord, Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import MIXED, invoke, json_of
+from admin_cli import MIXED, invoke, json_of
 
 from compass_slurm.engine.model import Decision, Job
 from compass_slurm.slurm import snapshot
