@@ -22,7 +22,8 @@ from itertools import compress
 from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
-from ..slurm.backend import Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, update_argv
+from ..slurm.backend import (Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, restore_argv,
+                             update_argv)
 from ..slurm.errors import SlurmError
 from ..slurm.requests import id_order
 from ..slurm.state import SlurmJob
@@ -288,7 +289,8 @@ class Actuator:
 
     def leave(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
         """Leave to Slurm the jobs the daemon cannot honour (``obs.left``) and those whose pin Slurm refused
-        (LEAVING): their lease is lifted (and the refused pin cleared), so that they start as they
+        (LEAVING): their lease is lifted (and the refused pin cleared, the request it changed put back), so that
+        they start as they
         would without the daemon; each is logged once, action ``left``. Jobs left that Slurm no longer has
         pending are forgotten."""
         left, leaving = book.in_state(JobState.LEFT), book.in_state(JobState.LEAVING)
@@ -301,7 +303,8 @@ class Actuator:
         # a line clears one job's node list (leave_argv); lifting leases takes lists
         lists = [(leave_argv(batch, False), batch) for batch in _chunks(kept)]
         lists += [(leave_argv([job_id], True), [job_id]) for job_id in unpinned]
-        for job_id in self._each(lists, report, "leave"):
+        restores = [restore_argv(job_id, asked) for job_id in unpinned if (asked := book.asked(job_id)) is not None]
+        for job_id in self._each(lists, report, "leave", first=restores):
             why = leaving[job_id].why
             book.move(job_id, JobState.LEFT, why=why)
             report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
@@ -309,11 +312,16 @@ class Actuator:
         for job_id in list(leaving):  # Slurm kept its lease: the job waits on, and is left again next cycle
             book.move(job_id, JobState.WAITING)
 
-    def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str) -> list[str]:
-        """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go."""
+    def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str,
+              first: Sequence[list[str]] = ()) -> list[str]:
+        """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go, after
+        the lines ``first``, whose refusals are reported only."""
         done: list[str] = []
-        for (_, job_ids), result in zip(lists, self.backend.scontrol_lines([argv for argv, _ in lists]) if lists
-                                        else ()):
+        results = self.backend.scontrol_lines([*first, *(argv for argv, _ in lists)]) if lists else []
+        for result in results[:len(first)]:
+            if result is not None:
+                report.error(kind, result)
+        for (_, job_ids), result in zip(lists, results[len(first):]):
             if result is not None and not _named(result, job_ids):
                 report.error(kind, result)
                 continue

@@ -55,7 +55,7 @@ from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import HOUR, RateLimit
 from ..engine.scheduler import Entry, Scheduler
 from ..slurm import hostlist
-from ..slurm.backend import Backend
+from ..slurm.backend import Asked, Backend
 from ..slurm.errors import SlurmError
 from ..slurm.requests import Request, id_order
 from ..slurm.state import SlurmJob
@@ -76,9 +76,20 @@ from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, r
 #: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
 #: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
 NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Invalid node name specified")
-#: Slurm's refusal of a decision that no other nodes would change (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE: what
-#: the job asks of a node is more than the daemon reads): the job is left to Slurm
-REFUSED_FOR_GOOD = re.compile(r"Requested node configuration is not available")
+#: a decision Slurm did not answer, or could not take yet (no answer, not sent, slurmctld out of reach or busy, the
+#: job in transition, scontrol not started), or whose job is gone: decided again next cycle if still pending. Any
+#: other failure is Slurm's answer to it (a node configuration it lacks, a GRES form, a limit, no right to change
+#: the job): decided again, it would be refused again and the job kept waiting on its lease for ever, so the job is
+#: left to Slurm, its node list cleared (from 23.11 a refused update may keep the ReqNodeList it set before the
+#: check that refused it).
+UNANSWERED = re.compile(r"no answer within|: not sent: |cannot run: |no temporary file|Unable to contact slurm "
+                        r"controller|Socket timed out|Zero Bytes were transmitted|Connection refused|"
+                        r"[Cc]ommunication connection failure|temporarily unable|[Tt]ry again later|"
+                        r"Resource temporarily unavailable|standby mode|Invalid job id specified")
+#: a job whose pins Slurm took this many times in a row without starting it (each for ``stale_after``, 30 s at
+#: least) is left to Slurm, unpinned: something the daemon does not read keeps it off the nodes it chooses (a
+#: reservation yet to begin, ``--exclusive=user``, a limit), and it would choose them again
+UNSTARTED_LIMIT = 3
 #: why a decision is not told to Slurm when neither the log nor its spool could take it
 UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
 #: why a decision is not told to Slurm when this daemon's lead ran out while it decided
@@ -515,12 +526,18 @@ class Daemon:
             p, job_id = pending[at], ids[at]
             record = placed[job_id]
             stale = self._stale(p, record, policy, now, translator, short)
-            if stale is not None:
-                # Its pin is ours: it must not tie the job to those nodes in this cycle, nor in a later one if no
-                # room is found now.
-                self.book.move(job_id, JobState.PINNED, pin=record.decision.nodes, logged=record.logged)
-                policy.remove(job_id)
-                log.info("job %s: re-planning, %s", job_id, stale)
+            if stale is None:
+                continue
+            policy.remove(job_id)
+            why, unstarted = stale
+            if unstarted and self.book.unstarted(job_id) >= UNSTARTED_LIMIT:
+                self.book.move(job_id, JobState.LEAVING, unpin=True,
+                               why=f"{why}, {UNSTARTED_LIMIT} times in a row: unpinned and left to Slurm")
+                continue
+            # Its pin is ours: it must not tie the job to those nodes in this cycle, nor in a later one if no
+            # room is found now.
+            self.book.move(job_id, JobState.PINNED, pin=record.decision.nodes, logged=record.logged)
+            log.info("job %s: re-planning, %s", job_id, why)
         self.book.set_short(short)
 
     def _let_go(self, obs: Observation, translator: Translator) -> list[Pending]:
@@ -573,6 +590,7 @@ class Daemon:
         """Tell Slurm the decisions; a refused one is rewritten as ``failed`` and leaves the policy (where did it
         run, when Slurm started it first), the others are placed."""
         # logged (or spooled) before Slurm hears of them: see publish.py; a decision never goes unlogged
+        self._ask(policy, decided)
         if not self.leadership.may_act():
             failures = [FENCED] * len(decided.decisions)
         elif self.recorder.ahead(report):
@@ -585,9 +603,9 @@ class Daemon:
                                               failures):
             record = report.decisions[at]
             if failure is not None:
-                if REFUSED_FOR_GOOD.search(failure):
+                if _refused_for_good(failure):
                     book.move(p.job.id, JobState.LEAVING, why=f"Slurm refused the decision ({failure}); left to Slurm",
-                              unpin=pinned_by_us(obs, book, p.job.id))
+                              unpin=not p.slurm.required_nodes or pinned_by_us(obs, book, p.job.id))
                 policy.remove(p.job.id)
                 after = fragmentation(policy)
                 decided_record = record
@@ -604,6 +622,14 @@ class Daemon:
                      record.user, fmt(record.gpus_per_node), record.reason, _num(record.sif_before),
                      _num(record.sif_after))
         report.decisions += started_elsewhere
+
+    def _ask(self, policy: Policy, decided: Decided) -> None:
+        """Keep the request of each job about to be pinned for the first time, as its user gave it (a refused
+        update may have changed it already: from 23.11 Slurm keeps what it set before the check that refused)."""
+        book, c = self.book, policy.cluster
+        for p, decision in decided.decisions:
+            if not p.slurm.required_nodes and book.state(p.job.id) in (None, JobState.WAITING):
+                book.ask(p.job.id, Asked.of(p.slurm, max(c.capacity[c.index[n]] for n in decision.nodes)))
 
     def _where(self, obs: Observation, job_ids: list[str]) -> dict[str, tuple[str, ...]]:
         """Where ``job_ids`` run (the read says) or ran (Slurm is asked about those not running when read)."""
@@ -660,30 +686,31 @@ class Daemon:
         return ends
 
     def _stale(self, p: Pending, placed: JobRecord, policy: Policy, now: float, translator: Translator,
-               short: set[str]) -> str | None:
-        """Why a placed-but-pending job must be re-planned, or None while its decision still holds. A node
+               short: set[str]) -> tuple[str, bool] | None:
+        """Why a placed-but-pending job must be re-planned, and whether only because Slurm has not started it; None
+        while its decision still holds. A node
         short of the job's CPUs or memory counts at the second read in a row that says so (the job joins
         ``short`` at the first): a job that started between the job read and the node read looks pending on a
         node whose allocation already holds it (see Backend.read_state), once."""
         c = policy.cluster
         if p.slurm.required_nodes and not pinned_to(p.slurm, placed.decision.nodes):
-            return "someone else set its nodes since"
+            return "someone else set its nodes since", False
         for name in dict.fromkeys(placed.decision.nodes):
             i = c.index[name]
             if not c.available[i]:
                 if translator.slurm_nodes[name].state == "unknown":
                     continue  # a restarted slurmctld has not heard from the node yet; give it until stale_after
-                return f"node {name} takes no new work"
+                return f"node {name} takes no new work", False
             if not translator.satisfies(p.slurm, name):
-                return f"node {name} no longer has what it asks for (GPU type, features)"
+                return f"node {name} no longer has what it asks for (GPU type, features)", False
             if p.eligible is not None and name not in p.eligible:
                 short.add(p.job.id)
                 if placed.short:
-                    return f"node {name} lacks the CPUs or memory it needs"
+                    return f"node {name} lacks the CPUs or memory it needs", False
             if c.used[i] > c.capacity[i]:
-                return f"node {name} was taken by other jobs"
+                return f"node {name} was taken by other jobs", False
         if now - placed.at > self.stale_after:
-            return f"Slurm has not started it in {self.stale_after:.0f} s ({p.slurm.reason or 'no reason given'})"
+            return f"Slurm has not started it in {self.stale_after:.0f} s ({p.slurm.reason or 'no reason given'})", True
         return None
 
     # -- the control socket's questions ------------------------------------------------------
@@ -769,3 +796,9 @@ def _partial(frag: Fragmentation | None) -> int | None:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _refused_for_good(failure: str) -> bool:
+    """Whether ``failure`` is Slurm's answer to a decision (see UNANSWERED): not ours (the log, the lead), not
+    Slurm having started the job first (NOT_PENDING), not a decision Slurm did not answer."""
+    return failure not in (UNLOGGED, FENCED) and not NOT_PENDING.search(failure) and not UNANSWERED.search(failure)

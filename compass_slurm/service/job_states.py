@@ -2,11 +2,15 @@
 
 A job with no record is one the daemon holds nothing about (pending and never leased, or running on an
 allocation not checked yet). ``JobBook.move`` makes every change of state, and only the moves in
-``TRANSITIONS`` are made; docs/architecture.md has the table. Two things are not states but marks a
+``TRANSITIONS`` are made; docs/architecture.md has the table. Four things are not states but marks a
 record carries through them, because they outlive the state they began in:
 
 - the **lease** (``leases``): when the daemon last renewed the job's begin-time lease; any state a
   waiting job can be in keeps it, placing, leaving to Slurm or a start ends it;
+- the **unstarted count** (``unstarted``): how many of a placed job's decisions in a row Slurm took and did not
+  start; kept while it is re-planned (PLACED, PINNED), so that a job Slurm keeps off every choice is left to it;
+- the **request asked** (``asked``): a decided job's GPU request before the daemon's first pin changed it,
+  put back when the job is left to Slurm unpinned;
 - the **release owed** (``release_due``): a failed migration may have left the job requeue-held, and
   the daemon releases it once Slurm shows it pending; the job may run meanwhile (the requeue came late). A
   migration whose re-pin Slurm took and whose release it refused owes one too, and is done when it is taken.
@@ -23,6 +27,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from ..engine.model import Decision, Job
+from ..slurm.backend import Asked
 from .store import DecisionRecord
 
 log = logging.getLogger("compass.daemon")
@@ -82,6 +87,7 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
     (None, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
     (W, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
     (PIN, LV): "Slurm refused its pin, or the daemon cannot honour it any more",
+    (P, LV): "Slurm took its pins and did not start it, time after time",
     (RE, LV): "the daemon cannot honour it, or Slurm refused its decision for good",
     (LV, LF): "Slurm lifted its lease (and the pin)",
     (LV, W): "Slurm refused to lift its lease: tried again while it is left",
@@ -100,6 +106,9 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
 }
 #: where the lease is kept: the states of a job that waits for the daemon to place it
 LEASED = frozenset({W, PIN, RE, LV})
+#: where a pin of the daemon's may stand on a pending job, and with it the request it changed (WAITING too: a first
+#: pin that failed, or went unanswered, may have reached Slurm)
+PINNABLE = frozenset({W, P, PIN, RE, LV})
 
 
 class InvalidTransition(RuntimeError):
@@ -148,6 +157,11 @@ class JobBook:
         self._allocs: dict[str, Mapping[str, int]] = {}
         #: the jobs whose release is owed, each with the migration done when it is taken (None: one that failed)
         self._release_due: dict[str, DecisionRecord | None] = {}
+        #: how many of each placed job's decisions in a row went stale with Slurm not starting it (PLACED and PINNED)
+        self._unstarted: dict[str, int] = {}
+        #: each decided job's request before the daemon's first pin, while a pin may stand (PINNABLE): leaving it to
+        #: Slurm puts the request back
+        self._asked: dict[str, Asked] = {}
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -229,9 +243,15 @@ class JobBook:
             if record is not None:
                 del self._records[job_id]
             self._leases.pop(job_id, None)
+            self._unstarted.pop(job_id, None)
+            self._asked.pop(job_id, None)
             return
         if to not in LEASED:
             self._leases.pop(job_id, None)
+        if to is not P and to is not PIN:
+            self._unstarted.pop(job_id, None)
+        if to not in PINNABLE:
+            self._asked.pop(job_id, None)
         record = self._records[job_id] = JobRecord(job_id, to, decision, job, at, False, alloc, pin, unheard, logged,
                                                    why, unpin)
         self._in[to][job_id] = record
@@ -261,6 +281,18 @@ class JobBook:
             else:
                 self._leases.pop(job_id, None)
 
+    def ask(self, job_id: str, asked: Asked) -> None:
+        """The job's request before the daemon's first pin (one set before stays: the pins since changed it)."""
+        self._asked.setdefault(job_id, asked)
+
+    def asked(self, job_id: str) -> Asked | None:
+        return self._asked.get(job_id)
+
+    def unstarted(self, job_id: str) -> int:
+        """The job's decision went stale with Slurm not starting it: how many have in a row now."""
+        count = self._unstarted[job_id] = self._unstarted.get(job_id, 0) + 1
+        return count
+
     def set_short(self, short: Set[str]) -> None:
         """Which PLACED jobs' nodes the last read found short of their CPUs or memory."""
         for job_id, record in self._in[P].items():
@@ -289,7 +321,7 @@ class JobBook:
 
     def check(self) -> list[str]:
         """What breaks the book's own invariants (none: an empty list): the index agrees with the records,
-        leases are only on waiting jobs, each state's payload is set."""
+        leases are only on waiting jobs, unstarted counts on placed or pinned ones, each state's payload is set."""
         bad = []
         for state, records in self._in.items():
             for job_id, r in records.items():
@@ -300,6 +332,12 @@ class JobBook:
         for job_id in self._leases:
             if self.state(job_id) not in LEASED:
                 bad.append(f"job {job_id}: leased while {_name(self.state(job_id))}")
+        for job_id in self._unstarted:
+            if self.state(job_id) not in (P, PIN):
+                bad.append(f"job {job_id}: counted unstarted while {_name(self.state(job_id))}")
+        for job_id in self._asked:
+            if self.state(job_id) not in PINNABLE:
+                bad.append(f"job {job_id}: its request kept while {_name(self.state(job_id))}")
         for r in self._records.values():
             if (r.state in (P, RQ)) != (r.decision is not None) or (r.state is R) != (r.alloc is not None) or (
                     r.state is PIN and r.pin is None) or (r.pin is not None and r.state not in (PIN, RE)):

@@ -16,12 +16,13 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal, TextIO
 
 from . import names
 from .errors import SlurmError
 from .hostlist import compress
-from .state import Look, SlurmState
+from .state import Look, SlurmJob, SlurmState
 
 #: job states in which a requeued job is not yet back in the queue
 _LEAVING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
@@ -78,6 +79,44 @@ def lease_argv(job_ids: Sequence[str], seconds: int) -> list[str]:
     if not job_ids or seconds < 1:
         raise SlurmError("a lease needs at least one job and one second")
     return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}", f"StartTime=now+{seconds}"]
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A job's GPU request as its user gave it, before the daemon's first pin set its node count and GPUs per node
+    (``update_argv``): what leaving it to Slurm puts back, since Slurm may refuse the pin's form for good (11 GPUs
+    as 11 nodes of 1 beyond a partition's or a QOS's node limit)."""
+
+    num_nodes: int
+    gpus_per_job: int | None
+    gpus_per_node: int | None
+    gpu_type: str | None
+    #: the most nodes it may take back: its own count, or as few as hold its GPUs, never the pin's spread
+    most_nodes: int
+
+    @classmethod
+    def of(cls, job: SlurmJob, node_gpus: int) -> Asked:
+        """``job`` as read before a pin; ``node_gpus``: the GPUs of the largest node it may use."""
+        least = -(-job.gpus_requested // node_gpus) if node_gpus > 0 else job.num_nodes
+        most = job.num_nodes if job.gpus_per_node and not job.gpus_per_job else max(job.num_nodes, least)
+        return cls(job.num_nodes, job.gpus_per_job, job.gpus_per_node, job.gpu_type, most)
+
+    def argv(self) -> list[str]:
+        """The update words that put the request back (per node, per job, or per task: TresPerTask, never
+        changed by a pin, then holds its GPUs)."""
+        kind = f"gpu:{names.gpu_type(self.gpu_type)}" if self.gpu_type is not None else "gpu"
+        count = f"{self.num_nodes}-{self.most_nodes}" if self.most_nodes > self.num_nodes else str(self.num_nodes)
+        if self.gpus_per_job:
+            return [f"NumNodes={count}", "TresPerNode=", f"TresPerJob=gres:{kind}:{self.gpus_per_job}"]
+        if self.gpus_per_node:
+            return [f"NumNodes={count}", "TresPerJob=", f"TresPerNode=gres:{kind}:{self.gpus_per_node}"]
+        return [f"NumNodes={count}", "TresPerJob=", "TresPerNode="]
+
+
+def restore_argv(job_id: str, asked: Asked) -> list[str]:
+    """``scontrol update JobId=J NumNodes=.. TresPer..=``: the request the daemon's pins changed, put back before the
+    job is left to Slurm (a line of its own: if Slurm refuses it, the job is left all the same)."""
+    return ["scontrol", "update", f"JobId={names.job_id(job_id)}", *asked.argv()]
 
 
 def leave_argv(job_ids: Sequence[str], unpin: bool) -> list[str]:

@@ -8,6 +8,8 @@ G is the largest GPU node of the job's partitions, k the job's GPUs in all, w Sl
   divides k and k/w fits a node, else one instance of k <= G, else k/G whole nodes, else the
   largest divisor d <= G of k as k/d instances on distinct nodes (12 GPUs: 2 x 6, told to
   Slurm as ``NumNodes=2 TresPerNode=gres:gpu:6``).
+- ``--gpus-per-task``: as k in all, where an instance's GPUs are a multiple of the task's; else left
+  to Slurm (10 GPUs as 5 tasks of 2 on 8-GPU nodes: 2 x 5 would split a task).
 - ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
   job is that many instances of G, on nodes where nothing else runs.
 
@@ -53,6 +55,8 @@ def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
     if job.gpus_requested <= 0 or capacity <= 0:
         return None
     shape = instance_shape(job.gpus_requested, capacity, job.num_nodes)
+    if job.gpus_per_task and shape.gpus % job.gpus_per_task:
+        return None  # a pin's TresPerNode must hold whole tasks' GPUs, or Slurm refuses it (and keeps the job)
     return Request(shape.instances, shape.gpus, shape.distinct_nodes)
 
 

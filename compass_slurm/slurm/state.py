@@ -27,10 +27,12 @@ MARKER = "compass"
 MIGRATABLE_MARKER = "compass:migratable"
 REQUEUE_MARKER = "compass:requeue"
 
-#: node states (lower case) and flags (upper case) under which no new job may start
+#: node states (lower case) and flags (upper case) under which no new job may start. Not POWERED_DOWN: Slurm's
+#: power saving resumes such a node for the job it allocates there (the job configures while it boots), so a job
+#: that fits only on powered-down nodes must be placed there, or it would wait for ever on a cluster that idles.
 UNAVAILABLE_STATES = frozenset({"down", "future", "unknown", "error", "fail", "inval"})
 UNAVAILABLE_FLAGS = frozenset(
-    {"DRAIN", "DRAINED", "DRAINING", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWERING_DOWN",
+    {"DRAIN", "DRAINED", "DRAINING", "MAINTENANCE", "NOT_RESPONDING", "FAIL", "POWERING_DOWN",
      "POWERING_UP", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DOWN"}
 )
 _TOKENS = re.compile(r"[\s,;]+")

@@ -287,7 +287,9 @@ class Translator:
         elif not capacity:
             left = f"no GPU node of partition {job.partition}{_wanting(job)}"
         elif req is None:
-            left = f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g instances"
+            left = (f"{job.tasks} tasks of {job.gpus_per_task} GPUs make no w x g instances of whole tasks"
+                    if job.gpus_per_task else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g "
+                                              f"instances")
         else:
             try:
                 sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,

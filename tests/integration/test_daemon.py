@@ -19,6 +19,7 @@ from devcluster import rpcs_served
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.job_states import JobState
+from compass_slurm.slurm.backend import Asked, leave_argv, restore_argv, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.service.store import Store
 
@@ -250,6 +251,23 @@ def test_an_exclusive_job_is_decided_and_logged_as_owning_its_node(idle_cluster,
     assert wait_running(CliBackend(), [job])[job] == decision.gpus_per_node
     report = daemon.cycle()
     assert report.errors == [] and report.adopted == [] and report.decisions == []
+
+
+def test_a_job_left_to_slurm_gets_back_the_request_its_pin_changed_and_runs_as_asked(idle_cluster):
+    """A pin sets a job's node count and GPUs per node (9 GPUs as 3 nodes of 3: engine/shape.py); Slurm may park
+    that form for good (a partition's or QOS's node limit). The daemon puts back the request as asked before it
+    leaves the job unpinned, and Slurm takes the lines and runs the job as it would have: --gpus=9 on at most
+    the two nodes that hold it."""
+    backend = CliBackend()
+    job = submit(idle_cluster, "--gpus=9", managed="compass")
+    [asked] = [j for j in backend.read_state().jobs if j.id == job]
+    names = [n.name for n in backend.read_state().nodes if n.gpus == 8][:3]
+    assert backend.scontrol_lines([update_argv(job, names, 3)]) == [None]
+    [pinned] = [j for j in backend.read_state().jobs if j.id == job]
+    assert (pinned.num_nodes, pinned.gpus_per_node, pinned.gpus_per_job) == (3, 3, None)
+    assert backend.scontrol_lines([restore_argv(job, Asked.of(asked, 8)), leave_argv([job], True)]) == [None, None]
+    ran = wait_running(backend, [job])[job]
+    assert sum(ran.values()) == 9 and len(ran) <= 2, ran
 
 
 def test_memory_per_gpu_keeps_a_second_job_off_a_node_without_the_memory(idle_cluster, tmp_path):

@@ -22,14 +22,15 @@ from click.testing import CliRunner
 from compass_slurm import collector
 from compass_slurm.cli import cli
 from compass_slurm.config import Config
+from compass_slurm.engine.model import Decision, Job
 from compass_slurm.service.control import ControlServer, request
 from compass_slurm.service import daemon as daemon_module
 from compass_slurm.service.bookkeeping import CycleReport
 from compass_slurm.service.daemon import Daemon
-from compass_slurm.service.job_states import JobState
+from compass_slurm.service.job_states import JobBook, JobState
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm import requests
-from compass_slurm.slurm.backend import DryRunBackend, lease_argv, leave_argv
+from compass_slurm.slurm.backend import Asked, DryRunBackend, lease_argv, leave_argv, restore_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
@@ -114,6 +115,11 @@ def daemon_for(state: SlurmState, tmp_path: Path, **config) -> tuple[Daemon, Sna
     clock = Clock()
     cfg = Config(anchors=str(tmp_path / "anchors"), **config)
     return Daemon(cfg, backend, f"sqlite:///{tmp_path / 'log.db'}", clock=clock), backend, clock
+
+
+def restored(job_id: str, gpus: int, nodes: str = "1") -> list[str]:
+    """The line that puts back a ``--gpus`` request the daemon's pins changed (before a job is left unpinned)."""
+    return ["scontrol", "update", f"JobId={job_id}", f"NumNodes={nodes}", "TresPerNode=", f"TresPerJob=gres:gpu:{gpus}"]
 
 
 def update(job_id: str, nodes: str, count: int, gpus: int, gpu: str = "gpu") -> list[str]:
@@ -214,6 +220,18 @@ def test_unavailable_nodes_and_short_cpu_or_memory_are_never_chosen(tmp_path):
     daemon, backend, _ = daemon_for(state, tmp_path)
     report = daemon.cycle()
     assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("20", {"n7": 2}), ("21", {"n4": 8})]
+
+
+def test_powered_down_idle_nodes_take_jobs_as_slurm_resumes_them_and_powering_ones_do_not(tmp_path):
+    """With power saving, idle nodes power down (``idle~``) and Slurm resumes one for the job it allocates there:
+    a job that fits only on them is placed there, not leased for ever; nodes powering up or down take none."""
+    state = cluster([node("n1", flags=("POWERING_DOWN",)), node("n2", flags=("POWERING_UP",)),
+                     node("n3", flags=("POWERED_DOWN",)), node("n4", flags=("POWERED_DOWN",))],
+                    [pending("80", gpus=4), pending("81", gpus=8), pending("82", gpus=8)])
+    daemon, backend, _ = daemon_for(state, tmp_path)
+    report = daemon.cycle()
+    assert [(d.job_id, d.gpus_per_node) for d in report.decisions] == [("80", {"n3": 4}), ("81", {"n4": 8})]
+    assert lease_argv(["82"], 60) in backend.commands  # no room on the nodes that take work: it waits, leased
 
 
 def test_no_job_goes_where_slurm_counts_gpus_of_a_job_not_read_yet(tmp_path):
@@ -439,6 +457,38 @@ def test_a_node_not_heard_from_since_slurmctld_restarted_keeps_its_decisions_unt
     clock.now += 20
     [decision] = daemon.cycle().decisions
     assert (decision.action, decision.gpus_per_node) == ("replanned", {"n2": 4})
+
+
+def test_a_job_slurm_takes_pins_for_and_never_starts_is_left_to_it_after_three(tmp_path):
+    """A maintenance reservation yet to begin (the daemon reads active ones only) keeps Slurm from starting job 50 on
+    n1, and n1 stays the best fit: re-planned there every stale_after, the job would wait for ever. At the third
+    decision in a row Slurm took and did not start, it is Slurm's, unpinned; a start resets the count."""
+    daemon, backend, clock = daemon_for(cluster(nodes(2), [pending("50", gpus=4)]), tmp_path, lease=60)
+    assert [d.gpus_per_node for d in daemon.cycle().decisions] == [{"n1": 4}]
+    backend.state = cluster(nodes(2), [pending("50", gpus=4, required_nodes=("n1",),
+                                               reason="ReqNodeNotAvail, Reserved for maintenance")])
+    actions = []
+    for _ in range(3):
+        clock.now += 31
+        actions += [(d.action, d.gpus_per_node) for d in daemon.cycle().decisions]
+    assert actions == [("replanned", {"n1": 4}), ("replanned", {"n1": 4}), ("left", {})]
+    assert backend.commands[-1] == ["scontrol", "update", "JobId=50", "ReqNodeList=", "StartTime=now"]
+    assert "Slurm has not started it in 30 s (ReqNodeNotAvail, Reserved for maintenance), 3 times in a row" in \
+        daemon.book.get("50").why
+    clock.now += 31
+    assert daemon.cycle().decisions == [] and daemon.book.state("50") is JobState.LEFT and daemon.book.check() == []
+
+
+def test_the_unstarted_count_ends_with_the_state_it_counts_in():
+    book = JobBook()
+    book.move("1", JobState.PLACED, decision=Decision("1", ("n1",), 4, "best fit"), job=Job("1", 1, 4))
+    assert (book.unstarted("1"), book.unstarted("1")) == (1, 2)
+    book.move("1", JobState.PINNED, pin=("n1",))
+    assert book.unstarted("1") == 3 and book.check() == []
+    book.move("1", JobState.RUNNING, alloc={"n1": 4})
+    book.move("1", None)
+    book.move("1", JobState.PLACED, decision=Decision("1", ("n2",), 4, "best fit"), job=Job("1", 1, 4))
+    assert book.unstarted("1") == 1
 
 
 def test_a_job_slurm_started_elsewhere_is_adopted_there_and_the_log_says_so(tmp_path):
@@ -1509,13 +1559,15 @@ def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slu
     report = daemon.cycle()
     assert [(d.job_id, d.action) for d in report.decisions] == [("80", "left")]
     assert "Slurm refused its pin on n1 (BadConstraints)" in report.decisions[0].reason
-    assert backend.commands[1:] == [["scontrol", "update", "JobId=80", "ReqNodeList=", "StartTime=now"]]
+    # its request as asked put back (the pin set its node count and GPUs per node), then unpinned and left
+    assert backend.commands[1:] == [restored("80", 1), ["scontrol", "update", "JobId=80", "ReqNodeList=",
+                                                        "StartTime=now"]]
     # Unpinned, Slurm looks at it afresh: it is Slurm's now, neither placed nor leased again.
     backend.state = cluster(nodes(3), [replace(refused, required_nodes=(), reason="Resources")])
     for _ in range(2):
         clock.now += 40
         assert daemon.cycle().decisions == []
-    assert len(backend.commands) == 2 and daemon.book.in_state(JobState.LEFT)
+    assert len(backend.commands) == 3 and daemon.book.in_state(JobState.LEFT)
     backend.state = cluster(nodes(3), [])
     daemon.cycle()
     assert not daemon.book.in_state(JobState.LEFT)  # gone from the queue: forgotten
@@ -1532,8 +1584,36 @@ def test_pins_slurm_refuses_in_one_cycle_are_cleared_one_job_a_line(tmp_path):
     clock.now += 5
     report = daemon.cycle()
     assert sorted((d.job_id, d.action) for d in report.decisions) == [("80", "left"), ("81", "left")]
-    assert backend.commands == [["scontrol", "update", f"JobId={j}", "ReqNodeList=", "StartTime=now"]
-                                for j in ("80", "81")]
+    assert backend.commands == [restored("80", 1), restored("81", 1),
+                                *(["scontrol", "update", f"JobId={j}", "ReqNodeList=", "StartTime=now"]
+                                  for j in ("80", "81"))]
+
+
+def test_a_pin_beyond_a_node_limit_is_undone_with_the_request_the_user_gave(tmp_path):
+    """11 GPUs on 8-GPU nodes are 11 instances of 1 (engine/shape.py): the pin asks for 11 nodes, beyond the
+    partition's MaxNodes, and Slurm parks the job (PartitionNodeLimit). Clearing the node list alone would leave
+    NumNodes=11 and the job parked for ever: its --gpus=11 is put back, on as few nodes as hold it (8 + 3)."""
+    daemon, backend, clock = daemon_for(cluster(nodes(12), [pending("80", gpus=11)]), tmp_path, lease=60)
+    daemon.cycle()
+    assert backend.commands == [update("80", "n[1-9],n[10-11]", 11, 1)]
+    backend.state = cluster(nodes(12), [pending("80", per_node=1, nodes=11, reason="PartitionNodeLimit",
+                                                required_nodes=tuple(f"n{i}" for i in range(1, 12)))])
+    clock.now += 5
+    assert [d.action for d in daemon.cycle().decisions] == ["left"]
+    assert backend.commands[1:] == [restored("80", 11, "1-2"),
+                                    ["scontrol", "update", "JobId=80", "ReqNodeList=", "StartTime=now"]]
+
+
+@pytest.mark.parametrize(("asked", "words"), [
+    ({"gpus_per_job": 11}, ["NumNodes=1-2", "TresPerNode=", "TresPerJob=gres:gpu:11"]),
+    ({"gpus_per_job": 16, "num_nodes": 4}, ["NumNodes=4", "TresPerNode=", "TresPerJob=gres:gpu:16"]),
+    ({"gpus_per_node": 2, "num_nodes": 4}, ["NumNodes=4", "TresPerJob=", "TresPerNode=gres:gpu:2"]),
+    ({"gpus_per_node": 4, "gpu_type": "a100"}, ["NumNodes=1", "TresPerJob=", "TresPerNode=gres:gpu:a100:4"]),
+    ({"gpus_per_task": 2, "tasks": 8}, ["NumNodes=1-2", "TresPerJob=", "TresPerNode="]),  # TresPerTask holds them
+])
+def test_the_request_put_back_is_the_one_asked(asked, words):
+    job = SlurmJob("5", "alice", "PENDING", "gpu", **asked)
+    assert restore_argv("5", Asked.of(job, 8)) == ["scontrol", "update", "JobId=5", *words]
 
 
 def test_clearing_node_lists_names_one_job():
@@ -1548,6 +1628,39 @@ def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tm
     daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
     report = daemon.cycle()
     assert [(d.job_id, d.action) for d in report.decisions] == [("90", "failed"), ("90", "left")]
-    assert backend.commands[1:] == [["scontrol", "update", "JobId=90", "StartTime=now"]]
-    assert daemon.cycle().decisions == [] and len(backend.commands) == 2
+    # the node list cleared and the request put back too: from 23.11 an update Slurm refuses may keep what it
+    # set before the check that refused it
+    assert backend.commands[1:] == [restored("90", 8), ["scontrol", "update", "JobId=90", "ReqNodeList=",
+                                                        "StartTime=now"]]
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 3
+
+
+@pytest.mark.parametrize("error", ["Invalid generic resource (gres) specification",
+                                   "Requested node configuration is not available",
+                                   "Job violates accounting/QOS policy (job submit limit, user's size and/or time "
+                                   "limits)",
+                                   "Access/permission denied"])
+def test_a_decision_slurm_refuses_in_any_words_is_left_to_slurm_not_retried_for_ever(tmp_path, error):
+    """Decided again, a decision Slurm refused would be refused again while the job waits on its lease: whatever
+    Slurm's words, the job is Slurm's, its node list cleared and its request put back (the refused update may
+    have set them)."""
+    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), "ReqNodeList=n1", error)
+    daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
+    assert [(d.job_id, d.action) for d in daemon.cycle().decisions] == [("90", "failed"), ("90", "left")]
+    assert backend.commands[1:] == [restored("90", 8), ["scontrol", "update", "JobId=90", "ReqNodeList=",
+                                                        "StartTime=now"]]
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 3 and daemon.book.state("90") is JobState.LEFT
+
+
+@pytest.mark.parametrize("error", ["no answer within 10 s", "Unable to contact slurm controller (connect failure)",
+                                   "Socket timed out on send/recv operation",
+                                   "Job can not be altered now, try again later",
+                                   "Slurm backup controller in standby mode", "Invalid job id specified"])
+def test_a_decision_slurm_did_not_answer_is_decided_again_not_left(tmp_path, error):
+    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), "ReqNodeList=n1", error)
+    daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
+    assert [(d.job_id, d.action) for d in daemon.cycle().decisions] == [("90", "failed")]
+    assert daemon.book.state("90") is not JobState.LEAVING
+    backend.token = "no such token"  # Slurm answers now
+    assert [(d.job_id, d.action) for d in daemon.cycle().decisions] == [("90", "placed")]
 

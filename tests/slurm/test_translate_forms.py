@@ -75,6 +75,22 @@ def test_an_exclusive_job_owns_whole_nodes(kw, expected):
     assert request(job("1", exclusive=True, **kw), 8) == expected
 
 
+@pytest.mark.parametrize(("tasks", "per_task", "expected"), [
+    (4, 2, Request(1, 8, False)),
+    (8, 2, Request(2, 8, False)),
+    (6, 1, Request(1, 6, False)),
+    (3, 3, Request(3, 3, True)),  # 9 GPUs: 3 x 3, a task a node
+    (5, 2, None),  # 10 GPUs: 2 x 5 would split a task; Slurm refuses TresPerNode=gpu:5 beside TresPerTask=gpu:2
+    (3, 4, None),  # 12 GPUs: 2 x 6
+])
+def test_gpus_per_task_become_instances_of_whole_tasks_or_are_left_to_slurm(tasks, per_task, expected):
+    asked = job("1", gpus_per_node=None, gpus_per_task=per_task, tasks=tasks)
+    assert request(asked, 8) == expected
+    if expected is None:
+        obs = observe([asked])
+        assert obs.pending == [] and "make no w x g instances of whole tasks" in obs.skipped["1"]
+
+
 def test_an_exclusive_job_is_eligible_only_where_nothing_runs():
     nodes = [node("n1", cpus_alloc=1, mem_alloc=1000), node("n2"), node("n3", gpus_used=1, cpus_alloc=1)]
     [p] = observe([job("1", exclusive=True, gpus_per_node=2)], nodes).pending
