@@ -19,11 +19,13 @@ LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 
 
 @click.command("daemon", context_settings=CONTEXT_SETTINGS)
-@click.option("--config", "config_file", metavar="FILE", help="Settings file (default /etc/compass/config.toml).")
+@click.option("--config", "config_file", metavar="FILE", help="Settings file (default: $COMPASS_CONFIG, "
+              "else /etc/compass/config.toml).")
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="S", help="Seconds between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it had to be skipped).")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
-@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, else the system log.")
+@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: "
+              "$COMPASS_DB, the config file's db, else the system log.")
 @click.option("--policy", metavar="NAME", help="Placement policy (see `compass policies`).")
 @click.option("--snapshot", metavar="FILE", help="Read a saved Slurm state instead of Slurm (implies a dry run).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,

@@ -8,26 +8,31 @@ from pathlib import Path
 import click
 
 from ..service.report import FORMATS
-from .common import CONTEXT_SETTINGS, UserError
+from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, json_option
 from .options import SINCE, db_option, read_log
 
 
 @click.command("report", context_settings=CONTEXT_SETTINGS)
 @click.option("--since", type=SINCE, default="24h", show_default=True,
               help="Start of the period: 24h, 7d, ... or an ISO date.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="text (the default), md, json or html.")
+@json_option
 @click.option("--output", metavar="FILE",
               help="Write here instead of stdout; strftime codes are expanded (reports/%Y-%m-%d.html).")
 @db_option
-def command(since: datetime, fmt: str, output: str | None, db: str | None) -> None:
+def command(since: datetime, fmt: str | None, as_json: bool, output: str | None, db: str | None) -> None:
     """Report SIF over time, time above 2/N, partial nodes, GPU use, stranded GPU-hours, blocked jobs and causes.
 
     A period without samples (a new or stopped daemon) gives a report that says so,
     with exit code 0; a missing decision log is an error (exit 2).
     """
+    if as_json and fmt not in (None, "json"):
+        raise UserError(f"--json and --format {fmt} ask for two formats", hint="give one of them")
+    fmt = "json" if as_json else fmt or "text"
     from ..service.report import build_report, render
     report = read_log(db, lambda store: build_report(store, since))
-    text = render(report, fmt)
+    text = render(report, fmt, schema_version=SCHEMA_VERSION)
     if output is None:
         click.echo(text, nl=False)
         return

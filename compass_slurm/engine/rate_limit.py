@@ -4,15 +4,15 @@ Shared by the daemon (real clock) and the simulator (virtual clock): the caller
 passes the time in, so both spend the budget by the very same rule. The setting is
 a whole number, ``"unlimited"``, or ``"per-node"`` (the default): one migration per
 managed GPU node per hour, at least ``PER_NODE_FLOOR``, because the 2/N bound needs
-a budget that grows with the cluster (README, "The named setting between the bound
-and requeues"). Both resolve the setting here, the daemon again whenever its nodes change.
+a budget that grows with the cluster (docs/results/history.md, ``migrations_per_hour``).
+Both resolve the setting here, the daemon again whenever its nodes change.
 
 A second, shorter window caps bursts: ``migrations_burst`` migrations in any
 ``BURST_WINDOW`` (5 minutes), a whole number, ``"unlimited"`` (only the hour counts) or a
 share of the hourly budget such as ``"10%"`` (the default; rounded up, so it follows a
 per-node budget; a share of an unlimited budget is no cap). Without it a daemon taking
 over a fragmented cluster may spend the whole hour's budget in its first cycles, each
-migration a checkpoint-restart (README, "Capping bursts: `migrations_burst`").
+migration a checkpoint-restart (docs/results/README.md, "The burst cap").
 """
 
 from __future__ import annotations

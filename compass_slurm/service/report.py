@@ -205,11 +205,12 @@ def _counts(counts: dict[str, int]) -> str:
     return f"{sum(counts.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")"
 
 
-def render(report: Report, fmt: str) -> str:
+def render(report: Report, fmt: str, *, schema_version: int) -> str:
+    """The report in ``fmt``; ``schema_version`` heads the JSON, as in every JSON document of the CLI's."""
     if fmt == "json":
         import json
 
-        return json.dumps(report.as_json(), indent=1, default=str) + "\n"
+        return json.dumps({"schema_version": schema_version, **report.as_json()}, indent=1, default=str) + "\n"
     title = f"compass fragmentation report: {_when(report.since)} .. {_when(report.until)}"
     rows = lines(report)
     note = report.message

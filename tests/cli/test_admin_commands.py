@@ -188,6 +188,8 @@ def test_the_shipped_example_config_loads() -> None:
     assert settings["slack"] == {"value": 0, "source": str(etc)}
     assert settings["migrations_per_hour"] == {"value": "per-node", "source": str(etc)}
     assert settings["migrations_burst"] == {"value": "10%", "source": str(etc)}
+    # the commented example names every setting, so an admin finds each one there
+    assert [name for name, setting in settings.items() if setting["source"] != str(etc)] == ["db"]  # $COMPASS_DB here
 
 
 def test_policies_lists_every_registered_policy() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from admin_cli import invoke, json_of
 
+from compass_slurm.cli.common import SCHEMA_VERSION
 from compass_slurm.engine.model import Decision, Job, Migration
 from compass_slurm.service.store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord, Store
 
@@ -102,6 +103,7 @@ def test_explain_without_a_log(tmp_path: Path) -> None:
 
 def test_report_json_figures(log: str) -> None:
     doc = json.loads(invoke("report", "--since", "1h", "--format", "json", "--db", log).stdout)
+    assert doc["schema_version"] == SCHEMA_VERSION  # as every JSON document of the CLI's
     assert doc["message"] is None and doc["samples"] == 6
     assert doc["hours_covered"] == pytest.approx(6 / 60)  # five gaps of a minute, the last sample a median gap
     assert doc["hours_above_bound"] == pytest.approx(2 / 60)
@@ -116,6 +118,15 @@ def test_report_json_figures(log: str) -> None:
     assert doc["large_jobs_blocked_hours"] == pytest.approx(6 / 60)
     assert (doc["decisions"], doc["migrations"], doc["errors"]) == ({"placed": 1}, {"done": 1, "failed": 1},
                                                                      {"migration": 1})
+
+
+def test_report_json_is_format_json_and_not_another_format_too(log: str) -> None:
+    asked = invoke("report", "--since", "1h", "--format", "json", "--db", log).stdout
+    assert invoke("report", "--since", "1h", "--json", "--db", log).stdout == asked
+    assert invoke("report", "--since", "1h", "--json", "--format", "json", "--db", log).stdout == asked
+    both = invoke("report", "--since", "1h", "--json", "--format", "md", "--db", log)
+    assert (both.exit_code, both.stdout) == (2, "")
+    assert both.stderr == "compass: error: --json and --format md ask for two formats\nhint: give one of them\n"
 
 
 @pytest.mark.parametrize("fmt,needle", [("text", "time above 2/N"), ("md", "| time above 2/N | 0.03 h (33.3%) |")])
