@@ -39,17 +39,21 @@ def loads(text: str, source: str = "snapshot") -> SlurmState:
         raise SlurmParseError(f"{source}: not a compass Slurm snapshot (no \"kind\": \"{KIND}\")")
     if doc.get("schema") != SCHEMA:
         raise SlurmParseError(f"{source}: snapshot schema {doc.get('schema')!r}, this version reads {SCHEMA}")
+    if "state" not in doc:
+        raise SlurmParseError(f"{source}: not a compass Slurm snapshot (no \"state\")")
     try:
         return SlurmState.from_dict(doc["state"])
-    except (SlurmParseError, KeyError) as err:
+    except SlurmParseError as err:
         raise SlurmParseError(f"{source}: {err}") from None
 
 
 def load(path: str | os.PathLike[str]) -> SlurmState:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise SlurmParseError(f"{path}: cannot read snapshot: {err.strerror}") from None
+    except UnicodeDecodeError as err:  # JSON is UTF-8: another encoding is no snapshot of ours
+        raise SlurmParseError(f"{path}: not a snapshot: not UTF-8 text (at byte {err.start})") from None
     return loads(text, str(path))
 
 

@@ -15,11 +15,13 @@ wrapper passes on.
 from __future__ import annotations
 
 import functools
+import json
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from operator import attrgetter
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_origin, get_type_hints
 
 from .errors import SlurmParseError
 
@@ -306,21 +308,12 @@ class SlurmState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SlurmState:
-        try:
-            return cls(
-                nodes=tuple(_build(SlurmNode, n) for n in data["nodes"]),
-                jobs=tuple(_build(SlurmJob, j) for j in data["jobs"]),
-                partitions=tuple(_build(SlurmPartition, p) for p in data["partitions"]),
-                reservations=tuple(_build(SlurmReservation, r) for r in data["reservations"]),
-                version=str(data["version"]),
-                read_at=float(data["read_at"]),
-                # (older snapshots have no topology)
-                switches=tuple(_build(SlurmSwitch, s) for s in data.get("switches", ())),
-                blocks=tuple(_build(SlurmBlock, b) for b in data.get("blocks", ())),
-                block_sizes=tuple(int(size) for size in data.get("block_sizes", ())),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise SlurmParseError(f"not a Slurm state document: {type(err).__name__}: {err}") from None
+        """The state ``to_dict`` made ``data`` of; every field is checked against its type here, so that a bad
+        document (a hand-edited snapshot) fails on loading, naming the field, not deep in a command."""
+        state = _build(cls, data, "state")
+        if not 0 <= state.read_at <= _LAST_TIME:
+            raise SlurmParseError(f"state.read_at: {state.read_at!r} is not a time (seconds since 1970)")
+        return state
 
 
 #: fields older snapshots carry that nothing reads any more (dropped on load, so those files still load)
@@ -337,23 +330,76 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _build(cls: type, data: Mapping[str, Any]) -> Any:
-    """Rebuild one value object from its dict, restoring tuples and frozensets."""
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Rebuild one value object from its dict (``where`` names it in errors), restoring tuples and frozensets; a
+    field with a default may be missing (older snapshots have no topology)."""
     if not isinstance(data, Mapping):
-        raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-    known = {f.name: f for f in fields(cls)}
+        raise SlurmParseError(f"{where}: expected an object, got {_shown(data)}")
+    checks = _checks(cls)
     data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
-    unknown = set(data) - set(known)
+    unknown = set(data) - set(checks)
     if unknown:
-        raise KeyError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
-    values = {}
-    for name, value in data.items():
-        kind = str(known[name].type)
-        if kind.startswith("tuple"):
-            value = tuple(value)
-        elif kind.startswith("frozenset"):
-            value = frozenset(value)
-        elif kind.startswith("Mapping"):
-            value = {str(k): int(v) for k, v in dict(value).items()}
-        values[name] = value
-    return cls(**values)
+        raise SlurmParseError(f"{where}: unknown fields {sorted(unknown)} ({cls.__name__})")
+    missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING
+               and f.default_factory is MISSING]
+    if missing:
+        raise SlurmParseError(f"{where}: missing fields {missing} ({cls.__name__})")
+    return cls(**{name: checks[name](value, f"{where}.{name}") for name, value in data.items()})
+
+
+#: the largest time a snapshot may give (the end of year 9999, as far as datetime goes)
+_LAST_TIME = 253402300799.0
+#: Slurm's numbers fit in 64 bits (unsigned, most of them); a bigger one is no Slurm's and would overflow where used
+_INT_LIMIT = 2**64
+#: what the type of a field is called in errors
+_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+_Check = Callable[[Any, str], Any]
+
+
+@functools.cache
+def _checks(cls: type) -> dict[str, _Check]:
+    """Per field of a value object: the check of its type, which returns the value as the field holds it."""
+    hints = get_type_hints(cls)
+    return {f.name: _check(hints[f.name]) for f in fields(cls)}
+
+
+def _check(kind: Any) -> _Check:
+    """The check of values of the type ``kind``: one of the few types the value objects use."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is UnionType:  # X | None
+        inner = _check(next(a for a in args if a is not type(None)))
+        return lambda value, where: None if value is None else inner(value, where)
+    if origin in (tuple, frozenset):
+        item = _check(args[0])
+
+        def many(value: Any, where: str) -> Any:
+            if not isinstance(value, list):
+                raise SlurmParseError(f"{where}: expected a list, got {_shown(value)}")
+            return origin(item(v, f"{where}[{i}]") for i, v in enumerate(value))
+        return many
+    if origin is Mapping:
+        key, item = _check(args[0]), _check(args[1])
+
+        def mapping(value: Any, where: str) -> Any:
+            if not isinstance(value, dict):
+                raise SlurmParseError(f"{where}: expected an object, got {_shown(value)}")
+            return {key(k, where): item(v, f"{where}.{k}") for k, v in value.items()}
+        return mapping
+    if is_dataclass(kind):
+        return lambda value, where: _build(kind, value, where)
+
+    def scalar(value: Any, where: str) -> Any:
+        # bool is an int to Python; a number read as a whole one is a float where one is wanted
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+            raise SlurmParseError(f"{where}: expected {_NAMES[kind]}, got {_shown(value)}")
+        if kind in (int, float) and not -_INT_LIMIT < value < _INT_LIMIT:  # also NaN and the infinities
+            raise SlurmParseError(f"{where}: {_shown(value)} is out of range: Slurm's numbers fit in 64 bits")
+        return float(value) if kind is float else value
+    return scalar
+
+
+def _shown(value: Any) -> str:
+    """A value as the JSON document has it, cut short."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 40 else text[:39] + "\u2026"

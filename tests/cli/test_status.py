@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import pytest
 from admin_cli import MIXED, invoke, json_of
 
 from compass_slurm.engine.model import Decision, Job
@@ -207,6 +209,33 @@ def test_bad_snapshot_is_a_clear_error(tmp_path: Path) -> None:
     assert "not JSON" in result.stderr and "hint: record one with `compass snapshot save FILE`" in result.stderr
     missing = invoke("status", "--snapshot", str(tmp_path / "missing.json"))
     assert missing.exit_code == 2 and "cannot read snapshot" in missing.stderr
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"\xff\xfe", "not a snapshot: not UTF-8 text (at byte 0)"),
+    (("nodes", 0, "gpus", "eight"), 'state.nodes[0].gpus: expected a whole number, got "eight"'),
+    (("nodes", 0, "gpus", 10**30), "state.nodes[0].gpus: 1000000000000000000000000000000 is out of range: "
+                                   "Slurm's numbers fit in 64 bits"),
+    (("jobs", 0, "id", 1), "state.jobs[0].id: expected a string, got 1"),
+    (("jobs", 0, "priority", "high"), 'state.jobs[0].priority: expected a whole number, got "high"'),
+    (("read_at", None, None, "nan"), 'state.read_at: expected a number, got "nan"'),
+])
+def test_a_snapshot_of_bad_bytes_or_types_is_one_line_naming_it(tmp_path: Path, content, said: str) -> None:
+    path = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        doc = json.loads(MIXED.read_text())
+        table, index, field, value = content
+        if index is None:
+            doc["state"][table] = value
+        else:
+            doc["state"][table][index][field] = value
+        path.write_text(json.dumps(doc))
+    result = invoke("status", "--snapshot", str(path))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines() == [f"compass: error: {path}: {said}",
+                                          "hint: record one with `compass snapshot save FILE`"]
 
 
 def test_live_slurm_missing_is_a_clear_error(monkeypatch) -> None:

@@ -982,6 +982,16 @@ def test_daemon_bad_input_is_a_clear_error(tmp_path):
     bad.write_text("{nope")
     done = runner.invoke(cli, ["daemon", "--snapshot", str(bad), "--once"])
     assert done.exit_code == 2 and "not JSON" in done.stderr and "Traceback" not in done.output
+    bad.write_bytes(b"\xff\xfe")
+    done = runner.invoke(cli, ["daemon", "--snapshot", str(bad), "--once"])
+    assert done.exit_code == 2 and done.stderr.startswith(f"compass: error: {bad}: not a snapshot: not UTF-8 text")
+    save(cluster(nodes(2), []), bad)
+    doc = json.loads(bad.read_text())
+    doc["state"]["nodes"][0]["gpus"] = None
+    bad.write_text(json.dumps(doc))
+    done = runner.invoke(cli, ["daemon", "--snapshot", str(bad), "--once"])
+    assert done.exit_code == 2
+    assert done.stderr.startswith(f"compass: error: {bad}: state.nodes[0].gpus: expected a whole number, got null")
     done = runner.invoke(cli, ["daemon", "--policy", "nonesuch", "--once"])
     assert done.exit_code == 2 and "unknown policy 'nonesuch'" in done.stderr
     config = tmp_path / "compass.toml"

@@ -1,13 +1,15 @@
 """The exact scontrol command lines every backend runs, and the dry-run and snapshot backends."""
 
 import io
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from compass_slurm.slurm.backend import DryRunBackend, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
-from compass_slurm.slurm.errors import SlurmError
+from compass_slurm.slurm.errors import SlurmError, SlurmParseError
 from compass_slurm.slurm.snapshot import SnapshotBackend, dumps, load, loads, save
 from compass_slurm.slurm.state import SlurmJob, marker_comment
 from compass_slurm.slurm.translate import Translator
@@ -129,10 +131,12 @@ def test_snapshot_round_trip(mixed, tmp_path):
         ("{", "snap.json: not JSON"),
         ('{"kind": "other"}', "not a compass Slurm snapshot"),
         ('{"kind": "compass-slurm-snapshot", "schema": 99}', "snapshot schema 99, this version reads 1"),
-        ('{"kind": "compass-slurm-snapshot", "schema": 1, "state": {"nodes": []}}', "KeyError"),
+        ('{"kind": "compass-slurm-snapshot", "schema": 1}', 'not a compass Slurm snapshot (no "state")'),
+        ('{"kind": "compass-slurm-snapshot", "schema": 1, "state": {"nodes": []}}',
+         "state: missing fields ['jobs', 'partitions', 'reservations', 'version', 'read_at'] (SlurmState)"),
         ('{"kind": "compass-slurm-snapshot", "schema": 1, "state": {"nodes": [{"name": "n", "x": 1}],'
          ' "jobs": [], "partitions": [], "reservations": [], "version": "1", "read_at": 0}}',
-         "SlurmNode: unknown fields ['x']"),
+         "state.nodes[0]: unknown fields ['x'] (SlurmNode)"),
     ],
 )
 def test_bad_snapshots(text, message):
@@ -141,9 +145,60 @@ def test_bad_snapshots(text, message):
     assert message in str(err.value)
 
 
+MIXED_SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "snapshots" / "mixed-16x8.json"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("nodes.0.gpus", "eight", 'state.nodes[0].gpus: expected a whole number, got "eight"'),
+    ("nodes.0.gpus", None, "state.nodes[0].gpus: expected a whole number, got null"),
+    ("nodes.0.gpus", 8.5, "state.nodes[0].gpus: expected a whole number, got 8.5"),
+    ("nodes.0.gpus", 10**30, "state.nodes[0].gpus: 1000000000000000000000000000000 is out of range: Slurm's "
+                             "numbers fit in 64 bits"),
+    ("nodes.0.partitions", "gpu", 'state.nodes[0].partitions: expected a list, got "gpu"'),
+    ("nodes.0.flags", [1], "state.nodes[0].flags[0]: expected a string, got 1"),
+    ("jobs.0.id", 1, "state.jobs[0].id: expected a string, got 1"),
+    ("jobs.0.priority", "high", 'state.jobs[0].priority: expected a whole number, got "high"'),
+    ("jobs.0.held", 1, "state.jobs[0].held: expected true or false, got 1"),
+    ("jobs.0.gpus_per_node", True, "state.jobs[0].gpus_per_node: expected a whole number, got true"),
+    ("jobs.0.gpus_alloc", {"node01": "2"}, 'state.jobs[0].gpus_alloc.node01: expected a whole number, got "2"'),
+    ("jobs.0", [], "state.jobs[0]: expected an object, got []"),
+    ("version", None, "state.version: expected a string, got null"),
+    ("read_at", "nan", 'state.read_at: expected a number, got "nan"'),
+    ("read_at", 1e20, "state.read_at: 1e+20 is out of range: Slurm's numbers fit in 64 bits"),
+    ("read_at", 1e15, "state.read_at: 1000000000000000.0 is not a time (seconds since 1970)"),
+])
+def test_a_snapshot_field_of_the_wrong_type_is_named(field, value, message):
+    doc = json.loads(MIXED_SNAPSHOT.read_text())
+    *path, last = field.split(".")
+    target = doc["state"]
+    for key in path:
+        target = target[int(key) if key.isdigit() else key]
+    target[int(last) if last.isdigit() else last] = value
+    with pytest.raises(SlurmParseError) as err:
+        loads(json.dumps(doc), "snap.json")
+    assert str(err.value) == f"snap.json: {message}"
+
+
+def test_a_snapshot_reads_whole_numbers_as_floats_and_nulls_where_a_field_takes_them():
+    doc = json.loads(MIXED_SNAPSHOT.read_text())
+    doc["state"]["read_at"] = 1700000000
+    doc["state"]["jobs"][0]["time_limit_s"] = None
+    state = loads(json.dumps(doc))
+    assert state.read_at == 1700000000.0 and isinstance(state.read_at, float)
+    assert state.jobs[0].time_limit_s is None
+
+
 def test_snapshot_file_missing(tmp_path):
     with pytest.raises(SlurmError, match="cannot read snapshot"):
         load(tmp_path / "nope.json")
+
+
+def test_a_snapshot_not_in_utf8_is_named(tmp_path):
+    path = tmp_path / "bin.json"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(SlurmParseError) as err:
+        load(path)
+    assert str(err.value) == f"{path}: not a snapshot: not UTF-8 text (at byte 0)"
 
 
 def test_snapshot_is_plain_sorted_json(mixed):
