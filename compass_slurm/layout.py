@@ -2,7 +2,7 @@
 
     [[nodes]]                  # one table per group of identical nodes
     names = "node[01-04]"      # a Slurm hostlist (required)
-    gpus = 8                   # GPUs per node (required; 0: a CPU-only group)
+    gpus = 8                   # GPUs per node (required; 0: a CPU-only group; at most 1024)
     gpu_type = "a100"          # typed GRES gpu:a100:8; MIG profile names such as "1g.10gb" are types too
     features = ["a100", "80gb"]
     cpus = 64                  # CPUs and RealMemory; unset: whoever builds the cluster decides
@@ -20,18 +20,20 @@ One layout uses switches or blocks, never both, and then every group names one (
 outside every switch or block could not be allocated with the others). Every error is a
 LayoutError whose message names the file, the table and the key.
 
-Standard library only (and compass_slurm.slurm's stdlib-only hostlist and names):
+Standard library only (and compass_slurm.slurm's stdlib-only hostlist and names, and the engine's limits):
 scripts/dev-cluster imports this with the system python3, before any virtualenv exists.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from .engine.model import MAX_NODE_GPUS
 from .slurm import hostlist, names as slurm_names
 from .slurm.errors import SlurmError
 
@@ -127,7 +129,7 @@ def _group(table: dict[str, Any], where: str, source: str) -> NodeGroup:
     _known(table, NODE_KEYS, source, where)
     fail = _Fail(source, where)
     names = _hostlist(table, "names", fail)
-    gpus = _integer(table, "gpus", fail, minimum=0, required=True)
+    gpus = _integer(table, "gpus", fail, minimum=0, maximum=MAX_NODE_GPUS, required=True)
     group = NodeGroup(
         names=names,
         gpus=gpus,
@@ -195,14 +197,16 @@ def _tables(value: Any, key: str, source: str, empty_ok: bool = True) -> list[di
     return value
 
 
-def _integer(table: dict[str, Any], key: str, fail: _Fail, minimum: int, required: bool = False) -> int | None:
+def _integer(table: dict[str, Any], key: str, fail: _Fail, minimum: int, maximum: float = math.inf,
+             required: bool = False) -> int | None:
     value = table.get(key)
     if value is None:
         if required:
             raise fail(key, "missing")
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        wanted = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        wanted = (f"an integer of {minimum} to {maximum}" if maximum < math.inf else
+                  "a positive integer" if minimum == 1 else f"an integer of at least {minimum}")
         raise fail(key, f"must be {wanted}, got {value!r}")
     return value
 

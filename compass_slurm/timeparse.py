@@ -46,5 +46,8 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
             f"invalid time {text!r}: expected a duration like 90s, 30m, 24h, 7d, 2w "
             "or an ISO date like 2024-05-01 or 2024-05-01T12:00Z"
         ) from None
-    # astimezone() on a naive datetime assumes local time, which is what the docstring promises.
-    return moment.astimezone(UTC)
+    try:
+        # astimezone() on a naive datetime assumes local time, which is what the docstring promises.
+        return moment.astimezone(UTC)
+    except (ValueError, OverflowError):  # in UTC before year 1 or after 9999, or past what the C library can convert
+        raise TimeParseError(f"invalid time {text!r}: out of the range of dates (year 1 to 9999 in UTC)") from None

@@ -75,10 +75,13 @@ def test_a_layout_is_a_value():
     ('[[nodes]]\nnames = "(null)"\ngpus = 8\n', "nodes[0].names: names no node"),
     ('[[nodes]]\nnames = "node=1"\ngpus = 8\n', "nodes[0].names: not a valid Slurm node name: 'node=1'"),
     ('[[nodes]]\nnames = "node01"\n', "nodes[0].gpus: missing"),
-    ('[[nodes]]\nnames = "node01"\ngpus = "x"\n', "nodes[0].gpus: must be an integer of at least 0, got 'x'"),
-    ('[[nodes]]\nnames = "node01"\ngpus = -1\n', "nodes[0].gpus: must be an integer of at least 0, got -1"),
-    ('[[nodes]]\nnames = "node01"\ngpus = true\n', "nodes[0].gpus: must be an integer of at least 0, got True"),
-    ('[[nodes]]\nnames = "node01"\ngpus = 2.5\n', "nodes[0].gpus: must be an integer of at least 0, got 2.5"),
+    ('[[nodes]]\nnames = "node01"\ngpus = "x"\n', "nodes[0].gpus: must be an integer of 0 to 1024, got 'x'"),
+    ('[[nodes]]\nnames = "node01"\ngpus = -1\n', "nodes[0].gpus: must be an integer of 0 to 1024, got -1"),
+    ('[[nodes]]\nnames = "node01"\ngpus = true\n', "nodes[0].gpus: must be an integer of 0 to 1024, got True"),
+    ('[[nodes]]\nnames = "node01"\ngpus = 2.5\n', "nodes[0].gpus: must be an integer of 0 to 1024, got 2.5"),
+    ('[[nodes]]\nnames = "node01"\ngpus = 1025\n', "nodes[0].gpus: must be an integer of 0 to 1024, got 1025"),
+    ('[[nodes]]\nnames = "node01"\ngpus = 9223372036854775807\n',
+     "nodes[0].gpus: must be an integer of 0 to 1024, got 9223372036854775807"),
     (A100 + 'gpu_type = "a 100"\n', "nodes[0].gpu_type: must be one name of letters, digits, '_', '.', '-', "
                                     "got 'a 100'"),
     (A100 + 'gpu_type = "a100:2"\n', "nodes[0].gpu_type: must be one name of letters, digits, '_', '.', '-', "
@@ -160,7 +163,7 @@ def dev_cluster(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("body", "said"), [
-    ('[[nodes]]\nnames = "node[01-02]"\ngpus = "x"\n', "nodes[0].gpus: must be an integer of at least 0, got 'x'"),
+    ('[[nodes]]\nnames = "node[01-02]"\ngpus = "x"\n', "nodes[0].gpus: must be an integer of 0 to 1024, got 'x'"),
     ('[[nodes]]\nnames = "node01"\ngpus = 2\nfeatures = ["a|b"]\n',
      "nodes[0].features: 'a|b' is no Slurm feature name (letters, digits, '_', '.', '-')"),
 ])

@@ -48,6 +48,13 @@ def test_bad_values_name_themselves(bad: str) -> None:
         parse_since(bad, now=NOW)
 
 
+@pytest.mark.parametrize("edge", ["0001-01-01T00:00+01:00", "9999-12-31T23:59:59-10:00"])
+def test_a_date_utc_moves_past_year_1_or_9999_is_one_clear_error(edge: str) -> None:
+    with pytest.raises(TimeParseError) as err:
+        parse_since(edge)
+    assert str(err.value) == f"invalid time {edge!r}: out of the range of dates (year 1 to 9999 in UTC)"
+
+
 @pytest.mark.parametrize(("text", "seconds"), [
     ("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("1.5h", 5400.0), ("2d", 172800.0), ("2w", 1209600.0), (" 3H ", 10800.0),
 ])

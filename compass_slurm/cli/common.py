@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -56,11 +57,23 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
+def check_arguments(args: list[str]) -> None:
+    """A UserError for an argument that is not UTF-8: Python hands its bytes on as surrogates, which no database,
+    file name or output takes back, so every command would fail on it later, somewhere, with a traceback."""
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            raise UserError(f"argument {os.fsencode(arg)!r} is not UTF-8 text",
+                            hint="type it in UTF-8 (check the terminal's and the locale's encoding)") from None
+
+
 def run_main(group: click.Group) -> None:
     """Run the CLI; engine and input errors become one line on stderr, never a traceback."""
     from ..engine.model import EngineError
 
     try:
+        check_arguments(sys.argv[1:])
         # Without standalone mode click returns ctx.exit()'s code instead of exiting.
         code = group.main(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)

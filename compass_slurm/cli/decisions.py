@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, console, emit_json, json_option
-from .options import SINCE, db_option, read_log
+from .options import MAX_ROWS, SINCE, db_option, read_log
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 @click.command("decisions", context_settings=CONTEXT_SETTINGS)
 @click.option("--since", type=SINCE, help="Only decisions after this: 90s, 30m, 1h, 7d, ... or an ISO date.")
 @click.option("--job", "job_id", metavar="ID", help="Only decisions about job ID.")
-@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True,
+@click.option("--limit", type=click.IntRange(0, MAX_ROWS), default=100, show_default=True,
               help="Show the N latest matching decisions; 0 shows all.")
 @click.option("--wide", is_flag=True, help="Print every column in full, however wide (the table otherwise "
               "keeps one line per decision and shortens nodes and why to fit the terminal).")

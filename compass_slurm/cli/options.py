@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: the most log rows an option may ask for: more than a log holds, and within the 64-bit integers SQL takes
+MAX_ROWS = 1_000_000_000
 CONFIG_HINT = "fix the value in the config file or the COMPASS_* variable (`compass config show` lists both)"
 SLURM_HINT = ("check that the Slurm client commands are installed and can reach slurmctld (SLURM_CONF); "
               "`compass doctor` checks the setup, --snapshot FILE reads a saved state instead")
@@ -87,3 +90,14 @@ class SinceType(click.ParamType):
 
 
 SINCE = SinceType()
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange without nan and the infinities: nan passes every bound (each comparison with it is false),
+    and neither is a number of seconds or a factor the engine can use."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number

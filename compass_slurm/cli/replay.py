@@ -7,7 +7,7 @@ import json
 import click
 
 from ..config import Config
-from ..engine.model import EngineError, Node
+from ..engine.model import MAX_NODE_GPUS, MAX_NODES, EngineError, Node
 from .common import UserError, emit_json
 
 
@@ -18,9 +18,9 @@ def cluster_nodes(count: int, gpus: int) -> list[Node]:
 
 
 @click.command("replay")
-@click.argument("events", type=click.File("r"))
-@click.option("--nodes", "node_count", type=click.IntRange(min=1), required=True, help="Number of nodes.")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.argument("events", type=click.File("rb"))  # bytes: parse_events decodes each line, naming a bad one
+@click.option("--nodes", "node_count", type=click.IntRange(1, MAX_NODES), required=True, help="Number of nodes.")
+@click.option("--gpus-per-node", type=click.IntRange(1, MAX_NODE_GPUS), default=8, show_default=True)
 @click.option("--policy", default=Config.policy, show_default=True,
               help="Placement policy (see compass policies); the default is the daemon's.")
 @click.option("--states", is_flag=True, help="Print one JSON line per input event: the cluster after it.")
@@ -42,5 +42,5 @@ def command(events, node_count: int, gpus_per_node: int, policy: str, states: bo
                 return
             totals = replay_summary(events, nodes, policy)
     except EngineError as err:  # a bad event line: the states before it stand, the replay stops
-        raise UserError(f"{events.name}: {err}") from None
+        raise UserError(f"{getattr(events, 'name', '<stdin>')}: {err}") from None  # a binary stdin may have none
     emit_json({"policy": policy, "nodes": node_count, "gpus_per_node": gpus_per_node, **totals})

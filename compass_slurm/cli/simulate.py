@@ -13,7 +13,9 @@ import click
 
 from ..config import Config
 from ..engine.disciplines import SIM_RESTART_S
+from ..engine.model import MAX_NODE_GPUS, MAX_NODES
 from .common import CONTEXT_SETTINGS, InternalError, UserError, console, emit_json, json_option
+from .options import FiniteFloatRange
 
 #: Jobs in a synthetic workload when --limit does not say.
 SYNTHETIC_JOBS = 2000
@@ -32,7 +34,7 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--eta", type=float, default=0.90, show_default=True,
               help="Size the cluster as N(eta) (ignored with --nodes). Given with --layout: every group of the "
                    "layout is scaled by one factor to N(eta) GPUs' worth.")
-@click.option("--nodes", type=click.IntRange(min=1), help="Node count instead of N(eta).")
+@click.option("--nodes", type=click.IntRange(1, MAX_NODES), help="Node count instead of N(eta).")
 @click.option("--gpus-per-node", "node_spec", default="8", show_default=True, metavar="G|G:COUNT,...",
               help="GPUs per node, or a mix of node sizes and counts such as 8:60,4:4.")
 @click.option("--layout", "layout_path", metavar="FILE.toml",
@@ -42,9 +44,10 @@ DEFAULT_BURST = Config.migrations_burst
               help="With --layout: this share of the jobs (drawn with --seed) asks for a GPU type, drawn among the "
                    "layout's types with a node big enough, in proportion to their GPUs. A trace's gpu_type and "
                    "constraint columns count whatever this says [default: 0].")
-@click.option("--migration-delay", type=click.FloatRange(min=0), default=SIM_RESTART_S, show_default=True,
+@click.option("--migration-delay", type=FiniteFloatRange(min=0), default=SIM_RESTART_S, show_default=True,
               help="Seconds a job pauses per migration.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic workload.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the synthetic workload.")
 @click.option("--perturb", metavar="SEED",
               help="Break the ties of same-instant arrivals and of same-instant completions in a random order drawn "
                    "with SEED (a whole number) instead of trace and start order [default: no perturbation].")
@@ -65,12 +68,12 @@ DEFAULT_BURST = Config.migrations_burst
 @click.option("--managed", metavar="FRACTION", default="1",
               help="Share of jobs submitted through the wrapper; the rest are placed as Slurm places them "
                    "and adopted pinned [default: 1].")
-@click.option("--cycle-interval", type=click.FloatRange(min=0), default=0.0, metavar="S",
+@click.option("--cycle-interval", type=FiniteFloatRange(min=0), default=0.0, metavar="S",
               help="Act on departures every S seconds, as the daemon's cycle does (0: at once) [default: 0].")
-@click.option("--watch", type=click.FloatRange(min=0), default=Config.watch, metavar="S",
+@click.option("--watch", type=FiniteFloatRange(min=0), default=Config.watch, metavar="S",
               help="With --cycle-interval: the daemon's look every S seconds notices a departure and cycles at once "
                    f"(0: no look) [default: {Config.watch:g}, the daemon's].")
-@click.option("--slack", type=click.FloatRange(min=0), default=Config.slack, metavar="S",
+@click.option("--slack", type=FiniteFloatRange(min=0), default=Config.slack, metavar="S",
               help="Backfill: 1-GPU jobs may delay a one-node whole-node job at the front up to S x its estimate "
                    f"past its first reservation (0: EASY's rule) [default: {Config.slack:g}, the daemon's].")
 @click.option("--limit", type=click.IntRange(min=1),
@@ -326,8 +329,8 @@ def _node_groups(spec: str, nodes: int | None) -> tuple[list[tuple[int, int]] | 
         gpus = int(spec)
     except ValueError:
         raise UserError(f"bad --gpus-per-node {spec!r}", hint="give a number like 8 or a mix like 8:60,4:4") from None
-    if gpus < 1:
-        raise UserError(f"bad --gpus-per-node {spec!r}: must be at least 1")
+    if not 1 <= gpus <= MAX_NODE_GPUS:
+        raise UserError(f"bad --gpus-per-node {spec!r}: must be 1 to {MAX_NODE_GPUS}")
     return None, gpus
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, console, emit_json, json_option
-from .options import db_option, read_slurm, settings, snapshot_option
+from .options import MAX_ROWS, db_option, read_slurm, settings, snapshot_option
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -40,7 +40,7 @@ FOLD_ROWS = 3
 @json_option
 @snapshot_option
 @db_option
-@click.option("--decisions", "decision_count", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--decisions", "decision_count", type=click.IntRange(0, MAX_ROWS), default=5, show_default=True,
               help="Show the N latest decisions from the log (0: none).")
 def command(partition: str | None, as_json: bool, snapshot: str | None, db: str | None, decision_count: int) -> None:
     """Show every GPU node as one cell, partial nodes, Phi*, SIF against 2/N, WCC and why pending jobs wait.

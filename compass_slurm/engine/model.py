@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 #: (job id, instance index): one gang member of a job.
 InstanceKey = tuple[str, int]
 
+#: the most nodes of a cluster, and GPUs of a node, the engine and the simulator take: far beyond any site, and
+#: what keeps a typo (``--nodes 999999999999``) from exhausting the memory (the engine's indexes grow with both)
+MAX_NODES = 1_000_000
+MAX_NODE_GPUS = 1024
+
 
 class EngineError(ValueError):
     """A request the engine cannot accept (unknown job, impossible size, ...)."""
@@ -30,8 +35,8 @@ class Node:
     gpu_type: str | None = None
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise EngineError(f"node {self.name!r}: capacity must be at least 1 GPU, got {self.gpus}")
+        if not 1 <= self.gpus <= MAX_NODE_GPUS:
+            raise EngineError(f"node {self.name!r}: capacity must be 1 to {MAX_NODE_GPUS} GPUs, got {self.gpus}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,10 @@ from .policies.base import make_policy
 from .scheduler import Scheduler, Step
 
 
+#: event lines: text, or bytes as a file opened in binary gives them
+Lines = Iterable[str] | Iterable[bytes]
+
+
 class EventError(EngineError):
     """An event line that cannot be replayed; names the line."""
 
@@ -56,9 +60,15 @@ def _bool_field(doc: dict, name: str, line: int, default: bool) -> bool:
     return value
 
 
-def parse_events(lines: Iterable[str], max_gpus: int) -> Iterator[Event]:
-    """Parse and check event lines; blank lines are skipped, anything else wrong raises EventError."""
+def parse_events(lines: Lines, max_gpus: int) -> Iterator[Event]:
+    """Parse and check event lines (bytes: a file read as such, UTF-8 line by line, so that a bad byte names its
+    line); blank lines are skipped, anything else wrong raises EventError."""
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode()
+            except UnicodeDecodeError as err:
+                raise EventError(number, f"not UTF-8 text (byte {err.start + 1} of the line)") from None
         if not raw.strip():
             continue
         try:
@@ -108,7 +118,7 @@ class Replay:
         self.scheduler = Scheduler(make_policy(policy, nodes))
         self.seen: set[str] = set()
 
-    def steps(self, lines: Iterable[str]) -> Iterator[tuple[Event, Step]]:
+    def steps(self, lines: Lines) -> Iterator[tuple[Event, Step]]:
         """Each input event and what it caused, in input order."""
         scheduler, seen, count = self.scheduler, self.seen, len(self.nodes)
         for event in parse_events(lines, max(n.gpus for n in self.nodes)):
@@ -127,7 +137,7 @@ class Replay:
                 yield event, scheduler.depart(event.job_id)
 
 
-def states(lines: Iterable[str], nodes: list[Node], policy: str) -> Iterator[dict]:
+def states(lines: Lines, nodes: list[Node], policy: str) -> Iterator[dict]:
     """Drive a Scheduler over the events; one state per input event."""
     replay = Replay(nodes, policy)
     scheduler = replay.scheduler
@@ -148,7 +158,7 @@ def states(lines: Iterable[str], nodes: list[Node], policy: str) -> Iterator[dic
         }
 
 
-def summary(lines: Iterable[str], nodes: list[Node], policy: str) -> dict[str, int | float]:
+def summary(lines: Lines, nodes: list[Node], policy: str) -> dict[str, int | float]:
     """Totals over the whole stream, at O(1) cost per event beyond the engine's own work.
 
     No node map is built. SIF = (partial - Phi*) / N is at most partial / N, so Phi*

@@ -25,7 +25,7 @@ from ..engine.cluster import group_label
 from ..engine.model import Node
 from ..layout import Layout, NodeGroup
 from ..slurm.constraint import parse_constraint
-from .sizing import demand_percentile
+from .sizing import check_nodes, demand_percentile
 from .workloads import SimJob, TraceRecord
 
 
@@ -61,6 +61,7 @@ def from_layout(layout: Layout, jobs: Sequence[SimJob] | None = None, eta: float
 
 
 def _cluster(groups: Sequence[NodeGroup], counts: Sequence[int]) -> SimCluster:
+    check_nodes(sum(counts), "the layout's GPU nodes")
     nodes: list[Node] = []
     features: dict[str, frozenset[str]] = {}
     for group, count in zip(groups, counts):

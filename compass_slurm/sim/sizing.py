@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..engine.model import Job, Node
+from ..engine.model import MAX_NODE_GPUS, MAX_NODES, Job, Node
 from .workloads import SimJob
 
 
@@ -63,7 +63,15 @@ def cluster_size(jobs: Sequence[SimJob], eta: float, node_gpus: int) -> int:
     if not jobs:
         raise ValueError("cannot size a cluster for an empty workload")
     largest = max(nodes_for(sj.job, node_gpus) for sj in jobs)
-    return max(math.ceil(demand_percentile(jobs, eta) / node_gpus), largest, 1)
+    return check_nodes(max(math.ceil(demand_percentile(jobs, eta) / node_gpus), largest, 1),
+                       f"N({eta:g}) of this workload on {node_gpus}-GPU nodes")
+
+
+def check_nodes(count: int, what: str) -> int:
+    """``count``, the nodes of ``what``; ValueError past MAX_NODES, before any of them is made."""
+    if count > MAX_NODES:
+        raise ValueError(f"{what}: {count:,} nodes, more than the {MAX_NODES:,} a simulation takes")
+    return count
 
 
 def parse_mix(text: str) -> list[tuple[int, int]]:
@@ -75,9 +83,11 @@ def parse_mix(text: str) -> list[tuple[int, int]]:
             group = (int(gpus), int(count))
         except ValueError:
             raise ValueError(f"bad node mix {text!r}: expected GPUS:COUNT[,GPUS:COUNT...], e.g. 8:60,4:4") from None
-        if not sep or group[0] < 1 or group[1] < 1:
-            raise ValueError(f"bad node mix {text!r}: each part needs GPUS >= 1 and COUNT >= 1, e.g. 8:60")
+        if not sep or not 1 <= group[0] <= MAX_NODE_GPUS or group[1] < 1:
+            raise ValueError(f"bad node mix {text!r}: each part needs GPUS of 1 to {MAX_NODE_GPUS} and COUNT >= 1, "
+                             "e.g. 8:60")
         groups.append(group)
+    check_nodes(sum(count for _, count in groups), f"node mix {text!r}")
     return groups
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from ..engine.model import Job
+from ..engine.model import MAX_NODE_GPUS, MAX_NODES, Job
 from ..engine.shape import PER_NODE, Shape
 from ..engine.shape import instance_shape as shape_of
 from ..slurm import gres
@@ -42,6 +42,8 @@ from ..timeparse import parse_duration
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus")
 SACCT_FIELDS = ("JobIDRaw", "Submit", "Start", "End", "NNodes", "AllocTRES")
+#: the most GPUs a job of a trace may have: all those of the largest cluster a simulation takes
+MAX_JOB_GPUS = MAX_NODES * MAX_NODE_GPUS
 
 
 class TraceError(ValueError):
@@ -139,7 +141,7 @@ def load_csv(text: str, *, name: str = "<trace>", skip_bad: bool = False, cluste
                     id=_text(row[col["job_id"]], "job_id"),
                     submit=_number(row[col["submit_time_s"]], "submit_time_s"),
                     duration=_number(row[col["duration_s"]], "duration_s"),
-                    gpus=_count(row[col["num_gpus"]], "num_gpus"),
+                    gpus=_job_gpus(_count(row[col["num_gpus"]], "num_gpus"), "num_gpus"),
                     nodes=_optional_count(row, col.get("num_nodes"), "num_nodes"),
                     gpus_per_node=_optional_count(row, col.get("max_gpus_per_node"), "max_gpus_per_node"),
                     migratable=_optional_flag(row, col.get("migratable"), "migratable"),
@@ -186,6 +188,13 @@ def _count(value: str, column: str) -> int:
     if x < 1:
         raise ValueError(f"{column} {value!r} must be at least 1")
     return x
+
+
+def _job_gpus(gpus: int, column: str) -> int:
+    if gpus > MAX_JOB_GPUS:
+        raise ValueError(f"{column} {gpus} is more than the {MAX_JOB_GPUS:,} GPUs of the largest cluster a "
+                         "simulation takes")
+    return gpus
 
 
 def _optional_count(row: list[str], index: int | None, column: str) -> int | None:
@@ -282,7 +291,8 @@ def load_sacct(text: str, *, name: str = "<sacct>", skip_bad: bool = False) -> T
             duration = (_timestamp(end, "End") - _timestamp(start, "Start")).total_seconds()
             if duration < 0:
                 raise ValueError(f"End {end} is before Start {start}")
-            rows.append((job_id, submit, duration, gpus, _count(fields[col["NNodes"]], "NNodes")))
+            rows.append((job_id, submit, duration, _job_gpus(gpus, "AllocTRES gres/gpu"),
+                         _count(fields[col["NNodes"]], "NNodes")))
         except ValueError as err:
             _bad(name, line, err, skip_bad, skipped)
     origin = min((r[1] for r in rows), default=None)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 
-from ..engine.model import Job, Node
+from ..engine.model import MAX_NODE_GPUS, Job, Node
 from ..engine.scheduler import Entry
 from .claims import NO_CLAIM, Claim, Claims, Eligible, fits, instance_needs, taken
 from .constraint import ANY, Constraint, parse_constraint
@@ -458,8 +458,9 @@ class Translator:
 def engines(node: SlurmNode) -> bool:
     """Whether the engine places on ``node``: not where Slurm shares GPUs out (gres/shard: a GPU with a shard
     allocated is no GPU job's, and the engine counts whole GPUs), nor where several GPU types are (MIG profiles of
-    more than one kind: no one capacity stands for them). Slurm places every job there."""
-    return not node.shards and len(node.gpu_types) <= 1
+    more than one kind: no one capacity stands for them), nor on more GPUs than it takes (MAX_NODE_GPUS: no real
+    node's). Slurm places every job there."""
+    return not node.shards and len(node.gpu_types) <= 1 and node.gpus <= MAX_NODE_GPUS
 
 
 def _constraint(job: SlurmJob) -> Constraint:

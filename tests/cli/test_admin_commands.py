@@ -235,6 +235,20 @@ def test_the_installed_script_reports_errors_without_a_traceback(tmp_path: Path)
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("args", [("explain", b"\x01\xff"), ("decisions", "--job", b"\xff"),
+                                  ("report", "--output", b"r-\xff.txt")])
+def test_an_argument_not_in_utf8_is_named_before_the_command_runs(tmp_path: Path, args: tuple) -> None:
+    here = tmp_path / "here"
+    here.mkdir()
+    done = subprocess.run([str(COMPASS), *args, "--db", f"sqlite:///{here / 'no.db'}"], capture_output=True,
+                          text=True, cwd=here)
+    bad = next(arg for arg in args if isinstance(arg, bytes))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [f"compass: error: argument {bad!r} is not UTF-8 text",
+                                        "hint: type it in UTF-8 (check the terminal's and the locale's encoding)"]
+    assert not any(here.iterdir())  # nothing written
+
+
 def test_doctor_reports_what_the_submit_hook_sees(tmp_path: Path, monkeypatch) -> None:
     import time
 

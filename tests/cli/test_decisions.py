@@ -140,12 +140,20 @@ def test_a_missing_database_is_exit_2_with_a_hint_and_not_created(tmp_path: Path
     assert not missing.exists() and not missing.parent.exists()
 
 
-@pytest.mark.parametrize("since", ["yesterday", "5 minutes", "2024-13-45", "-1h"])
+@pytest.mark.parametrize("since", ["yesterday", "5 minutes", "2024-13-45", "-1h", "0001-01-01T00:00+01:00",
+                                   "9999-12-31T23:59:59-10:00"])
 def test_a_bad_since_is_exit_2_naming_the_value(db_url: str, since: str) -> None:
     result = run("--db", db_url, "--since", since)
     assert result.exit_code == 2
     assert f"invalid time {since!r}" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("limit", ["-1", "1000000001", "9223372036854775808"])
+def test_a_limit_past_its_range_is_exit_2_naming_the_option(db_url: str, limit: str) -> None:
+    result = run("--db", db_url, "--limit", limit)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--limit': {limit} is not in the range 0<=x<=1000000000." in result.stderr
 
 
 def test_the_installed_command_prints_the_contract(db_url: str, tmp_path: Path) -> None:

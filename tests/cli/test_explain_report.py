@@ -173,7 +173,8 @@ def test_young_log_with_one_sample(tmp_path: Path) -> None:
 def test_report_errors(tmp_path: Path, log: str) -> None:
     missing = invoke("report", "--db", f"sqlite:///{tmp_path / 'missing.db'}")
     assert missing.exit_code == 2 and "no decision log at" in missing.stderr and "hint:" in missing.stderr
-    bad = invoke("report", "--since", "yesterday", "--db", log)
-    assert bad.exit_code == 2 and "invalid time 'yesterday'" in bad.stderr
+    for since in ("yesterday", "0001-01-01T00:00+01:00", "9999-12-31T23:59:59-10:00"):
+        bad = invoke("report", "--since", since, "--db", log)
+        assert bad.exit_code == 2 and f"invalid time {since!r}" in bad.stderr
     unwritable = invoke("report", "--output", "/proc/nope/report.txt", "--db", log)
     assert unwritable.exit_code == 2 and "cannot write the report" in unwritable.stderr

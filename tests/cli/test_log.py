@@ -54,7 +54,8 @@ def test_prune_json_counts_each_table(db_url: str) -> None:
     assert doc["deleted"] == {"decisions": 3, "migrations": 0, "errors": 0, "samples": 3, "cycles": 2}
 
 
-@pytest.mark.parametrize("before", ["yesterday", "2024-13-45", "-1d", ""])
+@pytest.mark.parametrize("before", ["yesterday", "2024-13-45", "-1d", "", "0001-01-01T00:00+01:00",
+                                    "9999-12-31T23:59:59-10:00"])
 def test_a_bad_date_is_one_line_and_exit_2(db_url: str, before: str) -> None:
     result = invoke("log", "prune", "--db", db_url, "--snapshot", str(MIXED), "--before", before)
     assert result.exit_code == 2

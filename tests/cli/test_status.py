@@ -201,6 +201,13 @@ def test_unknown_partition_is_a_clear_error() -> None:
     assert "Traceback" not in result.output
 
 
+def test_a_decision_count_past_its_range_is_exit_2_naming_the_option() -> None:
+    result = invoke("status", "--snapshot", str(MIXED), "--decisions", "99999999999999999999999")
+    assert result.exit_code == 2
+    assert "Invalid value for '--decisions': 99999999999999999999999 is not in the range 0<=x<=1000000000." \
+        in result.stderr
+
+
 def test_bad_snapshot_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -291,6 +291,26 @@ def test_distinct_nodes_beyond_the_cluster_is_bad_input():
     assert "line 1: job d wants 3 distinct nodes of 2" in result.stderr
 
 
+def test_bytes_that_are_not_utf8_are_a_bad_line(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(lines(GOOD).encode() + b'{"t": 1, "job": "\xff", "event": "depart"}\n')
+    result = CliRunner().invoke(cli, ["replay", str(path), "--nodes", "2", "--states"])
+    assert result.exit_code == 2
+    assert result.stderr == f"compass: error: {path}: line 2: not UTF-8 text (byte 18 of the line)\n"
+    assert [json.loads(state)["i"] for state in result.stdout.splitlines()] == [0]
+
+
+@pytest.mark.parametrize(("option", "value", "most"), [
+    ("--nodes", "99999999999999999999", "1000000"),
+    ("--gpus-per-node", "99999999999999999999", "1024"),
+    ("--gpus-per-node", "1025", "1024"),
+])
+def test_a_cluster_past_the_engines_limits_is_a_usage_error(option, value, most):
+    result = replay(lines(GOOD), "--nodes", "2", option, value)
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}': {value} is not in the range 1<=x<={most}." in result.stderr
+
+
 def test_unknown_policy_and_missing_file_are_usage_errors(tmp_path):
     result = CliRunner().invoke(cli, ["replay", str(EXAMPLE), "--nodes", "8", "--policy", "nope"])
     assert result.exit_code == 2

@@ -213,6 +213,10 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
         (["--migrations-burst", "150%"], "--migrations-burst '150%' is a share outside (0%, 100%]"),
         (["--perturb", "1.5"], "bad --perturb '1.5': not a whole number"),
         (["--perturb", "soon"], "bad --perturb 'soon': not a whole number"),
+        (["--gpus-per-node", "99999999999999999999"], "bad --gpus-per-node '99999999999999999999': must be 1 to 1024"),
+        (["--gpus-per-node", "8:99999999999999"],
+         "node mix '8:99999999999999': 99,999,999,999,999 nodes, more than the 1,000,000 a simulation takes"),
+        (["--gpus-per-node", "8:2,2048:1"], "bad node mix '8:2,2048:1': each part needs GPUS of 1 to 1024"),
     ],
 )
 def test_clear_errors(trace, args, message):
@@ -221,6 +225,36 @@ def test_clear_errors(trace, args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2  # the problem, and at most a hint
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--nodes", "999999999999"], "Invalid value for '--nodes': 999999999999 is not in the range 1<=x<=1000000."),
+    (["--migration-delay", "nan"], "Invalid value for '--migration-delay': 'nan' is not a finite number."),
+    (["--migration-delay", "inf"], "Invalid value for '--migration-delay': 'inf' is not a finite number."),
+    (["--slack", "nan"], "Invalid value for '--slack': 'nan' is not a finite number."),
+    (["--slack", "inf"], "Invalid value for '--slack': 'inf' is not a finite number."),
+    (["--cycle-interval", "nan"], "Invalid value for '--cycle-interval': 'nan' is not a finite number."),
+    (["--watch", "nan"], "Invalid value for '--watch': 'nan' is not a finite number."),
+    (["--seed", "-1"], "Invalid value for '--seed': -1 is not in the range x>=0."),
+])
+def test_an_option_out_of_its_range_is_a_usage_error_naming_it(trace, args, message):
+    """nan passes click's FloatRange (every comparison with it is false): it must not reach the engine."""
+    result = simulate("--trace", str(trace), "--policy", "best-fit", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_a_job_of_more_gpus_than_the_largest_cluster_is_a_bad_row(trace):
+    trace.write_text(TRACE + "e,4,5,99999999999999999999\n")
+    result = simulate("--trace", str(trace), "--policy", "first-fit", "--json")
+    assert result.exit_code == 2
+    assert ("line 6: num_gpus 99999999999999999999 is more than the 1,024,000,000 GPUs of the largest cluster a "
+            "simulation takes (use --skip-bad to skip malformed rows)") in result.stderr
+    trace.write_text(TRACE + "e,4,5,1024000000\n")  # fits the largest cluster, but not N(eta)'s on 8-GPU nodes
+    result = simulate("--trace", str(trace), "--policy", "first-fit", "--json")
+    assert result.exit_code == 2
+    assert result.stderr == ("compass: error: N(0.9) of this workload on 8-GPU nodes: 128,000,000 nodes, more than "
+                             "the 1,000,000 a simulation takes\n")
 
 
 @pytest.mark.parametrize("seed", ["1.5", "soon"])

@@ -77,6 +77,13 @@ def test_eta_scales_every_group_by_one_factor_and_keeps_the_largest_job_fitting(
     assert bigger == ["a01", "a02", "a02-1", "a02-2"]
 
 
+def test_eta_scaling_stops_at_a_million_nodes():
+    huge = [SimJob(0.0, 1000.0, Job("h", 10**8, 8))]  # grown until it fits: far past what the memory holds
+    with pytest.raises(ValueError, match=r"^the layout's GPU nodes: [\d,]+ nodes, more than the 1,000,000 a "
+                                         "simulation takes$"):
+        mixed.from_layout(parse_layout(LAYOUT), huge, 0.9)
+
+
 # -- eligible nodes -------------------------------------------------------------------------------
 
 
@@ -186,6 +193,11 @@ def test_cli_bad_layout_typed_without_layout_and_a_type_no_node_has(tmp_path, la
     bad.write_text('[[nodes]]\nnames = "n[1-2]"\ngpus = "eight"\n')
     result = run("--synthetic", "philly", "--limit", "20", "--layout", str(bad))
     assert result.exit_code == 2 and "nodes[0].gpus: must be" in result.output
+    bad.write_text('[[nodes]]\nnames = "n[1-4]"\ngpus = 9223372036854775807\n')
+    result = run("--synthetic", "philly", "--limit", "20", "--layout", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr == (f"compass: error: {bad}: nodes[0].gpus: must be an integer of 0 to 1024, "
+                             "got 9223372036854775807\n")
     result = run("--synthetic", "philly", "--limit", "20", "--typed", "0.3")
     assert result.exit_code == 2 and "--typed needs --layout" in result.output
     trace = tmp_path / "b200.csv"

@@ -44,6 +44,19 @@ def test_eta_out_of_range():
 def test_node_mix():
     assert parse_mix("8:2, 4:1") == [(8, 2), (4, 1)]
     assert [n.gpus for n in make_nodes(parse_mix("8:2,4:1"))] == [8, 8, 4]
-    for bad in ("8", "8:x", "0:3", "8:0"):
+    for bad in ("8", "8:x", "0:3", "8:0", "1025:1"):
         with pytest.raises(ValueError, match="bad node mix"):
             parse_mix(bad)
+
+
+def test_a_cluster_past_a_million_nodes_is_refused_before_any_node_is_made():
+    """The engine's indexes grow with the nodes: a typo must not exhaust the memory."""
+    assert len(make_nodes(parse_mix("8:999999,4:1"))) == 1_000_000
+    with pytest.raises(ValueError) as err:
+        parse_mix("8:99999999999999")
+    assert str(err.value) == ("node mix '8:99999999999999': 99,999,999,999,999 nodes, more than the 1,000,000 a "
+                              "simulation takes")
+    with pytest.raises(ValueError) as err:
+        cluster_size([SimJob(0, 10, Job("huge", 10**9, 1))], 0.9, 8)
+    assert str(err.value) == ("N(0.9) of this workload on 8-GPU nodes: 125,000,000 nodes, more than the 1,000,000 a "
+                              "simulation takes")
