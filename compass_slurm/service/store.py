@@ -175,6 +175,16 @@ class StoreError(Exception):
         self.hint = hint
 
 
+class BadValue(ValueError):
+    """A stored value no compass writes (the log was changed by hand or by another program); the message names it.
+    :meth:`Store._guard` makes it a StoreError naming the table."""
+
+
+#: what to do about a BadValue: the row stays as it is, for the admin to look at
+BAD_VALUE_HINT = ("the log was changed outside compass: correct that value with the database's own shell, restore "
+                  "the log from a backup, or point --db / COMPASS_DB at another log")
+
+
 class DatabaseMissing(StoreError):
     """A read found no database: nothing has been logged there yet."""
 
@@ -221,7 +231,12 @@ class UtcTime(TypeDecorator):
         return None if value is None else value.timestamp()
 
     def process_result_value(self, value: float | None, dialect: Any) -> datetime | None:
-        return None if value is None else datetime.fromtimestamp(value, UTC)
+        if value is None:
+            return None
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (TypeError, ValueError, OverflowError, OSError):
+            raise BadValue(f"time {value!r} is not a time (seconds since 1970)") from None
 
 
 class NodeList(TypeDecorator):
@@ -760,7 +775,10 @@ class Store:
     def _stored_version(conn: Connection) -> int | None:
         if not inspect(conn).has_table(schema_version_table.name):
             return None
-        return conn.scalar(select(schema_version_table.c.version))
+        version = conn.scalar(select(schema_version_table.c.version))
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise BadValue(f"table schema_version: version {version!r} is not a whole number")
+        return version
 
     def _migrate(self, conn: Connection, version: int) -> None:
         for step in range(version, SCHEMA_VERSION):
@@ -788,13 +806,18 @@ class Store:
     # -- writing --------------------------------------------------------------------------
 
     @contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
-        """Turn a database failure into a StoreError that names the database and a fix."""
+    def _guard(self, doing: str, table: Table | None = None) -> Iterator[None]:
+        """Turn a database failure, or a value read from ``table`` that no compass wrote, into a StoreError that
+        names the database and a fix."""
         try:
             yield
         except SQLAlchemyError as err:
             cause, hint = _describe(err)
             raise StoreError(f"cannot {doing} the decision log {self.name}: {cause}", hint=hint) from err
+        except BadValue as err:
+            where = f"table {table.name}: " if table is not None else ""
+            raise StoreError(f"cannot {doing} the decision log {self.name}: {where}{err}",
+                             hint=BAD_VALUE_HINT) from None
 
     @contextmanager
     def cycle(self, resume: int | None = None) -> Iterator[int]:
@@ -890,7 +913,7 @@ class Store:
         newest_first = limit is not None
         order = (table.c.time.desc(), table.c.id.desc()) if newest_first else (table.c.time, table.c.id)
         query = query.order_by(*order).limit(limit)
-        with self._guard("read"), self.engine.connect() as conn:
+        with self._guard("read", table), self.engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         records = [kind(**row) for row in rows]
         return records[::-1] if newest_first else records
@@ -910,7 +933,7 @@ class Store:
         """The decisions of these ids, oldest first."""
         table, wanted = decisions_table, sorted(set(ids))
         out: list[DecisionRecord] = []
-        with self._guard("read"), self.engine.connect() as conn:
+        with self._guard("read", table), self.engine.connect() as conn:
             for batch in _batches(wanted):
                 query = select(table).where(table.c.id.in_(batch)).order_by(table.c.id)
                 out += (DecisionRecord(**row) for row in conn.execute(query).mappings())
@@ -979,7 +1002,7 @@ class Store:
 
     def leader(self) -> LeaderRow | None:
         """The leader row; None before any daemon claimed it."""
-        with self._guard("read"), self.engine.connect() as conn:
+        with self._guard("read", leader_table), self.engine.connect() as conn:
             return _leader(conn)
 
     def claim_lead(self, holder: str, host: str, pid: int, lease_s: float,

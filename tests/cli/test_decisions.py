@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -154,6 +155,24 @@ def test_a_limit_past_its_range_is_exit_2_naming_the_option(db_url: str, limit: 
     result = run("--db", db_url, "--limit", limit)
     assert result.exit_code == 2
     assert f"Invalid value for '--limit': {limit} is not in the range 0<=x<=1000000000." in result.stderr
+
+
+@pytest.mark.parametrize(("table", "statement", "said"), [
+    ("decisions", "UPDATE decisions SET time = 'notatime' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: time 'notatime' is not a time (seconds since 1970)"),
+    ("schema_version", "UPDATE schema_version SET version = 'abc'",
+     "cannot open the decision log {path}: table schema_version: version 'abc' is not a whole number"),
+])
+def test_a_value_no_compass_wrote_is_exit_2_naming_the_table(db_url: str, table: str, statement: str,
+                                                              said: str) -> None:
+    path = db_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute(statement)
+    result = run("--db", db_url)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    error, hint = result.stderr.splitlines()
+    assert error == f"compass: error: {said.format(path=path)}"
+    assert hint.startswith("hint: the log was changed outside compass")
 
 
 def test_the_installed_command_prints_the_contract(db_url: str, tmp_path: Path) -> None:

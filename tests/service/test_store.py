@@ -550,6 +550,37 @@ def test_a_database_without_the_schema_is_refused_by_readers(tmp_path: Path) -> 
         Store.open(url(other), create=False)
 
 
+@pytest.mark.parametrize("table", ["decisions", "migrations", "samples", "errors"])
+def test_a_time_no_compass_wrote_is_a_store_error_naming_the_table_and_the_value(sqlite_store: Store, path: Path,
+                                                                                  table: str) -> None:
+    """SQLite keeps whatever a hand or another program puts in a column; a reader says what, and changes nothing."""
+    sqlite_store.record_decision(decision())
+    sqlite_store.record_migration(MigrationRecord.of(Migration("88", 1, "node03", "node05"), reason="compact"))
+    sqlite_store.record_sample(sample())
+    sqlite_store.record_error(ErrorRecord(kind="slurm", message="x"))
+    sql(url(path), f"UPDATE {table} SET time = 'notatime'")
+    read = {"decisions": sqlite_store.decisions, "migrations": sqlite_store.migrations,
+            "samples": sqlite_store.samples, "errors": sqlite_store.errors}[table]
+    with pytest.raises(StoreError) as caught:
+        read()
+    assert caught.value.message == (f"cannot read the decision log {path}: table {table}: time 'notatime' is not a "
+                                    "time (seconds since 1970)")
+    assert caught.value.hint.startswith("the log was changed outside compass: correct that value")
+    assert sql(url(path), f"SELECT time FROM {table}") == [("notatime",)]
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_schema_version_that_is_no_number_is_a_store_error(sqlite_store: Store, path: Path, create: bool) -> None:
+    sqlite_store.record_decision(decision())
+    sql(url(path), "UPDATE schema_version SET version = 'abc'")
+    with pytest.raises(StoreError) as caught:
+        Store.open(url(path), create=create)
+    assert caught.value.message == (f"cannot open the decision log {path}: table schema_version: version 'abc' is "
+                                    "not a whole number")
+    assert sql(url(path), "SELECT version FROM schema_version") == [("abc",)]
+    assert count(url(path), "decisions") == 1
+
+
 @pytest.mark.parametrize(
     ("bad", "words"),
     [("no-scheme-here", "invalid database URL"), ("nosuchdb+driver://h/x", "cannot use database URL")],
