@@ -102,7 +102,8 @@ class Config:
     #: Beside it, `<spool>.requeues`: the daemon's note of its migrations' requeue-held jobs (service/requeue_note.py).
     log_spool: str = ""
     #: megabytes the spool may hold; when full the daemon changes no jobs (no decision goes unlogged) and
-    #: Slurm starts managed jobs itself when their leases run out.
+    #: Slurm starts managed jobs itself when their leases run out. 0: it takes only the decisions of the cycle
+    #: in which the log fails, and the daemon changes no jobs from the next one on until the log is back.
     spool_max_mb: float = 64.0
     #: seconds a leader's lease lasts when daemons share the decision log (one beside each slurmctld): the
     #: leader renews it every cycle and stops changing jobs before it ends; a standby takes over once it has
@@ -129,7 +130,7 @@ CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("manage
 
 
 #: numbers that must be finite (the others may be inf: never)
-_FINITE = {"slack", "migration_delay"}
+_FINITE = {"slack", "migration_delay", "spool_max_mb"}
 
 #: the migration rate settings, parsed by the rate limit that spends them
 _RATES = {"migrations_per_hour": parse_setting, "migrations_burst": parse_burst}

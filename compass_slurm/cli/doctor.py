@@ -137,6 +137,7 @@ class Doctor:
 
     def config_check(self) -> str:
         from ..config import DEFAULT_FILE, ConfigError, Config, load_config
+        from ..engine.policies.base import policy_names
 
         file = self.config_file or os.environ.get("COMPASS_CONFIG") or str(DEFAULT_FILE)
         try:
@@ -144,6 +145,11 @@ class Doctor:
         except ConfigError as err:
             self.config = Config()
             raise Failed(str(err), "fix the setting; `compass config show` prints every value and its source") from None
+        # the policies are no part of the config's own checks, which the wrapper runs and must not load them
+        policy, known = self.config.policy, policy_names()
+        if policy not in known:
+            raise Failed(f"policy = {policy!r} (from {self.config.sources['policy']}) is not one of {', '.join(known)}",
+                         "fix the setting: the daemon refuses to start with it; `compass policies` describes each one")
         if not os.path.exists(file):  # the default file is optional (a named one that is missing fails above)
             raise Info(f"no config file at {file}; running on defaults",
                        "to change a setting, install etc/config.toml as /etc/compass/config.toml (or set COMPASS_CONFIG)")

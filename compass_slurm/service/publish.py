@@ -154,7 +154,7 @@ class Recorder:
             self._ready()
         except StoreError:
             pass
-        if not spool.full:
+        else:  # the log is back and took the spool (an empty spool is still full where spool_max_mb is 0)
             return True
         report.error("log", f"the decision log cannot be written and its spool {spool.path} is full "
                      f"({spool.records} records, {spool.backlog.size / 2**20:.1f} MB): no job is changed until the "

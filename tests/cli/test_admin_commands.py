@@ -102,6 +102,29 @@ def test_a_bad_slack_is_one_line_and_exit_2(isolated: Path, text: str) -> None:
     assert json_of("config", "show")["settings"]["slack"]["value"] == 0.5
 
 
+def test_the_spool_limit_may_be_0_but_must_be_finite(isolated: Path) -> None:
+    isolated.write_text("[compass]\nspool_max_mb = 0\n")
+    assert json_of("config", "show")["settings"]["spool_max_mb"]["value"] == 0.0
+    isolated.write_text("[compass]\nspool_max_mb = inf\n")
+    result = invoke("config", "show")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[0] == (f"compass: error: spool_max_mb = inf (from {isolated}) is not a valid "
+                                             "non-negative number")
+
+
+@pytest.mark.parametrize("where", ["file", "env"])
+def test_doctor_fails_the_config_on_a_policy_the_daemon_would_refuse(isolated: Path, where: str) -> None:
+    if where == "file":
+        isolated.write_text('[compass]\npolicy = "nonexistent-policy"\n')
+    env = {"COMPASS_POLICY": "nonexistent-policy"} if where == "env" else None
+    doc = json.loads(invoke("doctor", "--json", env=env).stdout)
+    check = next(c for c in doc["checks"] if c["name"] == "config file")
+    source = str(isolated) if where == "file" else "COMPASS_POLICY"
+    assert check["ok"] is False and check["detail"].startswith(
+        f"policy = 'nonexistent-policy' (from {source}) is not one of first-fit, best-fit,")
+    assert check["hint"].startswith("fix the setting: the daemon refuses to start with it")
+
+
 @pytest.mark.parametrize(("text", "value"), [("", "per-node"), ('"per-node"', "per-node"), ("48", 48), ("0", 0),
                                            ('"unlimited"', "unlimited"), ('"Unlimited"', "unlimited")])
 def test_the_migration_budget_is_a_number_unlimited_or_per_node(isolated: Path, text: str, value) -> None:

@@ -169,6 +169,28 @@ def test_a_full_spool_stops_the_daemon_changing_jobs_until_the_log_is_back(tmp_p
     daemon.close()
 
 
+def test_a_spool_of_0_mb_stops_the_daemon_only_from_the_cycle_after_the_log_failed(tmp_path, caplog):
+    """An empty spool of 0 MB counts as full: while the log is written, that must stop no job."""
+    db = created(tmp_path)
+    backend = SnapshotBackend(cluster(nodes(4), [pending("10", gpus=4)]), out=None)
+    daemon = make_daemon(tmp_path, backend, spool_max_mb=0)
+    daemon.cycle()
+    assert updates(backend) == ["JobId=10"] and not any("is full" in r.getMessage() for r in caplog.records)
+    backend.state = cluster(nodes(4), [pending("10", gpus=4, required_nodes=("n1",)), pending("11", gpus=2)])
+    with locked(db):
+        daemon.cycle()  # its decision spooled, as a bigger spool takes it
+        assert updates(backend)[-1] == "JobId=11"
+        backend.state = cluster(nodes(4), [pending("10", gpus=4, required_nodes=("n1",)), pending("12", gpus=1)])
+        before = len(backend.commands)
+        assert daemon.cycle().decisions == [] and backend.commands[before:] == []
+        assert sum("is full" in r.getMessage() for r in caplog.records) == 1
+    daemon.cycle()  # back: the spool flushed, placing again
+    assert updates(backend)[-1] == "JobId=12"
+    with Store.open(f"sqlite:///{db}", create=False) as store:
+        assert placed(store)[:3] == [("10", "placed"), ("11", "placed"), ("12", "placed")]
+    daemon.close()
+
+
 def test_no_decision_reaches_slurm_when_neither_the_log_nor_its_spool_takes_it(tmp_path, caplog):
     db = created(tmp_path)
     blocker = tmp_path / "blocker"
