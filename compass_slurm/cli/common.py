@@ -75,13 +75,17 @@ def run_main(group: click.Group) -> None:
     try:
         check_arguments(sys.argv[1:])
         # Without standalone mode click returns ctx.exit()'s code instead of exiting.
-        code = group.main(standalone_mode=False)
+        code = group.main(prog_name="compass", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.exceptions.Abort:
         click.echo("compass: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as err:  # click's own: a bad option or value, in our one-line form
+        click.echo(f"compass: error: {err.format_message()}", err=True)
+        click.echo(f"hint: see '{err.ctx.command_path if err.ctx else 'compass'} --help'", err=True)
+        sys.exit(err.exit_code)
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)

@@ -354,3 +354,18 @@ def test_status_json_says_who_leads(tmp_path: Path, monkeypatch) -> None:
     assert "leader: ctl1 pid 4242 since" in invoke("status", "--snapshot", str(MIXED), env={"COLUMNS": "200"}).stdout
     lead.close()  # resigned: no one leads
     assert json_of("status", "--snapshot", str(MIXED))["leader"] is None
+
+
+@pytest.mark.parametrize(("args", "error", "command"), [
+    (["report", "--since", "xyz"], "Invalid value for '--since': invalid time 'xyz'", "compass report"),
+    (["simulate", "--bogus"], "No such option '--bogus'.", "compass simulate"),
+    (["bogus"], "No such command 'bogus'.", "compass"),
+    (["explain"], "Missing argument 'JOBID'.", "compass explain"),
+])
+def test_a_usage_error_is_one_line_and_a_hint_as_every_error(args, error, command):
+    """click's own errors (a bad option or value) read as ours: no usage block, the command's --help as the hint."""
+    done = subprocess.run([sys.executable, "-c", "from compass_slurm.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=60)
+    first, hint = done.stderr.splitlines()
+    assert (done.returncode, done.stdout) == (2, "")
+    assert first.startswith(f"compass: error: {error}") and hint == f"hint: see '{command} --help'"
