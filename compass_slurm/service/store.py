@@ -756,6 +756,14 @@ class Store:
                 if not create:
                     raise StoreError(f"{self.name} holds no compass decision log",
                                      hint="point --db or COMPASS_DB at the database the daemon writes")
+                # another program's tables: the log must not be made among them (only ours may stand, left by a
+                # creation cut short where DDL is not transactional, as on MariaDB)
+                others = sorted(set(inspect(conn).get_table_names()) - set(metadata.tables))
+                if others:
+                    raise StoreError(f"{self.name} holds other tables ({', '.join(others[:5])}"
+                                     f"{', ...' if len(others) > 5 else ''}) and no compass decision log",
+                                     hint="give the daemon a database of its own: a new SQLite file, or an empty "
+                                          "MariaDB or PostgreSQL database")
                 metadata.create_all(conn)
                 conn.execute(insert(schema_version_table).values(id=1, version=SCHEMA_VERSION))
             elif version > SCHEMA_VERSION:

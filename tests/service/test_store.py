@@ -25,6 +25,7 @@ from compass_slurm.service.store import (
     SchemaTooNew,
     Store,
     StoreError,
+    cycles_table,
     default_db_url,
     resolve_db_url,
 )
@@ -548,6 +549,20 @@ def test_a_database_without_the_schema_is_refused_by_readers(tmp_path: Path) -> 
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
     with pytest.raises(StoreError, match="holds no compass decision log"):
         Store.open(url(other), create=False)
+
+
+def test_the_log_is_not_made_among_another_program_s_tables_but_beside_its_own_half_made_ones(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE users (x)").connection.close()
+    with pytest.raises(StoreError, match=r"holds other tables \(users\) and no compass decision log") as caught:
+        Store.open(url(other), create=True)
+    assert "a database of its own" in caught.value.hint
+    assert [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")] == ["users"]
+    half = tmp_path / "half.db"
+    engine = create_engine(url(half))
+    cycles_table.create(engine)  # ours, its creation cut short
+    engine.dispose()
+    Store.open(url(half), create=True).close()
 
 
 @pytest.mark.parametrize("table", ["decisions", "migrations", "samples", "errors"])
