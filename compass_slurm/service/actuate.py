@@ -290,9 +290,8 @@ class Actuator:
     def leave(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
         """Leave to Slurm the jobs the daemon cannot honour (``obs.left``) and those whose pin Slurm refused
         (LEAVING): their lease is lifted (and the refused pin cleared, the request it changed put back), so that
-        they start as they
-        would without the daemon; each is logged once, action ``left``. Jobs left that Slurm no longer has
-        pending are forgotten."""
+        they start as they would without the daemon; each is logged once, action ``left``. Jobs left that Slurm no
+        longer has pending are forgotten."""
         left, leaving = book.in_state(JobState.LEFT), book.in_state(JobState.LEAVING)
         book.forget_many([j for j in left if (s := obs.slurm_jobs.get(j)) is None or not s.pending])
         for job_id in sorted(obs.left.keys() - left.keys() - leaving.keys(), key=id_order):

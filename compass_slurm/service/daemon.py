@@ -530,7 +530,7 @@ class Daemon:
                 continue
             policy.remove(job_id)
             why, unstarted = stale
-            if unstarted and self.book.unstarted(job_id) >= UNSTARTED_LIMIT:
+            if self.book.unstarted(job_id, unstarted) >= UNSTARTED_LIMIT:
                 self.book.move(job_id, JobState.LEAVING, unpin=True,
                                why=f"{why}, {UNSTARTED_LIMIT} times in a row: unpinned and left to Slurm")
                 continue

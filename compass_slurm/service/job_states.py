@@ -288,9 +288,10 @@ class JobBook:
     def asked(self, job_id: str) -> Asked | None:
         return self._asked.get(job_id)
 
-    def unstarted(self, job_id: str) -> int:
-        """The job's decision went stale with Slurm not starting it: how many have in a row now."""
-        count = self._unstarted[job_id] = self._unstarted.get(job_id, 0) + 1
+    def unstarted(self, job_id: str, again: bool) -> int:
+        """The job's decision went stale, ``again`` with Slurm not starting it (else for its nodes: the count starts
+        over); how many have in a row now."""
+        count = self._unstarted[job_id] = self._unstarted.get(job_id, 0) + 1 if again else 0
         return count
 
     def set_short(self, short: Set[str]) -> None:

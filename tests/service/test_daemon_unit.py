@@ -482,13 +482,14 @@ def test_a_job_slurm_takes_pins_for_and_never_starts_is_left_to_it_after_three(t
 def test_the_unstarted_count_ends_with_the_state_it_counts_in():
     book = JobBook()
     book.move("1", JobState.PLACED, decision=Decision("1", ("n1",), 4, "best fit"), job=Job("1", 1, 4))
-    assert (book.unstarted("1"), book.unstarted("1")) == (1, 2)
+    assert (book.unstarted("1", True), book.unstarted("1", True)) == (1, 2)
     book.move("1", JobState.PINNED, pin=("n1",))
-    assert book.unstarted("1") == 3 and book.check() == []
+    assert book.unstarted("1", True) == 3 and book.check() == []
+    assert book.unstarted("1", False) == 0  # stale for its nodes: not in a row any more
     book.move("1", JobState.RUNNING, alloc={"n1": 4})
     book.move("1", None)
     book.move("1", JobState.PLACED, decision=Decision("1", ("n2",), 4, "best fit"), job=Job("1", 1, 4))
-    assert book.unstarted("1") == 1
+    assert book.unstarted("1", True) == 1
 
 
 def test_a_job_slurm_started_elsewhere_is_adopted_there_and_the_log_says_so(tmp_path):
