@@ -106,6 +106,8 @@ TRANSITIONS: dict[tuple[JobState | None, JobState | None], str] = {
 }
 #: where the lease is kept: the states of a job that waits for the daemon to place it
 LEASED = frozenset({W, PIN, RE, LV})
+#: where the unstarted count is kept: a placed job and the same job re-planned
+COUNTED = frozenset({P, PIN})
 #: where a pin of the daemon's may stand on a pending job, and with it the request it changed (WAITING too: a first
 #: pin that failed, or went unanswered, may have reached Slurm)
 PINNABLE = frozenset({W, P, PIN, RE, LV})
@@ -228,7 +230,7 @@ class JobBook:
              unheard: DecisionRecord | None = None, logged: DecisionRecord | None = None, why: str = "",
              unpin: bool = False) -> None:
         """Put ``job_id`` in state ``to`` (None: forget it) with that state's payload; the lease survives only
-        into a state of ``LEASED``."""
+        into a state of ``LEASED``, the unstarted count of ``COUNTED``, the request asked of ``PINNABLE``."""
         record = self._records.get(job_id)
         frm = None if record is None else record.state
         if (frm, to) not in TRANSITIONS:
@@ -239,19 +241,17 @@ class JobBook:
             del self._in[frm][job_id]
             if frm is R:
                 del self._allocs[job_id]
-        if to is None:
-            if record is not None:
-                del self._records[job_id]
-            self._leases.pop(job_id, None)
-            self._unstarted.pop(job_id, None)
-            self._asked.pop(job_id, None)
-            return
+        # the marks end with the states they live in (None is in none of them)
         if to not in LEASED:
             self._leases.pop(job_id, None)
-        if to is not P and to is not PIN:
+        if to not in COUNTED:
             self._unstarted.pop(job_id, None)
         if to not in PINNABLE:
             self._asked.pop(job_id, None)
+        if to is None:
+            if record is not None:
+                del self._records[job_id]
+            return
         record = self._records[job_id] = JobRecord(job_id, to, decision, job, at, False, alloc, pin, unheard, logged,
                                                    why, unpin)
         self._in[to][job_id] = record
@@ -334,7 +334,7 @@ class JobBook:
             if self.state(job_id) not in LEASED:
                 bad.append(f"job {job_id}: leased while {_name(self.state(job_id))}")
         for job_id in self._unstarted:
-            if self.state(job_id) not in (P, PIN):
+            if self.state(job_id) not in COUNTED:
                 bad.append(f"job {job_id}: counted unstarted while {_name(self.state(job_id))}")
         for job_id in self._asked:
             if self.state(job_id) not in PINNABLE:

@@ -44,6 +44,11 @@ def requeue_hold_argv(job_ids: str | Sequence[str]) -> list[str]:
     return ["scontrol", "requeuehold", _job_list(job_ids)]
 
 
+def _gpu_gres(gpu_type: str | None) -> str:
+    """``gpu`` or ``gpu:TYPE``, as TresPerNode= and TresPerJob= name the GPUs (the type checked first)."""
+    return f"gpu:{names.gpu_type(gpu_type)}" if gpu_type is not None else "gpu"
+
+
 def update_argv(
     job_id: str,
     nodes: Sequence[str] | None = None,
@@ -59,7 +64,7 @@ def update_argv(
     (SlurmJob.sluid) the job is named by it.
     """
     argv = ["scontrol", "update", f"JobId={names.sluid(sluid) if sluid else names.job_id(job_id)}"]
-    kind = f"gpu:{names.gpu_type(gpu_type)}" if gpu_type is not None else "gpu"
+    kind = _gpu_gres(gpu_type)
     if nodes is not None:
         node_list = names.node_names(nodes)
         argv.append(f"ReqNodeList={compress(node_list)}")
@@ -97,14 +102,14 @@ class Asked:
     @classmethod
     def of(cls, job: SlurmJob, node_gpus: int) -> Asked:
         """``job`` as read before a pin; ``node_gpus``: the GPUs of the largest node it may use."""
-        least = -(-job.gpus_requested // node_gpus) if node_gpus > 0 else job.num_nodes
+        least = -(-job.gpus_requested // node_gpus)
         most = job.num_nodes if job.gpus_per_node and not job.gpus_per_job else max(job.num_nodes, least)
         return cls(job.num_nodes, job.gpus_per_job, job.gpus_per_node, job.gpu_type, most)
 
     def argv(self) -> list[str]:
         """The update words that put the request back (per node, per job, or per task: TresPerTask, never
         changed by a pin, then holds its GPUs)."""
-        kind = f"gpu:{names.gpu_type(self.gpu_type)}" if self.gpu_type is not None else "gpu"
+        kind = _gpu_gres(self.gpu_type)
         count = f"{self.num_nodes}-{self.most_nodes}" if self.most_nodes > self.num_nodes else str(self.num_nodes)
         if self.gpus_per_job:
             return [f"NumNodes={count}", "TresPerNode=", f"TresPerJob=gres:{kind}:{self.gpus_per_job}"]
