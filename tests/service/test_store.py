@@ -551,18 +551,23 @@ def test_a_database_without_the_schema_is_refused_by_readers(tmp_path: Path) -> 
         Store.open(url(other), create=False)
 
 
-def test_the_log_is_not_made_among_another_program_s_tables_but_beside_its_own_half_made_ones(tmp_path: Path) -> None:
-    other = tmp_path / "other.db"
-    sqlite3.connect(other).execute("CREATE TABLE users (x)").connection.close()
-    with pytest.raises(StoreError, match=r"holds other tables \(users\) and no compass decision log") as caught:
-        Store.open(url(other), create=True)
-    assert "a database of its own" in caught.value.hint
-    assert [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")] == ["users"]
-    half = tmp_path / "half.db"
-    engine = create_engine(url(half))
-    cycles_table.create(engine)  # ours, its creation cut short
-    engine.dispose()
-    Store.open(url(half), create=True).close()
+def test_the_log_is_not_made_among_another_program_s_tables_but_beside_its_own_half_made_ones(
+        log_url: str, tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir(exist_ok=True)  # (a SQLite log's directory, which Store.open would make)
+    engine = create_engine(log_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE users (x INTEGER)"))
+        with pytest.raises(StoreError, match=r"holds other tables \(users\) and no compass decision log") as caught:
+            Store.open(log_url, create=True)
+        assert "a database of its own" in caught.value.hint
+        assert inspect(engine).get_table_names() == ["users"]  # nothing added among them
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE users"))
+        cycles_table.create(engine)  # ours, its creation cut short (DDL is not transactional on MariaDB)
+        Store.open(log_url, create=True).close()
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("table", ["decisions", "migrations", "samples", "errors"])
