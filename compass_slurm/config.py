@@ -183,6 +183,8 @@ def load_config(path: str | os.PathLike | None = None, flags: Mapping[str, Any] 
     known = _settings()
     values: dict[str, Any] = {}
     sources = {name: "default" for name in known}
+    if path is not None and not str(path):
+        raise ConfigError("an empty config file name: give a path, or leave --config out for the default")
     named = path or env.get("COMPASS_CONFIG")
     file = Path(named) if named else DEFAULT_FILE
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -98,26 +99,15 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
         _sweep(sweep_file, sbatch, as_json)
         return
     from ..engine.model import EngineError
-    from ..engine.policies.base import policy_names
-    from ..engine.rate_limit import parse_burst, parse_setting, per_burst, per_hour
+    from ..engine.rate_limit import per_burst, per_hour
     from ..sim import sizing, synthetic as synth, workloads
     from ..sim.loop import InvariantError, SimConfig
 
-    if trace_path and synthetic:
-        raise UserError("give --trace or --synthetic, not both")
-    queue = _queue(queue, backfill)
-    perturbed = _whole("--perturb", perturb)
-    factor = _number("--estimate-factor", estimate_factor, positive=True)
-    share_migratable = None if migratable is None else _fraction("--migratable", migratable)
-    share_managed = _fraction("--managed", managed)
-    share_typed = None if typed is None else _fraction("--typed", typed)
-    layout = _layout(layout_path, nodes, share_typed)
-    budget = _rate("--migrations-per-hour", migrations_per_hour, DEFAULT_BUDGET, parse_setting)
-    burst = _rate("--migrations-burst", migrations_burst, DEFAULT_BURST, parse_burst)
-    chosen = _policies(policies, policy_names())
+    opts = _settings(click.get_current_context().params)
+    layout = opts.layout
     try:
         span = workloads.parse_window(window) if window else None
-        if trace_path:
+        if trace_path is not None:
             trace = workloads.load(trace_path, skip_bad=skip_bad, cluster=cluster)
             source = trace_path
         else:
@@ -128,16 +118,13 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
         if not records:
             raise UserError(f"{source}: no jobs to simulate", hint=_empty_hint(trace, window, cluster))
         skipped_jobs: list[str] = []
-        if layout is None:
-            groups, node_gpus = _node_groups(node_spec, nodes)
-        else:
-            groups, node_gpus = None, max(g.gpus for g in layout.groups)
-        jobs, rules = workloads.to_jobs(records, node_gpus, migratable=share_migratable, managed=share_managed,
+        groups, node_gpus = opts.node_groups
+        jobs, rules = workloads.to_jobs(records, node_gpus, migratable=opts.migratable, managed=opts.managed,
                                         seed=seed)
         if layout is not None:
             scale = _given("eta")
             jobs, cluster_nodes, skipped_jobs, layout_note = _on_layout(layout, jobs, records, eta if scale else None,
-                                                                        share_typed, seed)
+                                                                        opts.typed, seed)
             if not jobs:
                 raise UserError(f"{source}: no job can run on the layout: all {len(skipped_jobs)} were skipped",
                                 hint=f"first: {skipped_jobs[0]}")
@@ -150,10 +137,10 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
     except (workloads.TraceError, ValueError) as err:
         raise UserError(str(err)) from None
     configs = [
-        SimConfig(p, cluster_nodes, migration_delay, queue, check, keep_timeline=output is not None,
-                  estimate_factor=factor, migrations_per_hour=budget, migrations_burst=burst,
-                  cycle_interval=cycle_interval, watch=watch, slack=slack, perturb=perturbed)
-        for p in chosen
+        SimConfig(p, cluster_nodes, migration_delay, opts.queue, check, keep_timeline=output is not None,
+                  estimate_factor=opts.estimate_factor, migrations_per_hour=opts.budget, migrations_burst=opts.burst,
+                  cycle_interval=cycle_interval, watch=watch, slack=slack, perturb=opts.perturb)
+        for p in opts.policies
     ]
     try:
         results = _run(jobs, configs, show_progress=not as_json)
@@ -164,7 +151,7 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
     except ValueError as err:  # the workload as a whole (empty, or a job no node set can hold)
         raise UserError(str(err)) from None
     shape = "layout" if layout is not None else node_spec if ":" in node_spec else node_gpus
-    hourly = per_hour(budget, len(cluster_nodes))
+    hourly = per_hour(opts.budget, len(cluster_nodes))
     rows = [
         {
             "policy": r.policy,
@@ -178,22 +165,22 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
             "eta": (eta if _given("eta") else None) if layout is not None else None if nodes or ":" in node_spec else eta,
             "layout": layout_path,
             "layout_scaled": layout_note or None,
-            "typed": share_typed,
+            "typed": opts.typed,
             "skipped_jobs": len(skipped_jobs),
             "migration_delay_s": migration_delay,
-            "queue": queue,
-            "estimate_factor": factor,
+            "queue": opts.queue,
+            "estimate_factor": opts.estimate_factor,
             "cycle_interval_s": cycle_interval,
             "watch_s": watch if cycle_interval else None,
             "slack": slack,
             "migrations_per_hour": hourly,
-            "migrations_per_hour_setting": budget,
-            "migrations_burst": per_burst(burst, hourly),
-            "migrations_burst_setting": burst,
-            "migratable": share_migratable,
-            "managed": share_managed,
+            "migrations_per_hour_setting": opts.budget,
+            "migrations_burst": per_burst(opts.burst, hourly),
+            "migrations_burst_setting": opts.burst,
+            "migratable": opts.migratable,
+            "managed": opts.managed,
             "seed": seed,
-            "perturb": perturbed,
+            "perturb": opts.perturb,
             "skipped_rows": len(trace.skipped),
             "instance_mapping": dict(sorted(rules.items())),
         }
@@ -205,6 +192,54 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
         emit_json(rows)
     else:
         _table(rows, trace.skipped, skipped_jobs)
+
+
+class _Settings(NamedTuple):
+    """The options' values as the run uses them, read and checked before anything runs."""
+
+    queue: str
+    perturb: int | None
+    estimate_factor: float
+    migratable: float | None
+    managed: float
+    typed: float | None
+    layout: object  # a Layout, or None
+    budget: int | str
+    burst: int | str
+    policies: list[str]
+    node_groups: tuple[list[tuple[int, int]] | None, int]
+
+
+def _settings(params: dict) -> _Settings:
+    """Every option value the command reads itself, checked (a bad one: UserError naming it). A sweep checks each
+    task's command line with this too, so that none of them fails on a value after the others have run."""
+    from ..engine.policies.base import policy_names
+    from ..engine.rate_limit import parse_burst, parse_setting
+    from ..sim.synthetic import MAX_JOBS
+
+    if params["trace_path"] is not None and params["synthetic"]:
+        raise UserError("give --trace or --synthetic, not both")
+    if params["trace_path"] == "":
+        raise UserError("--trace '' names no file", hint="give a trace file, or leave --trace out for a synthetic "
+                                                         "workload")
+    if params["trace_path"] is None and (params["limit"] or 0) > MAX_JOBS:
+        raise UserError(f"--limit {params['limit']:,}: a synthetic workload has at most {MAX_JOBS:,} jobs")
+    typed = None if params["typed"] is None else _fraction("--typed", params["typed"])
+    layout = _layout(params["layout_path"], params["nodes"], typed)
+    migratable = params["migratable"]
+    return _Settings(
+        queue=_queue(params["queue"], params["backfill"]),
+        perturb=_whole("--perturb", params["perturb"]),
+        estimate_factor=_number("--estimate-factor", params["estimate_factor"], positive=True),
+        migratable=None if migratable is None else _fraction("--migratable", migratable),
+        managed=_fraction("--managed", params["managed"]),
+        typed=typed,
+        layout=layout,
+        budget=_rate("--migrations-per-hour", params["migrations_per_hour"], DEFAULT_BUDGET, parse_setting),
+        burst=_rate("--migrations-burst", params["migrations_burst"], DEFAULT_BURST, parse_burst),
+        policies=_policies(params["policies"], policy_names()),
+        node_groups=(_node_groups(params["node_spec"], params["nodes"]) if layout is None
+                     else (None, max(g.gpus for g in layout.groups))))
 
 
 def _given(name: str) -> bool:
@@ -323,7 +358,10 @@ def _node_groups(spec: str, nodes: int | None) -> tuple[list[tuple[int, int]] | 
     if ":" in spec:
         if nodes is not None:
             raise UserError("--nodes cannot be combined with a node mix", hint="the mix 8:60,4:4 already counts nodes")
-        groups = parse_mix(spec)
+        try:
+            groups = parse_mix(spec)
+        except ValueError as err:
+            raise UserError(str(err)) from None
         return groups, max(g for g, _ in groups)
     try:
         gpus = int(spec)
@@ -507,13 +545,16 @@ def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:
 
 
 def _check_tasks(path: str, plan) -> None:
-    """An option of 'options' this command would refuse in every task (unknown, or a bad value) fails the sweep
-    now, in one line. The rest of a task's command line the sweep built from keys it has checked."""
+    """An option of 'options' this command would refuse in a task (unknown, or a bad value) fails the sweep now, in
+    one line, before any task runs. The rest of a task's command line the sweep built from keys it has checked."""
     for task in plan.tasks:
         try:
-            command.make_context("compass simulate", list(task.argv))
+            with command.make_context("compass simulate", list(task.argv)) as ctx:
+                _settings(ctx.params)
         except click.UsageError as exc:
             raise UserError(f"{path}: 'options': {exc.format_message()}") from None
+        except UserError as exc:
+            raise UserError(f"{path}: 'options': {exc.format_message()}", hint=exc.hint) from None
 
 
 def simulate_in_process(argv: tuple[str, ...]) -> tuple[int, str, str]:

@@ -71,8 +71,11 @@ def parse_events(lines: Lines, max_gpus: int) -> Iterator[Event]:
                 raise EventError(number, f"not UTF-8 text (byte {err.start + 1} of the line)") from None
         if not raw.strip():
             continue
+        raw = raw.rstrip("\r\n")  # so that a column points into the line
+        if "\r" in raw:  # a file of bare carriage returns reads as one line
+            raise EventError(number, "a carriage return inside the line: end each event's line with \\n (or \\r\\n)")
         try:
-            doc = json.loads(raw.rstrip("\r\n"))  # so that a column points into the line
+            doc = json.loads(raw)
         except json.JSONDecodeError as err:
             raise EventError(number, f"malformed JSON ({err.msg} at column {err.colno})") from None
         except (ValueError, RecursionError) as err:  # a number too long for int(), nesting too deep

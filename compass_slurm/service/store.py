@@ -19,12 +19,13 @@ leaves nothing behind. A :class:`Store` is meant for one thread (the daemon's lo
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -239,6 +240,18 @@ class UtcTime(TypeDecorator):
             raise BadValue(f"time {value!r} is not a time (seconds since 1970)") from None
 
 
+class NotJson(str):
+    """A JSON column's stored text that is no JSON, kept as read so that the check of its row names the column."""
+
+
+def _read_json(text: str) -> Any:
+    """The engines' JSON reader: a value no compass wrote comes back as NotJson instead of stopping the read."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return NotJson(text)
+
+
 class NodeList(TypeDecorator):
     """Node names in instance order as a comma list, readable in a plain SQL shell."""
 
@@ -249,17 +262,19 @@ class NodeList(TypeDecorator):
         return None if value is None else ",".join(value)
 
     def process_result_value(self, value: str | None, dialect: Any) -> tuple[str, ...]:
+        if value is not None and not isinstance(value, str):
+            raise BadValue(f"node list {value!r} is not text")
         return tuple(value.split(",")) if value else ()
 
 
 class JsonTuple(TypeDecorator):
-    """A JSON list that comes back as a tuple, so records stay immutable."""
+    """A JSON list that comes back as a tuple, so records stay immutable (anything else as read: see _wrong)."""
 
     impl = JSON
     cache_ok = True
 
-    def process_result_value(self, value: list | None, dialect: Any) -> tuple:
-        return tuple(value or ())
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return () if value is None else tuple(value) if isinstance(value, list) else value
 
 
 # -- tables ---------------------------------------------------------------------------------
@@ -406,6 +421,17 @@ class _Record:
     __slots__ = ()
     table: ClassVar[Table]
 
+    @classmethod
+    def of_row(cls: type[_R], row: Mapping[str, Any]) -> _R:
+        """The record of a row read, each value of its column's kind; raises BadValue naming the first that is not
+        (a row changed outside compass)."""
+        for name, value in row.items():
+            problem = _wrong(cls.table.c[name], value)
+            if problem is not None:
+                shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+                raise BadValue(f"{name} {shown} {problem}")
+        return cls(**row)
+
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict: ISO-8601 UTC time, lists for tuples."""
         doc: dict[str, Any] = {"id": self.id, "time": self.time}  # type: ignore[attr-defined]
@@ -420,6 +446,36 @@ class _Record:
 
 
 _R = TypeVar("_R", bound=_Record)
+
+#: the JSON columns that hold counts by name
+_COUNTS = frozenset({"gpus_per_node", "actions"})
+
+
+def _wrong(column: Column, value: Any) -> str | None:
+    """What is wrong with ``value`` as read from ``column`` (None: nothing). SQLite keeps any value in any column,
+    and its JSON is text: a hand-made change reads back as whatever it wrote."""
+    kind = column.type
+    if value is None:
+        return None if column.nullable or column.primary_key else "is empty"
+    if isinstance(value, NotJson):
+        return "is not JSON"
+    if isinstance(kind, JsonTuple):
+        return None if isinstance(value, tuple) and all(isinstance(v, str) for v in value) else "is not a list of names"
+    if isinstance(kind, JSON):
+        if not isinstance(value, dict):
+            return "is not a JSON object"
+        if column.name in _COUNTS and not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+            return "is not whole numbers by name"
+        return None
+    if isinstance(kind, Boolean):
+        return None if isinstance(value, (bool, int)) else "is not true or false"
+    if isinstance(kind, Integer):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "is not a whole number"
+    if isinstance(kind, Double):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "is not a number"
+    if isinstance(kind, String):
+        return None if isinstance(value, str) else "is not text"
+    return None  # times and node lists: their types check them as they read
 
 
 @dataclass(frozen=True, slots=True)
@@ -665,10 +721,11 @@ def _engine(raw: str) -> tuple[Engine, str, Path | None]:
     try:
         if parsed.get_backend_name() == "sqlite":
             # An in-memory SQLite database lives in one connection; share it.
-            return (create_engine(parsed, poolclass=StaticPool) if path is None else create_engine(parsed)), name, path
+            return (create_engine(parsed, poolclass=StaticPool, json_deserializer=_read_json) if path is None
+                    else create_engine(parsed, json_deserializer=_read_json)), name, path
         # A server closes idle connections (MySQL after wait_timeout, 8 h): test each before use, renew hourly.
-        return create_engine(parsed, pool_pre_ping=True, pool_recycle=3600, connect_args=_connect_args(parsed)), \
-            name, None
+        return create_engine(parsed, pool_pre_ping=True, pool_recycle=3600, connect_args=_connect_args(parsed),
+                             json_deserializer=_read_json), name, None
     except (SQLAlchemyError, ImportError) as err:
         raise StoreError(f"cannot use database URL {name}: {err}",
                          hint="install the database driver the URL names, e.g. pip install pymysql") from None
@@ -922,8 +979,7 @@ class Store:
         order = (table.c.time.desc(), table.c.id.desc()) if newest_first else (table.c.time, table.c.id)
         query = query.order_by(*order).limit(limit)
         with self._guard("read", table), self.engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
-        records = [kind(**row) for row in rows]
+            records = [kind.of_row(row) for row in conn.execute(query).mappings()]
         return records[::-1] if newest_first else records
 
     def decisions(self, since: datetime | None = None, job: str | None = None, limit: int | None = None,
@@ -944,7 +1000,7 @@ class Store:
         with self._guard("read", table), self.engine.connect() as conn:
             for batch in _batches(wanted):
                 query = select(table).where(table.c.id.in_(batch)).order_by(table.c.id)
-                out += (DecisionRecord(**row) for row in conn.execute(query).mappings())
+                out += map(DecisionRecord.of_row, conn.execute(query).mappings())
         return out
 
     def unfinished_cycle_jobs(self) -> list[str]:

@@ -23,6 +23,8 @@ from .workloads import Trace, TraceRecord
 MEDIAN_DURATION_S = 1321.0
 DURATION_SIGMA = 1.8
 WIDE_GANGS = {1: 0.60, 2: 0.20, 4: 0.15, 8: 0.05}
+#: the most jobs a synthetic workload has (about 330 MB to generate; a simulation of them runs for hours)
+MAX_JOBS = 1_000_000
 
 
 def _paper_mix(ones: float, ff: float, fuf: float, eights: float) -> dict[tuple[int, int], float]:

@@ -160,6 +160,17 @@ def test_a_limit_past_its_range_is_exit_2_naming_the_option(db_url: str, limit: 
 @pytest.mark.parametrize(("table", "statement", "said"), [
     ("decisions", "UPDATE decisions SET time = 'notatime' WHERE job_id = '102'",
      "cannot read the decision log {path}: table decisions: time 'notatime' is not a time (seconds since 1970)"),
+    ("decisions", "UPDATE decisions SET candidates = 'not json' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: candidates 'not json' is not JSON"),
+    ("decisions", "UPDATE decisions SET candidates = '5' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: candidates 5 is not a list of names"),
+    ("decisions", "UPDATE decisions SET gpus_per_node = '{\"node03\": \"two\"}' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: gpus_per_node {{'node03': 'two'}} is not whole numbers by "
+     "name"),
+    ("decisions", "UPDATE decisions SET cycle = 'abc' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: cycle 'abc' is not a whole number"),
+    ("decisions", "UPDATE decisions SET sif_after = 'high' WHERE job_id = '102'",
+     "cannot read the decision log {path}: table decisions: sif_after 'high' is not a number"),
     ("schema_version", "UPDATE schema_version SET version = 'abc'",
      "cannot open the decision log {path}: table schema_version: version 'abc' is not a whole number"),
 ])

@@ -258,6 +258,8 @@ BAD_INPUT = [
     ([GOOD, '{"t": 1, "event": "arrive", "job": "b", "gpus": 2'], 2, "malformed JSON (Expecting ',' delimiter at column 50)"),
     ([GOOD, '{"t": 1,, "event": "depart"}'], 2, "malformed JSON (Expecting property name enclosed in double quotes at column 9)"),
     ([GOOD, "[1, 2]"], 2, "an event must be a JSON object"),
+    ([GOOD, '{"t": 1, "event": "depart", "job": "a"}\r{"t": 2, "event": "depart", "job": "b"}'], 2,
+     "a carriage return inside the line: end each event's line with \\n (or \\r\\n)"),
     ([GOOD, {"t": 1, "event": "arrive", "job": "b"}], 2, "missing field 'gpus'"),
     ([GOOD, {"event": "arrive", "job": "b", "gpus": 1}], 2, "missing field 't'"),
     ([GOOD, {"t": 1, "gpus": 1}], 2, "missing fields 'event', 'job'"),

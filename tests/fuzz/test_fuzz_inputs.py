@@ -163,3 +163,9 @@ def test_config_flags_are_checked_like_the_file(flags):
 def test_a_missing_named_config_file_is_a_config_error():
     with pytest.raises(ConfigError, match="does not exist"):
         load_config("/nonexistent/compass.toml", environ={})
+
+
+@pytest.mark.fuzz(parser="config")
+def test_an_empty_config_file_name_is_a_config_error_not_the_default_file():
+    with pytest.raises(ConfigError, match="an empty config file name"):
+        load_config("", environ={"COMPASS_CONFIG": "/nonexistent/compass.toml"})

@@ -223,6 +223,17 @@ def test_clear_errors(trace, args, message):
     result = simulate("--trace", str(trace), *args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--trace", ""], "--trace '' names no file"),  # not the synthetic workload
+    (["--limit", "1000001"], "--limit 1,000,001: a synthetic workload has at most 1,000,000 jobs"),
+    (["--synthetic", "venus", "--limit", "10000000"], "--limit 10,000,000: a synthetic workload has at most"),
+])
+def test_a_workload_that_cannot_be_meant_is_refused_before_it_is_made(args, message):
+    result = simulate(*args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"compass: error: {message}")
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2  # the problem, and at most a hint
 

@@ -174,6 +174,24 @@ def test_an_option_compass_simulate_refuses_exits_2_with_one_line_before_any_tas
     assert not (sweep_dir / "s-results").exists()
 
 
+@pytest.mark.parametrize("options, message", [
+    ('["--gpus-per-node", "abc"]', "bad --gpus-per-node 'abc'"),
+    ('["--gpus-per-node", "0"]', "bad --gpus-per-node '0': must be 1 to 1024"),
+    ('["--estimate-factor", "-1"]', "--estimate-factor '-1' must be a finite number > 0"),
+    ('["--managed", "2"]', "--managed '2' is outside [0, 1]: give a fraction such as 0.5"),
+    ('["--gpus-per-node", "8:2,2048:1"]', "bad node mix '8:2,2048:1': each part needs GPUS of 1 to 1024 and COUNT"
+                                           " >= 1, e.g. 8:60"),
+])
+@pytest.mark.parametrize("sbatch", [False, True])
+def test_a_value_compass_simulate_reads_itself_is_checked_before_any_task(sweep_dir, options, message, sbatch):
+    """Values the command parses in its body (not click): refused for the sweep as a whole, not task by task."""
+    path = write(sweep_dir, f'policies = "best-fit"\noptions = {options}\n[[windows]]\ntrace = "t.csv"\n')
+    result = CliRunner().invoke(cli, ["simulate", "--sweep", str(path), *(["--sbatch"] if sbatch else [])])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == f"compass: error: {path}: 'options': {message}"
+    assert not (sweep_dir / "s-results").exists()
+
+
 def test_sbatch_without_a_sweep_is_a_usage_error():
     result = CliRunner().invoke(cli, ["simulate", "--sbatch"])
     assert result.exit_code == 2 and "--sbatch needs --sweep" in result.stderr
