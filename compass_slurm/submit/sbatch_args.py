@@ -34,7 +34,7 @@ INFORMATIONAL = frozenset({"help", "usage", "version"})
 #: input environment variables that request GPUs, and the option each stands for
 GPU_ENVIRONMENT = {
     "SBATCH_GPUS": "gpus", "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_TASK": "gpus-per-task",
-    "SBATCH_GRES": "gres",
+    "SBATCH_GRES": "gres", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
 }
 
 _HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})

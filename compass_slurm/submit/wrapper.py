@@ -189,8 +189,9 @@ class _Submission:
         now = datetime.now()
         begin = last(options, "begin")
         user_begin = begin_time(begin, now) if begin is not None else now
+        # (--gpus-per-socket: the daemon does not read the nodes' sockets)
         unmanaged = (not wants_gpus or heterogeneous or command.heterogeneous or user_begin is None
-                     or last(options, "test-only") is not None or last(options, "clusters") is not None)
+                     or any(last(options, name) is not None for name in ("test-only", "clusters", "gpus-per-socket")))
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # imported only for GPU jobs, so that every other submission starts as fast as it can

@@ -25,6 +25,7 @@ Rules for a GPU job while the daemon is alive (one log line each):
   - a user nodelist (-w), a reservation, a heterogeneous job component, or an
     exclusive mode other than whole-node (--exclusive=user|mcs|topo): left to Slurm
     (the user chose the nodes, or which nodes qualify depends on other jobs);
+  - --gpus-per-socket: left to Slurm (the daemon does not read the nodes' sockets);
   - --exclusive (whole node): managed, the daemon gives it a node of its own;
   - --hold: managed like any other (it runs when the user releases it);
   - an explicit --requeue adds the token <marker>:requeue, which the daemon counts
@@ -290,10 +291,16 @@ local function in_scope(config, job_desc, part_list)
     return false
 end
 
--- Why the job is left to Slurm, or nil to manage it.
-local function left_to_slurm(config, job_desc, part_list)
+-- Why the job is left to Slurm, or nil to manage it; gpus: its GPU entries (gpu_request's).
+local function left_to_slurm(config, job_desc, part_list, gpus)
     if job_desc.req_nodes ~= nil and job_desc.req_nodes ~= "" then
         return "user nodelist " .. job_desc.req_nodes
+    end
+    for _, entry in ipairs(gpus) do
+        if entry:find("^tres_per_socket=") then
+            -- GPUs per socket depend on the nodes' sockets, which the daemon does not read
+            return "--gpus-per-socket is Slurm's to place"
+        end
     end
     if job_desc.reservation ~= nil and job_desc.reservation ~= "" then
         return "runs in reservation " .. job_desc.reservation
@@ -336,7 +343,7 @@ local function submit(job_desc, part_list, submit_uid)
         return
     end
     local what = describe(job_desc, submit_uid, gpus)
-    local why = left_to_slurm(config, job_desc, part_list)
+    local why = left_to_slurm(config, job_desc, part_list, gpus)
     local comment = job_desc.comment or ""
     local begin = job_desc.begin_time or 0
     local interactive = job_desc.script == nil

@@ -29,7 +29,6 @@ MANAGED = {"comment": "compass", "begin_time": str(NOW + 60)}
     {"tres_per_node": "gres:gpu:2,gres:gpu:1"},
     {"tres_per_node": "gres:nvme:1,gres:gpu:a100:2"},
     {"tres_per_task": "gres:gpu:1", "num_tasks": 2},        # --gpus-per-task
-    {"tres_per_socket": "gres:gpu:1"},                      # --gpus-per-socket
     {"tres_per_job": "gres:gpu:a100:2"},                    # --gpus=a100:2
     {"tres_per_job": "gres/gpu:4"},                         # 24.11 and 26.05 write gres/
     {"tres_per_task": "gres/gpu=1"},                        # 24.11: --gpus-per-task
@@ -93,6 +92,15 @@ def test_rules_that_leave_a_gpu_job_to_slurm(hook: Hook, fields: dict, why: str)
     call = hook.one(tres_per_job="gres:gpu:2", **fields)
     assert call.rc == 0 and call.sets == {}
     assert call.logs[-1] == f"compass: job job of uid 1000 (tres_per_job=gres:gpu:2) left to Slurm: {why}"
+
+
+@pytest.mark.parametrize("fields", [{"tres_per_socket": "gres:gpu:1"}, {"tres_per_socket": "gres/gpu=1"},
+                                    {"tres_per_node": "gres:gpu:4", "tres_per_socket": "gres:gpu:2"}])
+def test_gpus_per_socket_are_left_to_slurm(hook: Hook, fields: dict) -> None:
+    """The daemon reads no sockets: marked, such a job would wait out its lease unplaced."""
+    call = hook.one(**fields)
+    assert call.rc == 0 and call.sets == {}
+    assert call.logs[-1].endswith(" left to Slurm: --gpus-per-socket is Slurm's to place")
 
 
 def test_interactive_allocations_get_the_short_lease(hook: Hook) -> None:

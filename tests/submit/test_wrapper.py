@@ -210,6 +210,7 @@ def test_an_unreadable_script_goes_to_sbatch_to_report(env: Env, daemon: Daemon)
     ["-G", "2", "--begin=12/24", "job.sh"],                  # a start time in a form we do not resolve
     ["-G", "2", "--test-only", "job.sh"],                    # sbatch's own estimate, without a lease
     ["-G", "2", "-M", "other", "job.sh"],                    # another cluster
+    ["--gres=gpu:4", "--gpus-per-socket=2", "job.sh"],      # sockets the daemon does not read
     ["-G", "1", ":", "-G", "2", "job.sh"],                   # a heterogeneous job
     ["--gpus=many", "job.sh"],                               # a value sbatch will reject
     ["--version"],
