@@ -11,7 +11,10 @@ and handing the policy the job's eligible nodes within it:
   with more leaves than that, the combinations are tried when there are few);
 - topology/block: the nodes of one base block (Slurm would also accept some larger
   aggregates, by ``BlockSizes``; one block it always accepts). ``--segment`` is left to
-  Slurm.
+  Slurm;
+- ``-p a,b``: the nodes of one of the job's partitions. Slurm runs a job in one partition,
+  so a node list spanning two is one it never starts (none need be chosen where one
+  partition holds the GPU nodes of all the others).
 
 A set with room is chosen by best fit (the fewest free GPUs that still hold the job), so
 that the emptiest leaves and windows stay free for the jobs that need them whole; with no
@@ -39,11 +42,13 @@ class Unhonoured(ValueError):
 @dataclass(frozen=True, slots=True)
 class Spread:
     """What a job asks of its set of nodes: a window of ``contiguous`` consecutive nodes (0: none), nodes under at
-    most ``switches`` leaf switches (0: any), within one block (``block``)."""
+    most ``switches`` leaf switches (0: any), within one block (``block``), within one of ``partitions`` (the node
+    sets of its partitions; empty: any)."""
 
     contiguous: int = 0
     switches: int = 0
     block: bool = False
+    partitions: tuple[frozenset[str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +68,11 @@ class NodeSets:
         return cls(tuple(n.name for n in state.nodes if n.name in wanted), tuple(filter(None, leaves)),
                    tuple(filter(None, blocks)))
 
-    def spread(self, instances: int, whole: bool, contiguous: bool, switches: int, segment: int) -> Spread | None:
+    def spread(self, instances: int, whole: bool, contiguous: bool, switches: int, segment: int,
+               partitions: Iterable[frozenset[str]] = ()) -> Spread | None:
         """The Spread a job of ``instances`` instances asks for (None: any nodes will do). ``whole``: each instance
-        has a node of its own. Raises Unhonoured for what the daemon leaves to Slurm."""
+        has a node of its own; ``partitions``: the GPU nodes of each of the job's partitions. Raises Unhonoured for
+        what the daemon leaves to Slurm."""
         if instances <= 1:
             return None  # one node is consecutive, under one switch, in one block
         if segment:
@@ -75,20 +82,24 @@ class NodeSets:
         if switches and len(self.leaves) > switches and math.comb(len(self.leaves), switches) > MAX_COMBINATIONS:
             raise Unhonoured(f"--switches={switches} over {len(self.leaves)} leaf switches is left to Slurm")
         spread = Spread(instances if contiguous else 0,
-                        switches if self.leaves and len(self.leaves) > switches else 0, bool(self.blocks))
+                        switches if self.leaves and len(self.leaves) > switches else 0, bool(self.blocks),
+                        _widest(partitions))
         return spread if spread != Spread() else None
 
     def candidates(self, spread: Spread) -> Iterable[frozenset[str]]:
         """Every node set that satisfies ``spread``."""
-        bases: Iterable[frozenset[str]] = ()
+        bases: Iterable[frozenset[str]] | None = None  # None: any nodes
         if spread.switches:
             bases = (frozenset().union(*c) for c in itertools.combinations(self.leaves, spread.switches))
         elif spread.block:
             bases = self.blocks
+        if spread.partitions:
+            bases = spread.partitions if bases is None else \
+                dict.fromkeys(s for base in bases for part in spread.partitions if (s := base & part))
         if not spread.contiguous:
-            yield from bases
+            yield from bases or ()
             return
-        within = list(bases) if spread.switches or spread.block else None
+        within = None if bases is None else list(bases)
         w = spread.contiguous
         for at in range(len(self.order) - w + 1):
             window = frozenset(self.order[at:at + w])
@@ -126,10 +137,19 @@ def fits(nodes: Iterable[str], gpus_of: Mapping[str, int], instances: int, gpus:
     return sum(gpus_of.get(n, 0) // gpus for n in nodes) >= instances
 
 
+def _widest(partitions: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
+    """The node sets of ``partitions`` (in their order) that no other one holds; none where one holds all."""
+    sets = list(dict.fromkeys(filter(None, partitions)))
+    widest = tuple(nodes for nodes in sets if not any(nodes < wider for wider in sets))
+    return widest if len(widest) > 1 else ()
+
+
 def _describe(spread: Spread) -> str:
     parts = [f"{spread.contiguous} contiguous nodes"] if spread.contiguous else []
     if spread.switches:
         parts.append(f"at most {spread.switches} leaf switches")
     if spread.block:
         parts.append("one block")
+    if spread.partitions:
+        parts.append("one partition")
     return ", ".join(parts)

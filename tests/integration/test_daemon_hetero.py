@@ -200,3 +200,33 @@ def test_mig_profiles_are_placed_and_shared_gpus_left_to_slurm(shared, tmp_path)
     finally:
         daemon.close()
         cancel(jobs.values())
+
+
+def test_a_job_of_two_partitions_runs_within_one_of_them(hetero, tmp_path, name):
+    """-p big,v100: node01 and one v100 node have 4 GPUs free each, the best fit over both partitions for 2 x 4;
+    Slurm never starts a job on a node list spanning two of its partitions. The daemon pins it within big."""
+    parts = {p.name: set(p.nodes) for p in LAYOUT.partitions}
+    fillers = [subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}fill", "-w", node,
+                               f"--gres=gpu:{gpus}", "--wrap", "sleep 300"],
+                              check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+               for node, gpus in (("node01", 4), ("node09", 4), ("node10", 4), ("node11", 4))]
+    until(lambda: (js := jobs_named(f"{name}fill")) and all(j.state == "RUNNING" for j in js) and len(js) == 4, 30,
+          "the fillers running")
+    daemon = in_process(tmp_path)
+    job = managed(f"{name}two", "-p", "big,v100", "-N2", "--gpus-per-node=4")
+    try:
+        def runs() -> object:
+            daemon.cycle()
+            time.sleep(0.5)
+            found = jobs_named(f"{name}two")
+            return found and found[0].state == "RUNNING" and found[0]
+
+        ran = until(runs, 40, "the two-partition job running")
+        nodes = set(expand(ran.nodes))
+        assert nodes <= parts["big"], nodes
+        with Store.open(daemon.db, create=False) as store:
+            (decision,) = [d for d in store.decisions() if d.job_id == job]
+        assert decision.action == "placed" and set(decision.nodes) == nodes
+    finally:
+        daemon.close()
+        cancel([job, *fillers])

@@ -21,11 +21,11 @@ def node(name: str, gpus: int = 8, gpu_type: str | None = None, features: tuple[
                      0, 512000, 0, features=frozenset(features), gpu_types=(gpu_type,) if gpu_type else (), **kw)
 
 
-def job(job_id: str = "1", **kw) -> SlurmJob:
+def job(job_id: str = "1", partition: str = "gpu", **kw) -> SlurmJob:
     fields = {"comment": "compass", "reason": "BeginTime", "eligible_time": int(NOW) + LEASE, **kw}
     if "gpus_per_job" not in fields and "gpus_per_node" not in fields:
         fields["gpus_per_node"] = 1
-    return SlurmJob(job_id, "alice", "PENDING", "gpu", **fields)
+    return SlurmJob(job_id, "alice", "PENDING", partition, **fields)
 
 
 #: three GPU types, 8- and 4-GPU nodes, under three leaf switches (a1-a4, h1-h4, v1-v4)
@@ -35,14 +35,16 @@ SITE = ([node(f"a{i}", 8, "a100", ("a100", "80gb")) for i in range(1, 5)]
 LEAVES = tuple(SlurmSwitch(f"leaf{k}", 0, tuple(f"{k}{i}" for i in range(1, 5))) for k in "ahv")
 
 
-def observe(jobs: list[SlurmJob], nodes: list[SlurmNode] = SITE, **topology):
-    state = SlurmState(tuple(nodes), tuple(jobs), (SlurmPartition("gpu", tuple(n.name for n in nodes)),), (),
-                       "24.11.1", NOW, **topology)
+def observe(jobs: list[SlurmJob], nodes: list[SlurmNode] = SITE, partitions: tuple[SlurmPartition, ...] = (),
+            **topology):
+    state = SlurmState(tuple(nodes), tuple(jobs), partitions or (SlurmPartition("gpu", tuple(n.name for n in nodes)),),
+                       (), "24.11.1", NOW, **topology)
     return Translator(state, lease=LEASE).observe()
 
 
-def eligible(j: SlurmJob, nodes: list[SlurmNode] = SITE, **topology) -> frozenset[str] | None:
-    obs = observe([j], nodes, **topology)
+def eligible(j: SlurmJob, nodes: list[SlurmNode] = SITE, partitions: tuple[SlurmPartition, ...] = (),
+             **topology) -> frozenset[str] | None:
+    obs = observe([j], nodes, partitions, **topology)
     assert not obs.left, obs.left
     (p,) = obs.pending
     return p.eligible
@@ -137,6 +139,41 @@ def test_a_job_waits_in_the_leaf_closest_to_room_when_none_has_it():
     # no leaf has two free 8-GPU nodes; leaves a and h each have one node with 4 free: the first of those, whole
     # (the engine sees which of its nodes are busy)
     assert eligible(job(num_nodes=2, gpus_per_node=8, switches=1), busy, switches=LEAVES) == {"a1", "a2", "a3", "a4"}
+
+
+#: three partitions: the a100 nodes, the 8-GPU nodes (a100 and h100), the v100 nodes
+PARTS = (SlurmPartition("a", ("a1", "a2", "a3", "a4")), SlurmPartition("big", tuple(f"{k}{i}" for k in "ah" for i in
+                                                                                    range(1, 5))),
+         SlurmPartition("v", ("v1", "v2", "v3", "v4")))
+
+
+def test_a_job_of_several_partitions_is_placed_within_one_of_them():
+    """Slurm runs a job in one of its partitions: a node list spanning two never starts."""
+    # one v100 node and a1 have 4 GPUs free each: best fit over both partitions would take those two
+    busy = [replace(n, gpus_used=4 if n.name == "a1" else n.gpus) if n.name[0] == "a" or n.name in ("v1", "v2", "v3")
+            else n for n in SITE]
+    j = job(partition="big,v", num_nodes=2, gpus_per_node=4)
+    # big has room (a1, h1-h4), v one node short: big (the engine sees which of its nodes are busy)
+    assert eligible(j, busy, PARTS) == {"a1", "a2", "a3", "a4", "h1", "h2", "h3", "h4"}
+    # with v free, v is the best fit (16 GPUs free against 36)
+    assert eligible(j, SITE, PARTS) == {"v1", "v2", "v3", "v4"}
+    # a partition holding the others' GPU nodes is no restriction; nor is one node
+    a, big = (frozenset(p.nodes) for p in PARTS[:2])
+    assert NodeSets().spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=[a, big, a]) is None
+    assert eligible(job(partition="big,v", gpus_per_node=4), busy, PARTS) is None
+    # with no partition of room, the one closest to it, where the job waits
+    full = [replace(n, gpus_used=n.gpus) if n.name != "a1" else replace(n, gpus_used=4) for n in SITE]
+    assert eligible(j, full, PARTS) == {"a1", "a2", "a3", "a4", "h1", "h2", "h3", "h4"}
+    # a job no one partition can ever hold is left to Slurm
+    obs = observe([job("9", partition="a,v", num_nodes=6, gpus_per_node=4)], SITE, PARTS)
+    assert "no node set holds 6 x 4 GPUs as one partition asks" in obs.left["9"]
+
+
+def test_one_partition_and_one_leaf_both():
+    busy = [replace(n, gpus_used=8) if n.name in ("h1", "h2", "h3") else n for n in SITE]
+    # big's leaves: a (32 free) and h (8); v's: 16 free. Under one switch, within one partition: v is the best fit
+    assert eligible(job(partition="big,v", num_nodes=2, gpus_per_node=4, switches=1), busy, PARTS,
+                    switches=LEAVES) == {"v1", "v2", "v3", "v4"}
 
 
 def test_blocks_keep_a_multi_node_job_in_one_block():
