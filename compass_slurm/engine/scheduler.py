@@ -254,11 +254,13 @@ class Scheduler:
                 heap = self._shortest[shape] = []
             heapq.heappush(heap, (self._estimate(entry), job.id))
 
-    def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None) -> None:
-        """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``."""
+    def adopt(self, job: Job, nodes: Sequence[str], start: float, limit: float | None = None,
+              eligible: Collection[str] | None = None) -> None:
+        """A job already running on ``nodes`` (instance i on nodes[i]) since ``start``; ``eligible``: the nodes it
+        may run on (None: any)."""
         if self.knows(job.id):
             raise EngineError(f"duplicate job id {job.id}")
-        self.policy.adopt(job, nodes)
+        self.policy.adopt(job, nodes, eligible)
         self._expect(job.id, start, limit)
 
     def expect(self, ends: Mapping[str, float | None]) -> None:

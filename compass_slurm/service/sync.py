@@ -91,7 +91,7 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
                                          f"not on {fmt(was.decision.gpus_per_node())} as decided")
             policy.remove(job_id)
         try:
-            policy.adopt(job, nodes)
+            policy.adopt(job, nodes, running[job_id].eligible)
         except EngineError as err:
             move(job_id, None)
             report.error("adopt", f"job {job_id}: {err}")
@@ -135,7 +135,7 @@ def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str
             continue
         if len(record.nodes) == p.job.instances and _ours(record, p.slurm):
             try:
-                policy.adopt(p.job, record.nodes)
+                policy.adopt(p.job, record.nodes, p.eligible)
             except EngineError as err:
                 log.warning("job %s: earlier decision not taken over: %s", p.job.id, err)
                 continue

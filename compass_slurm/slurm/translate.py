@@ -66,12 +66,14 @@ def node_available(node: SlurmNode, reserved: frozenset[str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """The GPUs a job holds on the engine's nodes; ``engine()`` makes instances of them (on demand: it costs)."""
+    """The GPUs a job holds on the engine's nodes; ``engine()`` makes instances of them (on demand: it costs).
+    ``eligible``: the nodes it may be moved to (None: any; see Translator.movable_to)."""
 
     slurm: SlurmJob
     alloc: Mapping[str, int]
     capacity: int
     migratable: str = "marker"
+    eligible: Eligible = None
 
     def engine(self) -> tuple[Job, tuple[str, ...]]:
         return observed(self.slurm, self.alloc, self.capacity, self.migratable)
@@ -159,6 +161,8 @@ class Translator:
         self.available = frozenset(n.name for n in self.nodes if n.available)
         self.nodesets = NodeSets.of(state, self.slurm_nodes)
         self._eligible: dict[object, Eligible] = {}
+        #: where running jobs may be moved, per what it depends on (see movable_to)
+        self._movable: dict[tuple[object, ...], Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: each partition's nodes as a set, made when first asked (a pinned job's own nodes are looked up in it)
@@ -269,7 +273,8 @@ class Translator:
             alloc = {n: c for n, c in alloc.items() if n in self.slurm_nodes}
         if not alloc:
             return RUNNING, None
-        return RUNNING, Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable)
+        eligible = self.movable_to(job, alloc) if job.may_migrate(self.migratable) else None
+        return RUNNING, Running(job, alloc, max(self.slurm_nodes[n].gpus for n in alloc), self.migratable, eligible)
 
     def _task(self, job: SlurmJob) -> Task:
         """A managed pending job's translation, as far as it depends on the job alone (made once: see observe)."""
@@ -330,6 +335,28 @@ class Translator:
                  if (node := self.slurm_nodes.get(n)) is not None
                  and (not job.gpu_type or node.gpu_type == job.gpu_type) and constraint.satisfied_by(node.features)),
                 default=0)
+        return found
+
+    def movable_to(self, job: SlurmJob, alloc: Iterable[str]) -> Eligible:
+        """Where a running job may be moved (None: any node): the nodes of the partition of its own that holds its
+        nodes (a job of several runs in one), of its GPU type and features, not excluded. Not its ReqNodeList: that
+        is where it runs, often the daemon's pin. Cached per what it depends on."""
+        home = next((p for p in self.partitions_of(job) if self._partition_nodes(p).issuperset(alloc)), None)
+        key = (home, job.gpu_type, job.constraint, job.excluded_nodes)
+        found = self._movable.get(key, UNSEEN)
+        if found is UNSEEN:
+            try:
+                constraint = parse_constraint(job.constraint)
+            except SlurmParseError:
+                constraint = None
+            if home is None or constraint is None:  # (its partitions changed since it started; a constraint the
+                return frozenset(alloc)             # daemon cannot read): where it runs
+            excluded = set(job.excluded_nodes)
+            names = {name for name in self._partition_nodes(home)
+                     if (node := self.slurm_nodes.get(name)) is not None and name not in excluded
+                     and (not job.gpu_type or node.gpu_type == job.gpu_type)
+                     and constraint.satisfied_by(node.features)}
+            found = self._movable[key] = None if names == self.slurm_nodes.keys() else frozenset(names)
         return found
 
     def _held_back(self, job: SlurmJob) -> str | None:

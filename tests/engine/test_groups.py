@@ -85,6 +85,20 @@ def test_a_job_confined_to_part_of_a_group_is_never_moved_outside_its_eligible_n
     policy.check()
 
 
+def test_an_adopted_job_is_confined_to_the_eligible_nodes_it_was_adopted_with():
+    """A daemon restarted, or Slurm starting a job elsewhere, adopts running jobs: their eligible nodes still hold."""
+    policy = make_policy("compass", [Node("n0", 8), Node("n1", 8)])
+    policy.adopt(Job("p0", 1, 1), ["n1"])
+    policy.adopt(Job("p1", 1, 1), ["n1"])
+    policy.adopt(Job("q", 1, 1), ["n0"], {"n0"})
+    assert policy.compact().moves == ()
+    # an eligible set that holds the whole group confines nothing
+    policy.remove("q")
+    policy.adopt(Job("r", 1, 1), ["n0"], {"n0", "n1"})
+    assert [(m.job, m.src, m.dst) for m in policy.compact().moves] == [("r", "n0", "n1")]
+    policy.check()
+
+
 # -- the bound per group, over random event streams on random mixed clusters ------------------------
 
 

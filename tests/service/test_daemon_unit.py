@@ -839,6 +839,28 @@ def test_compact_migrations_are_requeues_within_the_hourly_limit(tmp_path):
         assert [d.action for d in store.decisions(job="8")] == ["migrated"]
 
 
+def test_adopted_jobs_are_moved_only_to_nodes_with_what_they_asked_for(tmp_path):
+    """The daemon adopts every running job at its start: a job that asked for a feature (or a partition) over part
+    of its group is never requeued onto a node without it (Slurm would not start it there)."""
+    nvme = [replace(n, features=frozenset({"nvme"})) if n.name in ("n1", "n3") else n for n in nodes(3)]
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 7)]
+    jobs += [replace(running(str(i), {"n1": 1}, comment="compass:migratable"), constraint="nvme") for i in (7, 8)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, _ = daemon_for(cluster(nvme, jobs), tmp_path, policy="compass", migrations_per_hour=12)
+    daemon.cycle()
+    backend.state = cluster(nvme, jobs[6:])  # 7 and 8 stay on n1: n2 (the fuller pool node) lacks nvme
+    daemon.cycle()
+    assert not [c for c in backend.commands if c[1] == "requeuehold"]
+    # without the constraint, Compact drains n1 into n2
+    plain = [replace(j, constraint="") for j in jobs]
+    daemon, backend, _ = daemon_for(cluster(nvme, plain), tmp_path / "plain", policy="compass",
+                                    migrations_per_hour=12)
+    daemon.cycle()
+    backend.state = cluster(nvme, plain[6:])
+    daemon.cycle()
+    assert [c for c in backend.commands if c[1] == "requeuehold"] == [["scontrol", "requeuehold", "7,8"]]
+
+
 def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
     # "unlimited" is a budget of None all through the cycle: sync's Compact and the drain spend from it.
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]

@@ -203,3 +203,21 @@ def test_nodes_that_share_gpus_out_or_have_several_types_are_slurm_s():
     # a MIG profile is a GPU type of its own: a group of its own
     (p,) = observe([job(gpu_type="1g.10gb", gpus_per_node=2)], [migs, *SITE]).pending
     assert p.eligible == {"m2"}
+
+
+@pytest.mark.parametrize(("kw", "nodes"), [
+    ({}, None),                                                  # anywhere: no restriction
+    ({"constraint": "a100"}, "a1 a2 a3 a4"),
+    ({"constraint": "80gb", "excluded_nodes": ("a2", "h1")}, "a1 a3 a4 h2 h3 h4"),
+    ({"gpu_type": "a100"}, "a1 a2 a3 a4"),
+    ({"partition": "v,big"}, "a1 a2 a3 a4 h1 h2 h3 h4"),        # the partition it runs in
+    ({"constraint": "[a100|h100]"}, "a1"),                      # a constraint the daemon cannot read: where it is
+    ({"comment": "compass", "constraint": "a100"}, None),        # not movable: nothing to keep to
+])
+def test_a_running_job_may_be_moved_only_where_slurm_would_run_it(kw, nodes):
+    fields = {"comment": "compass:migratable", "nodes": ("a1",), "gpus_alloc": {"a1": 4}, "gpus_per_node": 4, **kw}
+    running = SlurmJob("5", "alice", "RUNNING", fields.pop("partition", "gpu"), **fields)
+    state = SlurmState(tuple(SITE), (running,), PARTS if "," in running.partition else
+                       (SlurmPartition("gpu", tuple(n.name for n in SITE)),), (), "24.11.1", NOW)
+    obs = Translator(state, lease=LEASE).observe()
+    assert obs.running["5"].eligible == (None if nodes is None else frozenset(nodes.split()))

@@ -119,8 +119,9 @@ class Policy(ABC):
         """
         return Compaction()
 
-    def adopt(self, job: Job, nodes: Sequence[str]) -> None:
-        """Record an allocation made elsewhere (``nodes[i]`` hosts instance i)."""
+    def adopt(self, job: Job, nodes: Sequence[str], eligible: Collection[str] | None = None) -> None:
+        """Record an allocation made elsewhere (``nodes[i]`` hosts instance i); ``eligible``: the nodes the job may
+        run on (None: any), to which a policy that moves jobs keeps it."""
         if len(nodes) != job.instances:
             raise EngineError(f"job {job.id}: {job.instances} instances but {len(nodes)} nodes given")
         c = self.cluster
@@ -128,7 +129,7 @@ class Policy(ABC):
         c.register(job)
         for k, i in enumerate(idx):
             c.add((job.id, k), i, allow_overcommit=True)
-        self._adopted(job, idx)
+        self._adopted(job, idx, self._allowed(eligible))
 
     def set_available(self, node: str, available: bool) -> None:
         i = self._indexes([node])[0]
@@ -188,8 +189,9 @@ class Policy(ABC):
         c.unregister(job_id)
         return ()
 
-    def _adopted(self, job: Job, nodes: list[int]) -> None:
-        """Hook for policies with structure beyond raw counts."""
+    def _adopted(self, job: Job, nodes: list[int], allowed: frozenset[int] | None) -> None:
+        """Hook for policies with structure beyond raw counts (``allowed``: the indexes of the job's eligible
+        nodes, None: any)."""
 
     def _availability_changed(self, i: int) -> None:
         """Hook for policies that index nodes themselves."""

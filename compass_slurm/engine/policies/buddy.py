@@ -151,7 +151,7 @@ class Buddy(GreedyPolicy):
             self._loose.discard(key)
         return super()._remove(job_id)
 
-    def _adopted(self, job: Job, nodes: list[int]) -> None:
+    def _adopted(self, job: Job, nodes: list[int], allowed: frozenset[int] | None) -> None:
         level = level_of(job.gpus)
         for k, i in enumerate(nodes):
             key = (job.id, k)

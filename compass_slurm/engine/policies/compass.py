@@ -164,9 +164,14 @@ class Compass(Policy):
             rule = BEST_FIT_RULE if job.migratable else PINNED_RULE
         else:
             rule = "; ".join(dict.fromkeys(r.value for r in rules))
-        if allowed is not None and len(allowed) < len(c) and not all(self._covered(allowed, i) for i in chosen):
-            self._confined[job.id] = allowed
+        self._confine(job.id, allowed, chosen)
         return Decision(job.id, self._names(chosen), job.gpus, rule, tuple(pulls))
+
+    def _confine(self, job_id: str, allowed: frozenset[int] | None, nodes: Iterable[int]) -> None:
+        """Keep a job's moves to ``allowed`` where that leaves out part of a group it runs in."""
+        if allowed is not None and len(allowed) < len(self.cluster) and not all(self._covered(allowed, i)
+                                                                                for i in nodes):
+            self._confined[job_id] = allowed
 
     def _covered(self, allowed: frozenset[int], i: int) -> bool:
         """Whether ``allowed`` holds every node of node i's group (moves within the group then keep to it)."""
@@ -355,10 +360,11 @@ class Compass(Policy):
         self._confined.pop(job_id, None)
         return ()
 
-    def _adopted(self, job: Job, nodes: list[int]) -> None:
+    def _adopted(self, job: Job, nodes: list[int], allowed: frozenset[int] | None) -> None:
         """Fit an observed allocation into the closest ABS state; what cannot fit is an extra."""
         for k, i in enumerate(nodes):
             self._attach((job.id, k), self._role_on(i, job.gpus))
+        self._confine(job.id, allowed, nodes)
 
     # -- Compact -------------------------------------------------------------------------------
 
