@@ -28,6 +28,8 @@ from ..cluster import ClusterState
 from ..model import Decision, EngineError, InstanceKey, Job, Migration, Node, NodeView, Placed
 
 _REGISTRY: dict[str, type["Policy"]] = {}
+#: eligible sets whose node indexes a policy keeps (a site has a few: one per partition, features, CPU/memory class)
+ALLOWED_KEPT = 64
 
 
 class Compaction(NamedTuple):
@@ -79,7 +81,8 @@ class Policy(ABC):
         if config:
             raise EngineError(f"policy {self.name}: unknown option(s) {', '.join(sorted(config))}")
         self.cluster = ClusterState(nodes)
-        self._last_allowed: tuple[frozenset[str], frozenset[int]] | None = None
+        #: id -> (an eligible frozenset asked about, its indexes): see _allowed
+        self._allowed_sets: dict[int, tuple[frozenset[str], frozenset[int]]] = {}
 
     # -- events ----------------------------------------------------------------------------
 
@@ -199,18 +202,21 @@ class Policy(ABC):
     # -- helpers ---------------------------------------------------------------------------
 
     def _allowed(self, eligible: Collection[str] | None) -> frozenset[int] | None:
-        """The indexes of ``eligible`` (None: every node). Kept for the last frozenset asked about: the daemon
-        hands the same object for every job with the same eligible nodes, thousands of names each (the parsers'
-        identity contract, slurm/translation_cache.py, tested in tests/slurm/test_job_identity.py); another
-        object with the same names only costs the indexes again."""
+        """The indexes of ``eligible`` (None: every node). Kept for the last ALLOWED_KEPT frozensets asked about:
+        the daemon hands the same object for every job with the same eligible nodes, thousands of names each (the
+        parsers' identity contract, slurm/translation_cache.py, tested in tests/slurm/test_job_identity.py), and
+        adopts running jobs of a few such sets in turn; another object with the same names only costs the indexes
+        again."""
         if eligible is None:
             return None
-        last = self._last_allowed
-        if last is not None and last[0] is eligible:
-            return last[1]
+        kept = self._allowed_sets.get(id(eligible))
+        if kept is not None and kept[0] is eligible:
+            return kept[1]
         allowed = frozenset(self._indexes(eligible))
         if isinstance(eligible, frozenset):  # immutable: the indexes stay right for as long as it lives
-            self._last_allowed = (eligible, allowed)
+            if len(self._allowed_sets) >= ALLOWED_KEPT:
+                self._allowed_sets.clear()
+            self._allowed_sets[id(eligible)] = (eligible, allowed)  # (kept alive with it: its id stays its own)
         return allowed
 
     def _indexes(self, names: Iterable[str]) -> list[int]:
