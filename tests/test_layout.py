@@ -28,7 +28,7 @@ def test_mixed_layout_reads_as_written():
         (4, 8, "a100", "leaf1"), (4, 8, "h100", "leaf2"), (4, 4, "v100", "leaf3")]
     assert layout.nodes == tuple(f"node{i:02d}" for i in range(1, 13))
     assert layout.partitions == (PartitionSpec("gpu", layout.nodes, default=True),
-                                 PartitionSpec("big", layout.nodes[:8]))
+                                 PartitionSpec("big", layout.nodes[:8]), PartitionSpec("v100", layout.nodes[8:]))
     assert layout.topology() == "tree"
 
 
@@ -245,7 +245,8 @@ def test_a_mixed_layout_writes_one_node_line_per_group_and_a_tree(script, tmp_pa
         f"NodeName=node[09-12] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 8}-{port + 11}] CPUs=32 "
         "RealMemory=256000 Gres=gpu:v100:4 Feature=v100,32gb State=UNKNOWN",
         "PartitionName=gpu Nodes=node[01-12] Default=YES MaxTime=INFINITE State=UP",
-        "PartitionName=big Nodes=node[01-08] Default=NO MaxTime=INFINITE State=UP"]
+        "PartitionName=big Nodes=node[01-08] Default=NO MaxTime=INFINITE State=UP",
+        "PartitionName=v100 Nodes=node[09-12] Default=NO MaxTime=INFINITE State=UP"]
     assert written["gres.conf"].splitlines() == [
         f"NodeName=node[01-04] Name=gpu Type=a100 File={tmp_path}/dev/nvidia[0-7]",
         f"NodeName=node[05-08] Name=gpu Type=h100 File={tmp_path}/dev/nvidia[0-7]",
