@@ -313,7 +313,7 @@ class Daemon:
             return report
         self.observation = obs
         now = self.clock()
-        policy, moves = self._sync(obs, report, now)
+        policy, moves = self._sync(obs, translator, report, now)
         # Only the leader changes jobs, each step only while its lease lasts; and not while the log and its spool
         # are full (see Recorder.may_change)
         if self.leadership.may_act() and self.recorder.may_change(report):
@@ -339,7 +339,8 @@ class Daemon:
             self.recorder.record(report)
         self.metrics.export(report, self.clock(), leads)
 
-    def _sync(self, obs: Observation, report: CycleReport, now: float) -> tuple[Policy, list[Migration]]:
+    def _sync(self, obs: Observation, translator: Translator, report: CycleReport,
+              now: float) -> tuple[Policy, list[Migration]]:
         """Mirror Slurm in the policy (rebuilt when the GPU nodes changed); returns it and Compact's moves."""
         policy = self.policy
         if self.note.unsure and self._log_back(obs):
@@ -351,7 +352,7 @@ class Daemon:
             self.rate.resize(len(obs.nodes))  # a per-node budget follows the GPU nodes managed
             requeued = list(self.book.in_state(JobState.REQUEUED).values())
             self.book.rebuilt()
-            refused = self._take_over(obs, policy, report, now)
+            refused = self._take_over(obs, translator, policy, report, now)
             # no job is left held: the requeued ones the take-over did not find again (this daemon no longer leads,
             # or has no log, or cannot read it), or cannot hold where logged, are released where they are
             dropped = [r.logged for r in requeued if self.book.state(r.id) is not JobState.REQUEUED] + refused
@@ -364,7 +365,8 @@ class Daemon:
         refused_pins(obs, self.book)
         return policy, moves
 
-    def _take_over(self, obs: Observation, policy: Policy, report: CycleReport, now: float) -> list[DecisionRecord]:
+    def _take_over(self, obs: Observation, translator: Translator, policy: Policy, report: CycleReport,
+                   now: float) -> list[DecisionRecord]:
         """Take over what the log says of the jobs Slurm has pending, running or requeue-held (see take_over and
         take_over_requeues), and log where the jobs of cycles cut short (a daemon killed while telling Slurm) run or
         ran when that is not where logged. Returns the records of the requeues it cannot take over, to release."""
@@ -387,9 +389,9 @@ class Daemon:
             self.rate.restore(self.recorder.migration_times(now - HOUR))
         except StoreError as err:
             log.warning("earlier decisions unreadable (%s): pending jobs are placed afresh", err.message)
-            return self._take_over_noted(policy, held, report)
+            return self._take_over_noted(policy, held, translator, report)
         self.note.unsure = []
-        requeued, refused = take_over_requeues(policy, self.book, held, records)
+        requeued, refused = take_over_requeues(policy, self.book, held, records, translator.movable_to)
         self._owed(held, self._noted()[0])
         for job_id in take_over(obs, policy, self.book,
                                 {j: records[j] for j in waiting if j in records and j not in requeued}, now):
@@ -398,7 +400,7 @@ class Daemon:
         report.decisions += ran_elsewhere(obs, policy, check, self._where(obs, [r.job_id for r in check]))
         return refused
 
-    def _take_over_noted(self, policy: Policy, held: Mapping[str, SlurmJob],
+    def _take_over_noted(self, policy: Policy, held: Mapping[str, SlurmJob], translator: Translator,
                          report: CycleReport) -> list[DecisionRecord]:
         """The log cannot be read: take over the requeues of the daemon's own note (requeue_note.py) as the log's
         would be. The held jobs it may have requeued that no note accounts for (there is none, or it cannot be read)
@@ -409,7 +411,7 @@ class Daemon:
         if noted is None:
             unsure = [j for j, job in held.items() if job.may_migrate(self.config.migratable)]
         else:
-            requeued, refused = take_over_requeues(policy, self.book, held, noted.requeues)
+            requeued, refused = take_over_requeues(policy, self.book, held, noted.requeues, translator.movable_to)
             owed = self._owed(held, noted)
             self.rate.restore(noted.spent)
             unsure = [j for j in noted.unsure if j in held and j not in requeued and j not in owed]

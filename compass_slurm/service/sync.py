@@ -11,13 +11,14 @@ into the JobBook (job_states.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import compress
 from operator import attrgetter, is_not
 
 from ..engine.model import Decision, EngineError, Job, Migration, Node
 from ..engine.policies.base import Policy
+from ..slurm.claims import Eligible
 from ..slurm.requests import adoption_order, id_order
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation
@@ -149,13 +150,16 @@ def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str
 
 
 def take_over_requeues(policy: Policy, book: JobBook, held: Mapping[str, SlurmJob],
-                       last: Mapping[str, DecisionRecord]) -> tuple[set[str], list[DecisionRecord]]:
+                       last: Mapping[str, DecisionRecord],
+                       movable_to: Callable[[SlurmJob, Iterable[str]], Eligible],
+                       ) -> tuple[set[str], list[DecisionRecord]]:
     """After a (re)start: the jobs an earlier daemon requeue-held to migrate them and did not re-pin and release.
 
     Slurm holds each of ``held`` (still completing, or pending again); one whose latest logged place (``last``) is
     its requeue's record is REQUEUED again, the policy holding it on the nodes logged (its request as logged), to
-    be re-pinned there and released as if this daemon had requeued it. Returns those taken over, and the records
-    of those the nodes logged cannot take now (the caller releases them where they are)."""
+    be re-pinned there and released as if this daemon had requeued it, kept to the nodes ``movable_to`` says when
+    moved again (Translator.movable_to). Returns those taken over, and the records of those the nodes logged cannot
+    take now (the caller releases them where they are)."""
     taken, refused = set(), []
     for job_id in sorted(held.keys() & last.keys(), key=id_order):
         record = last[job_id]
@@ -165,7 +169,7 @@ def take_over_requeues(policy: Policy, book: JobBook, held: Mapping[str, SlurmJo
         try:
             job = Job(job_id, raw["instances"], raw["gpus"], raw.get("migratable", True),
                       raw.get("distinct_nodes", False), record.user)
-            policy.adopt(job, record.nodes)
+            policy.adopt(job, record.nodes, movable_to(held[job_id], record.nodes))
         except (EngineError, KeyError) as err:
             log.warning("job %s: earlier requeue not taken over: %s", job_id, err)
             refused.append(record)

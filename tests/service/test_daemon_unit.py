@@ -137,7 +137,7 @@ def test_decide_returns_the_decisions_and_tells_slurm_nothing_actuate_tells_it(t
     translator = Translator(state, lease=daemon.config.lease)
     obs = translator.observe()
     report = CycleReport(1)
-    policy, moves = daemon._sync(obs, report, clock.now)
+    policy, moves = daemon._sync(obs, translator, report, clock.now)
     decided = daemon._decide(obs, translator, policy, report, clock.now)
     assert [(p.job.id, d.nodes) for p, d in decided.decisions] == [("10", ("n1",)), ("11", ("n2",))]
     assert [d.action for d in report.decisions] == ["placed", "placed"] and backend.commands == []
@@ -1199,6 +1199,33 @@ def test_a_daemon_restarted_between_the_requeue_and_the_re_pin_takes_the_requeue
     assert [argv for argv in backend.commands[1:] if "7" in argv[2]] == [update("7", "n2", 1, 1),
                                                                         ["scontrol", "release", "7"]]
     assert [(m.src, m.dst, m.status) for m in report.migrations if m.job_id == "7"] == [("n1", "n2", "done")]
+    fresh.close()
+
+
+def test_a_requeue_taken_over_keeps_the_job_to_the_nodes_with_what_it_asked_for(tmp_path):
+    """Job 7 (-C x: n1 and n2 have it, n3 not) requeued from n1 into n2; a daemon restarted before the re-pin takes
+    it over. Once n2 holds 7 alone and n3 is the fuller pool node, Compact would drain n2 into n3: not job 7."""
+    with_x = [replace(n, features=frozenset({"x"})) if n.name != "n3" else n for n in nodes(3)]
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]
+    jobs[6] = replace(jobs[6], constraint="x")
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    daemon, backend, _ = daemon_for(cluster(with_x, jobs), tmp_path, policy="compass", migrations_per_hour=12)
+    daemon.cycle()
+    backend.state = cluster(with_x, [jobs[6]] + jobs[8:])  # 7 stays on n1 (8 ends too)
+    daemon.cycle()
+    assert backend.commands == [["scontrol", "requeuehold", "7"]]
+    killed(daemon)
+    backend.state = cluster(with_x, [requeued(jobs[6]), *jobs[8:]])
+    clock = Clock()
+    fresh = Daemon(daemon.config, backend, daemon.db, clock=clock)
+    fresh.cycle()  # re-pinned to n2 and released
+    on_n3 = [running(str(i), {"n3": 1}, comment="compass:migratable") for i in range(20, 26)]
+    backend.state = cluster(with_x, [on(jobs[6], "n2"), *on_n3])  # 9-11 ended: 7 alone on n2
+    clock.now += 3601
+    fresh.cycle()
+    fresh.cycle()
+    assert [argv for argv in backend.commands if argv[1] == "requeuehold" and "7" in argv[2].split(",")] == [
+        ["scontrol", "requeuehold", "7"]]  # the first move only
     fresh.close()
 
 
