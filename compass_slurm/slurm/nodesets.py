@@ -4,8 +4,8 @@ These are not properties of one node, so no eligible set expresses them. The dae
 honours them by choosing, each cycle, one node set that satisfies them and has room,
 and handing the policy the job's eligible nodes within it:
 
-- ``--contiguous``: a window of consecutive nodes in Slurm's node order, as many as the
-  job has instances, each instance on its own node (a job whose instances may share a
+- ``--contiguous``: a window of consecutive nodes in Slurm's node order (of all its nodes,
+  those without GPUs too), as many as the job has instances, each instance on its own node (a job whose instances may share a
   node could use a subset of a window that is not consecutive: left to Slurm);
 - ``--switches=N`` under topology/tree: the nodes under N leaf switches (any N of them;
   with more leaves than that, the combinations are tried when there are few);
@@ -61,12 +61,12 @@ class NodeSets:
 
     @classmethod
     def of(cls, state: SlurmState, names: Iterable[str]) -> NodeSets:
-        """Of the nodes ``names`` (the engine's), in Slurm's order."""
+        """Of the nodes ``names`` (the engine's). The order is every node's, Slurm's: a node the engine does not
+        place on (no GPUs, another partition) still breaks a window of consecutive nodes."""
         wanted = set(names)
         leaves = tuple(frozenset(s.nodes) & wanted for s in state.switches if s.level == 0)
         blocks = tuple(frozenset(b.nodes) & wanted for b in state.blocks)
-        return cls(tuple(n.name for n in state.nodes if n.name in wanted), tuple(filter(None, leaves)),
-                   tuple(filter(None, blocks)))
+        return cls(tuple(n.name for n in state.nodes), tuple(filter(None, leaves)), tuple(filter(None, blocks)))
 
     def spread(self, instances: int, whole: bool, contiguous: bool, switches: int, segment: int,
                partitions: Iterable[frozenset[str]] = ()) -> Spread | None:

@@ -117,6 +117,15 @@ def test_contiguous_takes_consecutive_nodes_in_slurm_s_order_with_room():
     assert eligible(job(num_nodes=3, gpus_per_node=4, contiguous=True, gpu_type="v100"), busy) == {"v1", "v2", "v3"}
 
 
+def test_a_node_the_daemon_does_not_place_on_breaks_a_window():
+    """A CPU node (or one of an unmanaged partition) between two GPU nodes: Slurm counts it in its node order."""
+    cpu = replace(node("c1", 0), gpu_types=())
+    order = [*SITE[:2], cpu, *SITE[2:]]  # a1 a2 c1 a3 a4 ...
+    busy = [replace(n, gpus_used=8) if n.name == "a1" else n for n in order]
+    # a2-a3 would be the first window of room among the GPU nodes alone
+    assert eligible(job(num_nodes=2, gpus_per_node=8, contiguous=True, constraint="a100"), busy) == {"a3", "a4"}
+
+
 def test_switches_keep_a_multi_node_job_under_one_leaf_best_fit():
     busy = [replace(n, gpus_used=4) if n.name in ("a1", "h1", "h2") else n for n in SITE]
     j = job(num_nodes=2, gpus_per_node=4, switches=1)
