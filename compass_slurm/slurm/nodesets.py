@@ -4,9 +4,10 @@ These are not properties of one node, so no eligible set expresses them. The dae
 honours them by choosing, each cycle, one node set that satisfies them and has room,
 and handing the policy the job's eligible nodes within it:
 
-- ``--contiguous``: a window of consecutive nodes in Slurm's node order (of all its nodes,
-  those without GPUs too), as many as the job has instances, each instance on its own node (a job whose instances may share a
-  node could use a subset of a window that is not consecutive: left to Slurm);
+- ``--contiguous``: a window of consecutive nodes in Slurm's order of all its nodes (those
+  without GPUs too), as many as the job has instances, each instance on its own node (a
+  job whose instances may share a node could use a subset of a window that is not
+  consecutive: left to Slurm);
 - ``--switches=N`` under topology/tree: the nodes under N leaf switches (any N of them;
   with more leaves than that, the combinations are tried when there are few);
 - topology/block: the nodes of one base block (Slurm would also accept some larger
@@ -42,22 +43,24 @@ class Unhonoured(ValueError):
 @dataclass(frozen=True, slots=True)
 class Spread:
     """What a job asks of its set of nodes: a window of ``contiguous`` consecutive nodes (0: none), nodes under at
-    most ``switches`` leaf switches (0: any), within one block (``block``), within one of ``partitions`` (the node
-    sets of its partitions; empty: any)."""
+    most ``switches`` leaf switches (0: any), within one block (``block``), within one of ``partitions`` (names;
+    empty: any)."""
 
     contiguous: int = 0
     switches: int = 0
     block: bool = False
-    partitions: tuple[frozenset[str], ...] = ()
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class NodeSets:
-    """The cluster's node order and topology, as far as a job's set of nodes may depend on them."""
+    """The cluster's node order, topology and partitions (their engine nodes, by name), as far as a job's set of
+    nodes may depend on them."""
 
     order: tuple[str, ...] = ()
     leaves: tuple[frozenset[str], ...] = ()
     blocks: tuple[frozenset[str], ...] = ()
+    partitions: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @classmethod
     def of(cls, state: SlurmState, names: Iterable[str]) -> NodeSets:
@@ -66,13 +69,15 @@ class NodeSets:
         wanted = set(names)
         leaves = tuple(frozenset(s.nodes) & wanted for s in state.switches if s.level == 0)
         blocks = tuple(frozenset(b.nodes) & wanted for b in state.blocks)
-        return cls(tuple(n.name for n in state.nodes), tuple(filter(None, leaves)), tuple(filter(None, blocks)))
+        partitions = tuple((p.name, frozenset(p.nodes) & wanted) for p in state.partitions)
+        return cls(tuple(n.name for n in state.nodes), tuple(filter(None, leaves)), tuple(filter(None, blocks)),
+                   partitions)
 
     def spread(self, instances: int, whole: bool, contiguous: bool, switches: int, segment: int,
-               partitions: Iterable[frozenset[str]] = ()) -> Spread | None:
+               partitions: Iterable[str] = ()) -> Spread | None:
         """The Spread a job of ``instances`` instances asks for (None: any nodes will do). ``whole``: each instance
-        has a node of its own; ``partitions``: the GPU nodes of each of the job's partitions. Raises Unhonoured for
-        what the daemon leaves to Slurm."""
+        has a node of its own; ``partitions``: the job's partitions. Raises Unhonoured for what the daemon leaves to
+        Slurm."""
         if instances <= 1:
             return None  # one node is consecutive, under one switch, in one block
         if segment:
@@ -83,8 +88,20 @@ class NodeSets:
             raise Unhonoured(f"--switches={switches} over {len(self.leaves)} leaf switches is left to Slurm")
         spread = Spread(instances if contiguous else 0,
                         switches if self.leaves and len(self.leaves) > switches else 0, bool(self.blocks),
-                        _widest(partitions))
+                        self._widest(partitions))
         return spread if spread != Spread() else None
+
+    def _nodes_of(self, partition: str) -> frozenset[str]:
+        return next((nodes for name, nodes in self.partitions if name == partition), frozenset())
+
+    def _widest(self, partitions: Iterable[str]) -> tuple[str, ...]:
+        """Those of ``partitions`` (in their order) whose nodes no other one's hold, one of equals; none where one
+        holds all the others'."""
+        sets: dict[frozenset[str], str] = {}
+        for name in partitions:
+            sets.setdefault(self._nodes_of(name), name)
+        widest = tuple(name for nodes, name in sets.items() if nodes and not any(nodes < wider for wider in sets))
+        return widest if len(widest) > 1 else ()
 
     def candidates(self, spread: Spread) -> Iterable[frozenset[str]]:
         """Every node set that satisfies ``spread``."""
@@ -94,8 +111,9 @@ class NodeSets:
         elif spread.block:
             bases = self.blocks
         if spread.partitions:
-            bases = spread.partitions if bases is None else \
-                dict.fromkeys(s for base in bases for part in spread.partitions if (s := base & part))
+            parts = [self._nodes_of(name) for name in spread.partitions]
+            bases = parts if bases is None else dict.fromkeys(
+                both for base in bases for part in parts if (both := base & part))
         if not spread.contiguous:
             yield from bases or ()
             return
@@ -135,13 +153,6 @@ def fits(nodes: Iterable[str], gpus_of: Mapping[str, int], instances: int, gpus:
     if distinct:
         return sum(1 for n in nodes if gpus_of.get(n, 0) >= gpus) >= instances
     return sum(gpus_of.get(n, 0) // gpus for n in nodes) >= instances
-
-
-def _widest(partitions: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
-    """The node sets of ``partitions`` (in their order) that no other one holds; none where one holds all."""
-    sets = list(dict.fromkeys(filter(None, partitions)))
-    widest = tuple(nodes for nodes in sets if not any(nodes < wider for wider in sets))
-    return widest if len(widest) > 1 else ()
 
 
 def _describe(spread: Spread) -> str:

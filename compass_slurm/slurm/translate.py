@@ -297,11 +297,8 @@ class Translator:
                                               f"instances")
         else:
             try:
-                parts = self.partitions_of(job)
                 sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,
-                                            job.contiguous, job.switches, job.segment,
-                                            (self._partition_nodes(p).intersection(self.slurm_nodes) for p in parts)
-                                            if len(parts) > 1 else ())
+                                            job.contiguous, job.switches, job.segment, self.partitions_of(job))
             except Unhonoured as err:
                 left = str(err)
             prefer = _preference(job.prefer)

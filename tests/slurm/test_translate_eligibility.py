@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from compass_slurm.slurm.nodesets import NodeSets, Unhonoured
+from compass_slurm.slurm.nodesets import NodeSets, Spread, Unhonoured
 from compass_slurm.slurm.state import SlurmBlock, SlurmJob, SlurmNode, SlurmPartition, SlurmState, SlurmSwitch
 from compass_slurm.slurm.translate import Translator, engines
 
@@ -167,8 +167,10 @@ def test_a_job_of_several_partitions_is_placed_within_one_of_them():
     # with v free, v is the best fit (16 GPUs free against 36)
     assert eligible(j, SITE, PARTS) == {"v1", "v2", "v3", "v4"}
     # a partition holding the others' GPU nodes is no restriction; nor is one node
-    a, big = (frozenset(p.nodes) for p in PARTS[:2])
-    assert NodeSets().spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=[a, big, a]) is None
+    sets = NodeSets(partitions=tuple((p.name, frozenset(p.nodes)) for p in PARTS))
+    assert sets.spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["a", "big", "a"]) is None
+    assert sets.spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["v", "a", "big"]) == \
+        Spread(partitions=("v", "big"))
     assert eligible(job(partition="big,v", gpus_per_node=4), busy, PARTS) is None
     # with no partition of room, the one closest to it, where the job waits
     full = [replace(n, gpus_used=n.gpus) if n.name != "a1" else replace(n, gpus_used=4) for n in SITE]
