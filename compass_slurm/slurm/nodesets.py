@@ -35,6 +35,13 @@ from .state import SlurmState
 #: at most this many combinations of leaf switches are tried for one ``--switches=N`` job
 MAX_COMBINATIONS = 256
 
+#: a partition's nodes, by its name
+NodesOf = Callable[[str], frozenset[str]]
+
+
+def _no_partitions(partition: str) -> frozenset[str]:
+    raise AssertionError(f"partition {partition} asked of a caller that named none")
+
 
 class Unhonoured(ValueError):
     """A request on the set of nodes the daemon cannot honour exactly; the message says which."""
@@ -54,13 +61,12 @@ class Spread:
 
 @dataclass(frozen=True, slots=True)
 class NodeSets:
-    """The cluster's node order, topology and partitions (their engine nodes, by name), as far as a job's set of
-    nodes may depend on them."""
+    """The cluster's node order and topology, as far as a job's set of nodes may depend on them. A job's partitions
+    come by name; ``nodes_of`` gives a partition's nodes (made by the caller when first asked: most jobs have one)."""
 
     order: tuple[str, ...] = ()
     leaves: tuple[frozenset[str], ...] = ()
     blocks: tuple[frozenset[str], ...] = ()
-    partitions: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @classmethod
     def of(cls, state: SlurmState, names: Iterable[str]) -> NodeSets:
@@ -69,12 +75,10 @@ class NodeSets:
         wanted = set(names)
         leaves = tuple(frozenset(s.nodes) & wanted for s in state.switches if s.level == 0)
         blocks = tuple(frozenset(b.nodes) & wanted for b in state.blocks)
-        partitions = tuple((p.name, frozenset(p.nodes) & wanted) for p in state.partitions)
-        return cls(tuple(n.name for n in state.nodes), tuple(filter(None, leaves)), tuple(filter(None, blocks)),
-                   partitions)
+        return cls(tuple(n.name for n in state.nodes), tuple(filter(None, leaves)), tuple(filter(None, blocks)))
 
     def spread(self, instances: int, whole: bool, contiguous: bool, switches: int, segment: int,
-               partitions: Iterable[str] = ()) -> Spread | None:
+               partitions: Iterable[str] = (), nodes_of: NodesOf = _no_partitions) -> Spread | None:
         """The Spread a job of ``instances`` instances asks for (None: any nodes will do). ``whole``: each instance
         has a node of its own; ``partitions``: the job's partitions. Raises Unhonoured for what the daemon leaves to
         Slurm."""
@@ -88,22 +92,10 @@ class NodeSets:
             raise Unhonoured(f"--switches={switches} over {len(self.leaves)} leaf switches is left to Slurm")
         spread = Spread(instances if contiguous else 0,
                         switches if self.leaves and len(self.leaves) > switches else 0, bool(self.blocks),
-                        self._widest(partitions))
+                        _widest(partitions, nodes_of))
         return spread if spread != Spread() else None
 
-    def _nodes_of(self, partition: str) -> frozenset[str]:
-        return next((nodes for name, nodes in self.partitions if name == partition), frozenset())
-
-    def _widest(self, partitions: Iterable[str]) -> tuple[str, ...]:
-        """Those of ``partitions`` (in their order) whose nodes no other one's hold, one of equals; none where one
-        holds all the others'."""
-        sets: dict[frozenset[str], str] = {}
-        for name in partitions:
-            sets.setdefault(self._nodes_of(name), name)
-        widest = tuple(name for nodes, name in sets.items() if nodes and not any(nodes < wider for wider in sets))
-        return widest if len(widest) > 1 else ()
-
-    def candidates(self, spread: Spread) -> Iterable[frozenset[str]]:
+    def candidates(self, spread: Spread, nodes_of: NodesOf = _no_partitions) -> Iterable[frozenset[str]]:
         """Every node set that satisfies ``spread``."""
         bases: Iterable[frozenset[str]] | None = None  # None: any nodes
         if spread.switches:
@@ -111,7 +103,7 @@ class NodeSets:
         elif spread.block:
             bases = self.blocks
         if spread.partitions:
-            parts = [self._nodes_of(name) for name in spread.partitions]
+            parts = [nodes_of(name) for name in spread.partitions]
             bases = parts if bases is None else dict.fromkeys(
                 both for base in bases for part in parts if (both := base & part))
         if not spread.contiguous:
@@ -125,13 +117,14 @@ class NodeSets:
                 yield window
 
     def choose(self, spread: Spread, usable: Callable[[frozenset[str]], frozenset[str]], free: Mapping[str, int],
-               capacity: Mapping[str, int], instances: int, gpus: int, distinct: bool) -> frozenset[str]:
+               capacity: Mapping[str, int], instances: int, gpus: int, distinct: bool,
+               nodes_of: NodesOf = _no_partitions) -> frozenset[str]:
         """The node set for a job of ``instances`` x ``gpus``: of the sets with room now (``free`` GPUs per node
         among the ``usable`` of each set), the one with the fewest free GPUs; else of those that could hold it
         empty (``capacity``), the one with the most free GPUs. Raises Unhonoured when no set ever could."""
         best: tuple[int, frozenset[str]] | None = None
         closest: tuple[int, frozenset[str]] | None = None
-        for candidate in self.candidates(spread):
+        for candidate in self.candidates(spread, nodes_of):
             nodes = usable(candidate)
             if not fits(nodes, capacity, instances, gpus, distinct):
                 continue
@@ -153,6 +146,16 @@ def fits(nodes: Iterable[str], gpus_of: Mapping[str, int], instances: int, gpus:
     if distinct:
         return sum(1 for n in nodes if gpus_of.get(n, 0) >= gpus) >= instances
     return sum(gpus_of.get(n, 0) // gpus for n in nodes) >= instances
+
+
+def _widest(partitions: Iterable[str], nodes_of: NodesOf) -> tuple[str, ...]:
+    """Those of ``partitions`` (in their order) whose nodes no other one's hold, one of equals; none where one holds
+    all the others'."""
+    sets: dict[frozenset[str], str] = {}
+    for name in partitions:
+        sets.setdefault(nodes_of(name), name)
+    widest = tuple(name for nodes, name in sets.items() if nodes and not any(nodes < wider for wider in sets))
+    return widest if len(widest) > 1 else ()
 
 
 def _describe(spread: Spread) -> str:

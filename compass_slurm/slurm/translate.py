@@ -165,7 +165,8 @@ class Translator:
         self._movable: dict[tuple[object, ...], Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], int] = {}
         self._managed_partitions: dict[str, list[str]] = {}
-        #: each partition's nodes as a set, made when first asked (a pinned job's own nodes are looked up in it)
+        #: each partition's engine nodes as a set, made when first asked (a pinned job's own nodes are looked up in
+        #: it; a job of several partitions is placed within one; a running job moves within its own)
         self._partition_sets: dict[str, frozenset[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
         self.known.begin((tuple(self.partitions.items()),
@@ -298,7 +299,8 @@ class Translator:
         else:
             try:
                 sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,
-                                            job.contiguous, job.switches, job.segment, self.partitions_of(job))
+                                            job.contiguous, job.switches, job.segment, self.partitions_of(job),
+                                            self._partition_nodes)
             except Unhonoured as err:
                 left = str(err)
             prefer = _preference(job.prefer)
@@ -339,20 +341,13 @@ class Translator:
         nodes (a job of several runs in one), of its GPU type and features, not excluded. Not its ReqNodeList: that
         is where it runs, often the daemon's pin. Cached per what it depends on."""
         home = next((p for p in self.partitions_of(job) if self._partition_nodes(p).issuperset(alloc)), None)
+        if home is None or not _readable(job):  # (its partitions changed since it started; a constraint the daemon
+            return frozenset(alloc)             # cannot read): where it runs
         key = (home, job.gpu_type, job.constraint, job.excluded_nodes)
         found = self._movable.get(key, UNSEEN)
         if found is UNSEEN:
-            try:
-                constraint = parse_constraint(job.constraint)
-            except SlurmParseError:
-                constraint = None
-            if home is None or constraint is None:  # (its partitions changed since it started; a constraint the
-                return frozenset(alloc)             # daemon cannot read): where it runs
             excluded = set(job.excluded_nodes)
-            names = {name for name in self._partition_nodes(home)
-                     if (node := self.slurm_nodes.get(name)) is not None and name not in excluded
-                     and (not job.gpu_type or node.gpu_type == job.gpu_type)
-                     and constraint.satisfied_by(node.features)}
+            names = {name for name in self._partition_nodes(home) if name not in excluded and self.satisfies(job, name)}
             found = self._movable[key] = None if names == self.slurm_nodes.keys() else frozenset(names)
         return found
 
@@ -408,7 +403,8 @@ class Translator:
     def _partition_nodes(self, partition: str) -> frozenset[str]:
         found = self._partition_sets.get(partition)
         if found is None:
-            found = self._partition_sets[partition] = frozenset(self.partitions[partition])
+            found = self._partition_sets[partition] = frozenset(self.partitions[partition]).intersection(
+                self.slurm_nodes)
         return found
 
     def _eligible_names(self, job: SlurmJob, cpus: int, memory: int, own: Claim,
@@ -463,7 +459,7 @@ class Translator:
             else:
                 try:
                     nodes = self.nodesets.choose(facts.sets, pool.intersection, free, self._gpus, req.instances,
-                                                 req.gpus, req.distinct_nodes)
+                                                 req.gpus, req.distinct_nodes, self._partition_nodes)
                 except Unhonoured:
                     if pool is base:
                         raise
@@ -488,6 +484,15 @@ def engines(node: SlurmNode) -> bool:
     more than one kind: no one capacity stands for them), nor on more GPUs than it takes (MAX_NODE_GPUS: no real
     node's). Slurm places every job there."""
     return not node.shards and len(node.gpu_types) <= 1 and node.gpus <= MAX_NODE_GPUS
+
+
+def _readable(job: SlurmJob) -> bool:
+    """Whether the daemon can read the job's constraint."""
+    try:
+        parse_constraint(job.constraint)
+    except SlurmParseError:
+        return False
+    return True
 
 
 def _constraint(job: SlurmJob) -> Constraint:

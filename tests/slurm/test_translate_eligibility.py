@@ -167,10 +167,11 @@ def test_a_job_of_several_partitions_is_placed_within_one_of_them():
     # with v free, v is the best fit (16 GPUs free against 36)
     assert eligible(j, SITE, PARTS) == {"v1", "v2", "v3", "v4"}
     # a partition holding the others' GPU nodes is no restriction; nor is one node
-    sets = NodeSets(partitions=tuple((p.name, frozenset(p.nodes)) for p in PARTS))
-    assert sets.spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["a", "big", "a"]) is None
-    assert sets.spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["v", "a", "big"]) == \
-        Spread(partitions=("v", "big"))
+    nodes_of = {p.name: frozenset(p.nodes) for p in PARTS}.__getitem__
+    assert NodeSets().spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["a", "big", "a"],
+                             nodes_of=nodes_of) is None
+    assert NodeSets().spread(2, whole=True, contiguous=False, switches=0, segment=0, partitions=["v", "a", "big"],
+                             nodes_of=nodes_of) == Spread(partitions=("v", "big"))
     assert eligible(job(partition="big,v", gpus_per_node=4), busy, PARTS) is None
     # with no partition of room, the one closest to it, where the job waits
     full = [replace(n, gpus_used=n.gpus) if n.name != "a1" else replace(n, gpus_used=4) for n in SITE]
