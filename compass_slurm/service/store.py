@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -425,8 +425,9 @@ class _Record:
     def of_row(cls: type[_R], row: Mapping[str, Any]) -> _R:
         """The record of a row read, each value of its column's kind; raises BadValue naming the first that is not
         (a row changed outside compass)."""
+        checks = _checks(cls.table)
         for name, value in row.items():
-            problem = _wrong(cls.table.c[name], value)
+            problem = checks[name](value)
             if problem is not None:
                 shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
                 raise BadValue(f"{name} {shown} {problem}")
@@ -450,32 +451,53 @@ _R = TypeVar("_R", bound=_Record)
 #: the JSON columns that hold counts by name
 _COUNTS = frozenset({"gpus_per_node", "actions"})
 
+#: what is wrong with a value read (None: nothing)
+Check = Callable[[Any], str | None]
 
-def _wrong(column: Column, value: Any) -> str | None:
-    """What is wrong with ``value`` as read from ``column`` (None: nothing). SQLite keeps any value in any column,
-    and its JSON is text: a hand-made change reads back as whatever it wrote."""
-    kind = column.type
+
+def _must(test: Callable[[Any], bool], problem: str) -> Check:
+    return lambda value: None if test(value) else problem
+
+
+def _json_object(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "is not a JSON object"
+
+
+def _counts(value: Any) -> str | None:
+    return _json_object(value) or (None if all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+                                   else "is not whole numbers by name")
+
+
+#: what is wrong with a value read, by column kind (the first that the column's type is)
+_KINDS: tuple[tuple[type, Check], ...] = (
+    (JsonTuple, _must(lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v), "is not a list of names")),
+    (JSON, _json_object),
+    (Boolean, _must(lambda v: isinstance(v, (bool, int)), "is not true or false")),
+    (Integer, _must(lambda v: isinstance(v, int) and not isinstance(v, bool), "is not a whole number")),
+    (Double, _must(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "is not a number")),
+    (String, _must(lambda v: isinstance(v, str), "is not text")),
+)
+
+
+@cache
+def _checks(table: Table) -> dict[str, Check]:
+    """Per column of ``table``, what is wrong with a value read from it (None: nothing), worked out once per table.
+    SQLite keeps any value in any column, and its JSON is text: a hand-made change reads back as whatever it wrote.
+    Times and node lists: their types check them as they read."""
+    out = {}
+    for column in table.c:
+        check = _counts if column.name in _COUNTS else next((c for kind, c in _KINDS if isinstance(column.type, kind)),
+                                                            None)
+        out[column.name] = partial(_wrong, check, column.nullable or column.primary_key)
+    return out
+
+
+def _wrong(check: Check | None, nullable: bool, value: Any) -> str | None:
     if value is None:
-        return None if column.nullable or column.primary_key else "is empty"
+        return None if nullable else "is empty"
     if isinstance(value, NotJson):
         return "is not JSON"
-    if isinstance(kind, JsonTuple):
-        return None if isinstance(value, tuple) and all(isinstance(v, str) for v in value) else "is not a list of names"
-    if isinstance(kind, JSON):
-        if not isinstance(value, dict):
-            return "is not a JSON object"
-        if column.name in _COUNTS and not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
-            return "is not whole numbers by name"
-        return None
-    if isinstance(kind, Boolean):
-        return None if isinstance(value, (bool, int)) else "is not true or false"
-    if isinstance(kind, Integer):
-        return None if isinstance(value, int) and not isinstance(value, bool) else "is not a whole number"
-    if isinstance(kind, Double):
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "is not a number"
-    if isinstance(kind, String):
-        return None if isinstance(value, str) else "is not text"
-    return None  # times and node lists: their types check them as they read
+    return None if check is None else check(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,8 +743,8 @@ def _engine(raw: str) -> tuple[Engine, str, Path | None]:
     try:
         if parsed.get_backend_name() == "sqlite":
             # An in-memory SQLite database lives in one connection; share it.
-            return (create_engine(parsed, poolclass=StaticPool, json_deserializer=_read_json) if path is None
-                    else create_engine(parsed, json_deserializer=_read_json)), name, path
+            shared = {"poolclass": StaticPool} if path is None else {}
+            return create_engine(parsed, json_deserializer=_read_json, **shared), name, path
         # A server closes idle connections (MySQL after wait_timeout, 8 h): test each before use, renew hourly.
         return create_engine(parsed, pool_pre_ping=True, pool_recycle=3600, connect_args=_connect_args(parsed),
                              json_deserializer=_read_json), name, None
