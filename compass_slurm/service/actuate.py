@@ -23,6 +23,7 @@ from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
 from ..slurm.backend import (Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, restore_argv,
+                             unpin_argv,
                              update_argv)
 from ..slurm.errors import SlurmError
 from ..slurm.requests import id_order
@@ -231,6 +232,28 @@ class Actuator:
                 recorder.refused(_failed(record, "the daemon stopped before it was re-pinned"))
         book.forget_many([r.job_id for r in records])
         return [r for r in records if r.job_id in refused]
+
+    def let_go(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
+        """A daemon stopping with no standby to take its pins over lets go of the pending jobs it pinned, so that none
+        waits on nodes no daemon re-plans: each one's node list cleared and the request its pin changed put back
+        (``unpin_argv``; where Slurm will not take the request back, the node list alone), logged ``left``. Slurm
+        starts each as it would have, once its lease (if it has one) runs out; one that started meanwhile runs on.
+        A job re-pinned by a migration whose release is owed stays held there, for the next daemon to take over."""
+        pinned = sorted((book.placed.keys() | book.pinned().keys()) - book.release_due, key=id_order)
+        if not pinned:
+            return
+        results = dict(zip(pinned, self.backend.scontrol_lines([unpin_argv(j, book.asked(j)) for j in pinned])))
+        again = [j for j, result in results.items() if result is not None and book.asked(j) is not None]
+        if again:
+            results.update(zip(again, self.backend.scontrol_lines([unpin_argv(j, None) for j in again])))
+        why = "the daemon stopped: its pin lifted, left to Slurm"
+        for job_id, result in results.items():
+            if result is not None:  # (most often: Slurm started it since the last read)
+                log.debug("job %s kept its pin: %s", job_id, result)
+                continue
+            report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
+            log.info("job %s left to Slurm: %s", job_id, why)
+        book.forget_many(pinned)
 
     def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);

@@ -189,6 +189,7 @@ class Daemon:
             self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
             self.pokes = 0
         pruner.close()
+        self.let_go()
         self.close()
 
     def _wait(self, interval: float, earliest: float = 0.0) -> None:
@@ -271,6 +272,18 @@ class Daemon:
     def shutdown(self) -> None:
         self.stop.set()
         self.wake.set()
+
+    def let_go(self) -> None:
+        """A daemon that stops running (not after one ``--once`` cycle) lets go of its pins while it leads and no
+        standby is there to take them over as its own: a pin does not expire, and one left on a job no daemon
+        re-plans ties it to nodes that may never free (see Actuator.let_go)."""
+        obs, leadership = self.observation, self.leadership
+        if obs is None or not leadership.alone or not leadership.may_act(renew=False):
+            return
+        report = CycleReport(self.cycles + 1)
+        self.actuator.let_go(obs, self.book, report, self.policy.name if self.policy else self.config.policy)
+        if report.decisions:
+            self.recorder.record(report)
 
     def close(self) -> None:
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,

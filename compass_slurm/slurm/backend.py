@@ -124,6 +124,14 @@ def restore_argv(job_id: str, asked: Asked) -> list[str]:
     return ["scontrol", "update", f"JobId={names.job_id(job_id)}", *asked.argv()]
 
 
+def unpin_argv(job_id: str, asked: Asked | None) -> list[str]:
+    """``scontrol update JobId=J ReqNodeList= [NumNodes=.. TresPer..=]``: a pending job let go, its node list cleared
+    and the request its pin changed put back, in one update. A job that started meanwhile refuses it whole:
+    slurmctld takes the node list before the GPUs and the node count (job_mgr.c ``_update_job``, 22.05 to 26.05) and
+    refuses an empty one for a running job, which ``NumNodes`` alone would shrink."""
+    return ["scontrol", "update", f"JobId={names.job_id(job_id)}", "ReqNodeList=", *(asked.argv() if asked else ())]
+
+
 def leave_argv(job_ids: Sequence[str], unpin: bool) -> list[str]:
     """``scontrol update JobId=A,B,.. [ReqNodeList=] StartTime=now``: jobs the daemon leaves to Slurm start as they
     would without it, its lease lifted (and, with ``unpin``, the node list it set cleared: Slurm refused it).

@@ -529,3 +529,43 @@ def test_the_look_between_cycles_sees_a_new_managed_job_and_one_that_ended(idle_
     assert served == ({"REQUEST_JOB_INFO": 0, "REQUEST_JOB_STATE": 1} if not look.comments else
                       {"REQUEST_JOB_INFO": 1, "REQUEST_JOB_STATE": 0})
     assert look.comments == (backend.version() < "24.11")
+
+
+def test_a_stopping_daemon_lets_go_of_a_pin_slurm_holds_and_never_shrinks_a_job_started_since(idle_cluster,
+                                                                                             tmp_path):
+    """A maintenance reservation in 30 minutes, made while the jobs wait out their leases: Slurm takes the pin of a
+    2-hour job and does not start it, and starts a 5-minute one. The daemon stops with both still placed in its
+    book: the held job's pin is cleared and its request put back (--gpus=12, not the pin's 2 nodes of 6), so Slurm
+    runs it as asked once the reservation goes; the job that started (--gpus=9 as 3 nodes of 3) refuses the same
+    line whole and keeps its three nodes (its request's NumNodes=2 alone would shrink it to two)."""
+    backend = CliBackend()
+    short = submit(idle_cluster, "--gpus=9", "--time=5", managed="compass")
+    long = submit(idle_cluster, "--gpus=12", "--time=120", managed="compass")
+    name = f"compass-later-{time.monotonic_ns()}"
+    subprocess.run(["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now+1800",
+                    "Duration=10", "Nodes=ALL", "Users=root", "Flags=MAINT,IGNORE_JOBS"],
+                   check=True, capture_output=True, text=True)
+    try:
+        asked = {j.id: (j.num_nodes, j.gpus_per_job, j.gpus_per_node) for j in backend.read_state().jobs}
+        assert asked == {short: (2, 9, None), long: (2, 12, None)}
+        daemon = make_daemon(tmp_path)
+        report = daemon.cycle()
+        assert {d.job_id: len(set(d.nodes)) for d in report.decisions} == {short: 3, long: 2}
+        ran = wait_running(backend, [short])[short]
+        assert sum(ran.values()) == 9 and len(ran) == 3, ran
+        time.sleep(2)
+        [held] = [j for j in backend.read_state().jobs if j.id == long]
+        assert held.pending and len(held.required_nodes) == 2, held
+        assert daemon.book.placed.keys() == {short, long}  # no cycle read since: both still placed
+        daemon.stop.set()
+        daemon.run(1)
+        jobs = {j.id: j for j in backend.read_state().jobs if j.id in (short, long)}
+        assert dict(jobs[short].gpus_alloc) == ran and jobs[short].running
+        assert jobs[long].pending and jobs[long].required_nodes == ()
+        assert (jobs[long].num_nodes, jobs[long].gpus_per_job, jobs[long].gpus_per_node) == asked[long]
+        with Store.open(daemon.db, create=False) as store:
+            assert [(d.job_id, d.action) for d in store.decisions() if d.action == "left"] == [(long, "left")]
+    finally:
+        subprocess.run(["scontrol", "delete", f"ReservationName={name}"], check=True, capture_output=True)
+    ran = wait_running(backend, [long])[long]
+    assert sum(ran.values()) == 12 and len(ran) <= 2, ran

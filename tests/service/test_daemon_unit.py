@@ -1284,6 +1284,67 @@ def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
 
 
+def let_go(job_id: str, gpus: int | None = None, nodes: str = "1") -> list[str]:
+    """The line a stopping daemon clears its pin with (and puts back a ``--gpus`` request the pin changed)."""
+    restore = [f"NumNodes={nodes}", "TresPerNode=", f"TresPerJob=gres:gpu:{gpus}"] if gpus else []
+    return ["scontrol", "update", f"JobId={job_id}", "ReqNodeList=", *restore]
+
+
+def test_a_daemon_that_stops_lets_go_of_the_jobs_it_pinned_and_the_next_one_finds_them(tmp_path):
+    """A pin never expires: one left on a job no daemon re-plans ties it to nodes that may never free. A daemon that
+    stops clears the pins of its jobs not started yet and puts back what each pin changed, one line each, logged
+    ``left``; a daemon started later adopts one Slurm started meanwhile where it runs and places the other again."""
+    daemon, backend, _ = daemon_for(cluster(nodes(4), [pending("5", gpus=9), pending("6", gpus=1)]), tmp_path)
+    daemon.cycle()
+    placed = len(backend.commands)
+    daemon.stop.set()
+    daemon.run(1)
+    assert backend.commands[placed:] == [let_go("5", 9, "1-2"), let_go("6", 1)]
+    with Store.open(daemon.db, create=False) as store:
+        assert [(d.job_id, d.action, d.reason) for d in store.decisions()][2:] == [
+            (j, "left", "the daemon stopped: its pin lifted, left to Slurm") for j in ("5", "6")]
+    backend.state = cluster(nodes(4), [running("5", {"n3": 8, "n4": 1}), pending("6", gpus=1)])
+    report = Daemon(daemon.config, backend, daemon.db, clock=Clock()).cycle()
+    assert [(d.job_id, d.action) for d in report.decisions] == [("5", "adopted"), ("6", "replanned")]
+
+
+def test_a_stopping_daemon_clears_the_pin_alone_where_slurm_will_not_take_the_request_back(tmp_path):
+    """Slurm refuses the update whole for a job that started since the last read (an empty node list for a running
+    job: the request is never put back on it, which would shrink it); where it refuses the request put back on a
+    pending job, the pin is cleared alone."""
+    class Refusing(SnapshotBackend):
+        def scontrol(self, argv):
+            super().scontrol(argv)
+            if argv[2] == "JobId=6" and "ReqNodeList=" in argv:
+                raise SlurmCommandError(argv, "exit 1: Invalid node name specified")
+            if argv[2] == "JobId=5" and argv[3:] != ["ReqNodeList="] and "ReqNodeList=" in argv:
+                raise SlurmCommandError(argv, "exit 1: Requested node configuration is not available")
+
+    daemon, _, _ = daemon_for(cluster(nodes(4), [pending("5", gpus=9), pending("6", gpus=1)]), tmp_path)
+    daemon.backend = daemon.actuator.backend = backend = Refusing(daemon.backend.state, out=None)
+    daemon.cycle()
+    daemon.stop.set()
+    daemon.run(1)
+    assert backend.commands[2:] == [let_go("5", 9, "1-2"), let_go("6", 1), let_go("5"), let_go("6")]
+    with Store.open(daemon.db, create=False) as store:
+        assert [(d.job_id, d.action) for d in store.decisions()][2:] == [("5", "left")]
+
+
+@pytest.mark.parametrize("how", ["a standby is there", "one cycle (--once)"])
+def test_pins_stay_for_a_standby_and_after_one_cycle(tmp_path, how):
+    """A standby takes the pins over as its own (as a restarted daemon does); ``compass daemon --once`` is one cycle
+    of placement, not a daemon stopping."""
+    daemon, backend, _ = daemon_for(cluster(nodes(2), [pending("5", gpus=1)]), tmp_path)
+    daemon.cycle()
+    if how == "a standby is there":
+        daemon.leadership.alone = False
+        daemon.stop.set()
+        daemon.run(1)
+    else:
+        daemon.close()
+    assert [argv[3] for argv in backend.commands] == ["ReqNodeList=n1"]
+
+
 def re_pinned_release_refused(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:
     """``requeuing``, then the cycle that re-pins job 7 on n2 while Slurm refuses its release once."""
     daemon, backend, jobs = requeuing(tmp_path)
