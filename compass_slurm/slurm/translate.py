@@ -122,6 +122,9 @@ class Observation:
     left: dict[str, str] = field(default_factory=dict)
     #: every job of the read, whatever its state: for the few the daemon follows through a requeue (``find``)
     jobs: tuple[SlurmJob, ...] = ()
+    #: every job was translated anew (the first read, or the partitions or the nodes' features changed): where each
+    #: running job may move is worked out again too
+    afresh: bool = False
 
     def find(self, job_ids: Set[str]) -> dict[str, SlurmJob]:
         """The jobs of the read among ``job_ids``, by id, whatever their state (one pass over every job)."""
@@ -170,7 +173,8 @@ class Translator:
         self._partition_sets: dict[str, frozenset[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
         self.known.begin((tuple(self.partitions.items()),
-                          tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()), migratable, lease,
+                          tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()),
+                          tuple(n.features for n in self.slurm_nodes.values()), migratable, lease,
                           self.nodesets))
 
     def observe(self) -> Observation:
@@ -193,7 +197,7 @@ class Translator:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, known.running, list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, known.skipped, known.waiting, known.slurm_jobs,
-                           known.pending_managed, known.ends, claims.crowded, known.left, self.state.jobs)
+                           known.pending_managed, known.ends, claims.crowded, known.left, self.state.jobs, afresh)
 
     def _crowded(self) -> frozenset[str]:
         """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from . import names
@@ -90,8 +91,10 @@ def time_limit_s(minutes: int | None) -> int | None:
     return minutes * 60
 
 
+@functools.lru_cache(maxsize=256)
 def features(text: str) -> frozenset[str]:
-    """A node's features, ``a100,80gb`` (scontrol, sinfo --json and pyslurm alike)."""
+    """A node's features, ``a100,80gb`` (scontrol, sinfo --json and pyslurm alike). The same object for the same
+    text: a site has a few, and the translation cache compares every node's each read (identity first)."""
     return frozenset(name for name in text.split(",") if name)
 
 

@@ -99,6 +99,19 @@ def test_an_adopted_job_is_confined_to_the_eligible_nodes_it_was_adopted_with():
     policy.check()
 
 
+def test_a_running_job_moves_within_its_eligible_nodes_as_they_are_now():
+    """An admin takes a feature off n1 while q runs on n0: q may no longer move there; given back, it may again."""
+    policy = make_policy("compass", [Node("n0", 8), Node("n1", 8)])
+    policy.adopt(Job("p0", 1, 1), ["n1"])
+    policy.adopt(Job("p1", 1, 1), ["n1"])
+    policy.adopt(Job("q", 1, 1), ["n0"])
+    policy.confine("q", frozenset({"n0"}))
+    assert policy.compact().moves == ()
+    policy.confine("q", None)
+    assert [(m.job, m.src, m.dst) for m in policy.compact().moves] == [("q", "n0", "n1")]
+    policy.check()
+
+
 # -- the bound per group, over random event streams on random mixed clusters ------------------------
 
 

@@ -861,6 +861,27 @@ def test_adopted_jobs_are_moved_only_to_nodes_with_what_they_asked_for(tmp_path)
     assert [c for c in backend.commands if c[1] == "requeuehold"] == [["scontrol", "requeuehold", "7,8"]]
 
 
+def test_a_running_job_is_kept_off_a_node_that_lost_a_feature_it_asked_for(tmp_path):
+    """Every node had nvme when the jobs were adopted; an admin takes it off n2 while they run. Jobs 7 and 8 asked for
+    it: they are no longer moved onto n2 (Slurm would not start them there), as at a daemon's start."""
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 7)]
+    jobs += [replace(running(str(i), {"n1": 1}, comment="compass:migratable"), constraint="nvme") for i in (7, 8)]
+    jobs += [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    nvme = [replace(n, features=frozenset({"nvme"})) for n in nodes(3)]
+    daemon, backend, _ = daemon_for(cluster(nvme, jobs), tmp_path, policy="compass", migrations_per_hour=12)
+    daemon.cycle()
+    lost = [replace(n, features=frozenset()) if n.name == "n2" else n for n in nvme]
+    backend.state = cluster(lost, jobs[6:])
+    daemon.cycle()
+    assert not [c for c in backend.commands if c[1] == "requeuehold"]
+    # the same with n2 keeping it: Compact drains n1 into n2
+    daemon, backend, _ = daemon_for(cluster(nvme, jobs), tmp_path / "kept", policy="compass", migrations_per_hour=12)
+    daemon.cycle()
+    backend.state = cluster(nvme, jobs[6:])
+    daemon.cycle()
+    assert [c for c in backend.commands if c[1] == "requeuehold"] == [["scontrol", "requeuehold", "7,8"]]
+
+
 def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
     # "unlimited" is a budget of None all through the cycle: sync's Compact and the drain spend from it.
     jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 9)]

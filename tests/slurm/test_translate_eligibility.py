@@ -10,6 +10,7 @@ import pytest
 from compass_slurm.slurm.nodesets import NodeSets, Spread, Unhonoured
 from compass_slurm.slurm.state import SlurmBlock, SlurmJob, SlurmNode, SlurmPartition, SlurmState, SlurmSwitch
 from compass_slurm.slurm.translate import Translator, engines
+from compass_slurm.slurm.translation_cache import TranslationCache
 
 NOW = 1.0e9
 LEASE = 60
@@ -233,3 +234,19 @@ def test_a_running_job_may_be_moved_only_where_slurm_would_run_it(kw, nodes):
                        (SlurmPartition("gpu", tuple(n.name for n in SITE)),), (), "24.11.1", NOW)
     obs = Translator(state, lease=LEASE).observe()
     assert obs.running["5"].eligible == (None if nodes is None else frozenset(nodes.split()))
+
+
+def test_a_feature_taken_off_a_node_is_seen_by_the_running_jobs_that_asked_for_it():
+    """The translation cache keeps a running job's translation while the job is unchanged: a change of the nodes'
+    features starts it afresh, so where each running job may move follows what the nodes have now."""
+    running = SlurmJob("5", "alice", "RUNNING", "gpu", comment="compass:migratable", nodes=("a1",),
+                       gpus_alloc={"a1": 4}, gpus_per_node=4, constraint="a100")
+    part = (SlurmPartition("gpu", tuple(n.name for n in SITE)),)
+    known = TranslationCache()
+    first = Translator(SlurmState(tuple(SITE), (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known)
+    assert first.observe().afresh
+    again = Translator(SlurmState(tuple(SITE), (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known)
+    assert not again.observe().afresh
+    lost = tuple(replace(n, features=frozenset({"80gb"})) if n.name == "a2" else n for n in SITE)
+    obs = Translator(SlurmState(lost, (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known).observe()
+    assert obs.afresh and obs.running["5"].eligible == frozenset({"a1", "a3", "a4"})

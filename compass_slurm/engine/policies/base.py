@@ -134,6 +134,11 @@ class Policy(ABC):
             c.add((job.id, k), i, allow_overcommit=True)
         self._adopted(job, idx, self._allowed(eligible))
 
+    def confine(self, job_id: str, eligible: Collection[str] | None) -> None:
+        """A running job may now move only to ``eligible`` (None: any node): the nodes it asked for changed since it
+        was placed or adopted (an admin changed node features or partitions)."""
+        self._reconfined(job_id, self._allowed(eligible))
+
     def set_available(self, node: str, available: bool) -> None:
         i = self._indexes([node])[0]
         self.cluster.set_available(i, available)
@@ -195,6 +200,9 @@ class Policy(ABC):
     def _adopted(self, job: Job, nodes: list[int], allowed: frozenset[int] | None) -> None:
         """Hook for policies with structure beyond raw counts (``allowed``: the indexes of the job's eligible
         nodes, None: any)."""
+
+    def _reconfined(self, job_id: str, allowed: frozenset[int] | None) -> None:
+        """Hook for policies that move jobs (``allowed``: as for ``_adopted``)."""
 
     def _availability_changed(self, i: int) -> None:
         """Hook for policies that index nodes themselves."""

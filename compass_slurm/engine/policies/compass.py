@@ -366,6 +366,15 @@ class Compass(Policy):
             self._attach((job.id, k), self._role_on(i, job.gpus))
         self._confine(job.id, allowed, nodes)
 
+    def _reconfined(self, job_id: str, allowed: frozenset[int] | None) -> None:
+        nodes = [i for _, i in self.cluster.instances_of(job_id)]
+        was = self._confined.pop(job_id, None)
+        self._confine(job_id, allowed, nodes)
+        if self._confined.get(job_id) != was:  # what may move from its nodes changed: the passes look again
+            for i in set(nodes):
+                self.abs.refresh(i)
+            self._pools_stuck = None
+
     # -- Compact -------------------------------------------------------------------------------
 
     def blocked(self, job: Job | None, eligible: Collection[str] | None = None,
