@@ -22,13 +22,15 @@ A100 = '[[nodes]]\nnames = "node[01-02]"\ngpus = 8\n'
 
 def test_mixed_layout_reads_as_written():
     layout = load_layout(LAYOUTS / "mixed.toml")
-    assert layout.groups[0] == NodeGroup(("node01", "node02", "node03", "node04"), 8, "a100", ("a100", "80gb"),
+    assert layout.groups[0] == NodeGroup(("node01", "node02"), 8, "a100", ("a100", "80gb"),
                                          cpus=64, memory_mb=512000, switch="leaf1")
     assert [(len(g.names), g.gpus, g.gpu_type, g.switch) for g in layout.groups] == [
-        (4, 8, "a100", "leaf1"), (4, 8, "h100", "leaf2"), (4, 4, "v100", "leaf3")]
-    assert layout.nodes == tuple(f"node{i:02d}" for i in range(1, 13))
-    assert layout.partitions == (PartitionSpec("gpu", layout.nodes, default=True),
-                                 PartitionSpec("big", layout.nodes[:8]), PartitionSpec("v100", layout.nodes[8:]))
+        (2, 8, "a100", "leaf1"), (1, 0, None, "leaf1"), (2, 8, "a100", "leaf1"), (4, 8, "h100", "leaf2"),
+        (4, 4, "v100", "leaf3")]
+    gpu = tuple(f"node{i:02d}" for i in range(1, 13))
+    assert layout.nodes == (*gpu[:2], "node02c", *gpu[2:])  # the file's order, Slurm's too (by name)
+    assert layout.partitions == (PartitionSpec("gpu", gpu, default=True), PartitionSpec("big", gpu[:8]),
+                                 PartitionSpec("v100", gpu[8:]), PartitionSpec("cpu", ("node02c",)))
     assert layout.topology() == "tree"
 
 
@@ -238,21 +240,27 @@ def test_a_mixed_layout_writes_one_node_line_per_group_and_a_tree(script, tmp_pa
     assert "GresTypes=gpu\n" in conf and "DefMemPerCPU=8000\n" in conf
     assert "TopologyPlugin=topology/tree\n" in conf
     assert [line for line in conf.splitlines() if line.startswith(("NodeName", "PartitionName"))] == [
-        f"NodeName=node[01-04] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port}-{port + 3}] CPUs=64 "
+        f"NodeName=node[01-02] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port}-{port + 1}] CPUs=64 "
         "RealMemory=512000 Gres=gpu:a100:8 Feature=a100,80gb State=UNKNOWN",
-        f"NodeName=node[05-08] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 4}-{port + 7}] CPUs=96 "
+        f"NodeName=node02c NodeHostname=localhost NodeAddr=127.0.0.1 Port={port + 2} CPUs=32 RealMemory=256000 "
+        "State=UNKNOWN",
+        f"NodeName=node[03-04] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 3}-{port + 4}] CPUs=64 "
+        "RealMemory=512000 Gres=gpu:a100:8 Feature=a100,80gb State=UNKNOWN",
+        f"NodeName=node[05-08] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 5}-{port + 8}] CPUs=96 "
         "RealMemory=1024000 Gres=gpu:h100:8 Feature=h100,80gb State=UNKNOWN",
-        f"NodeName=node[09-12] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 8}-{port + 11}] CPUs=32 "
+        f"NodeName=node[09-12] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[{port + 9}-{port + 12}] CPUs=32 "
         "RealMemory=256000 Gres=gpu:v100:4 Feature=v100,32gb State=UNKNOWN",
         "PartitionName=gpu Nodes=node[01-12] Default=YES MaxTime=INFINITE State=UP",
         "PartitionName=big Nodes=node[01-08] Default=NO MaxTime=INFINITE State=UP",
-        "PartitionName=v100 Nodes=node[09-12] Default=NO MaxTime=INFINITE State=UP"]
+        "PartitionName=v100 Nodes=node[09-12] Default=NO MaxTime=INFINITE State=UP",
+        "PartitionName=cpu Nodes=node02c Default=NO MaxTime=INFINITE State=UP"]
     assert written["gres.conf"].splitlines() == [
-        f"NodeName=node[01-04] Name=gpu Type=a100 File={tmp_path}/dev/nvidia[0-7]",
+        f"NodeName=node[01-02] Name=gpu Type=a100 File={tmp_path}/dev/nvidia[0-7]",
+        f"NodeName=node[03-04] Name=gpu Type=a100 File={tmp_path}/dev/nvidia[0-7]",
         f"NodeName=node[05-08] Name=gpu Type=h100 File={tmp_path}/dev/nvidia[0-7]",
         f"NodeName=node[09-12] Name=gpu Type=v100 File={tmp_path}/dev/nvidia[0-3]"]
     assert written["topology.conf"].splitlines()[1:] == [
-        "SwitchName=leaf1 Nodes=node[01-04]", "SwitchName=leaf2 Nodes=node[05-08]",
+        "SwitchName=leaf1 Nodes=node02c,node[01-04]", "SwitchName=leaf2 Nodes=node[05-08]",
         "SwitchName=leaf3 Nodes=node[09-12]", "SwitchName=spine Switches=leaf1,leaf2,leaf3"]
 
 

@@ -129,6 +129,28 @@ def managed(name: str, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
 
 
+def fill(name: str, gpus: dict[str, int]) -> list[str]:
+    """Plain sbatch jobs holding ``gpus`` GPUs on each node, running; their ids."""
+    jobs = [subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}fill", "-w", node,
+                            f"--gres=gpu:{count}", "--wrap", "sleep 300"],
+                           check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+            for node, count in gpus.items()]
+    until(lambda: (js := jobs_named(f"{name}fill")) and all(j.state == "RUNNING" for j in js) and len(js) == len(jobs),
+          30, "the fillers running")
+    return jobs
+
+
+def cycled_until_running(daemon: Daemon, job_name: str):
+    """Cycle ``daemon`` until the job named so runs (at most 40 s); the job as squeue shows it."""
+    def runs() -> object:
+        daemon.cycle()
+        time.sleep(0.5)
+        found = jobs_named(job_name)
+        return found and found[0].state == "RUNNING" and found[0]
+
+    return until(runs, 40, f"job {job_name} running")
+
+
 @pytest.mark.parametrize(("gpus", "count"), [(1, 1), (8, 2)])
 def test_pins_slurm_refuses_are_lifted_within_a_cycle_and_the_jobs_start_as_slurm_likes(hetero, tmp_path, name,
                                                                                         gpus, count):
@@ -206,22 +228,11 @@ def test_a_job_of_two_partitions_runs_within_one_of_them(hetero, tmp_path, name)
     """-p big,v100: node01 and one v100 node have 4 GPUs free each, the best fit over both partitions for 2 x 4;
     Slurm never starts a job on a node list spanning two of its partitions. The daemon pins it within big."""
     parts = {p.name: set(p.nodes) for p in LAYOUT.partitions}
-    fillers = [subprocess.run(["sbatch", "--parsable", "--output=/dev/null", f"--job-name={name}fill", "-w", node,
-                               f"--gres=gpu:{gpus}", "--wrap", "sleep 300"],
-                              check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
-               for node, gpus in (("node01", 4), ("node09", 4), ("node10", 4), ("node11", 4))]
-    until(lambda: (js := jobs_named(f"{name}fill")) and all(j.state == "RUNNING" for j in js) and len(js) == 4, 30,
-          "the fillers running")
+    fillers = fill(name, {"node01": 4, "node09": 4, "node10": 4, "node11": 4})
     daemon = in_process(tmp_path)
     job = managed(f"{name}two", "-p", "big,v100", "-N2", "--gpus-per-node=4")
     try:
-        def runs() -> object:
-            daemon.cycle()
-            time.sleep(0.5)
-            found = jobs_named(f"{name}two")
-            return found and found[0].state == "RUNNING" and found[0]
-
-        ran = until(runs, 40, "the two-partition job running")
+        ran = cycled_until_running(daemon, f"{name}two")
         nodes = set(expand(ran.nodes))
         assert nodes <= parts["big"], nodes
         with Store.open(daemon.db, create=False) as store:
@@ -230,3 +241,32 @@ def test_a_job_of_two_partitions_runs_within_one_of_them(hetero, tmp_path, name)
     finally:
         daemon.close()
         cancel([job, *fillers])
+
+
+def test_a_contiguous_window_never_spans_a_node_without_gpus(hetero, tmp_path, name):
+    """node02c sits between node02 and node03 in Slurm's order of nodes. With node01 and node04 busy, node02 and node03
+    are the only free a100 nodes, consecutive among the GPU nodes but not for Slurm: the daemon does not pin a
+    -N2 --contiguous -C a100 job there; it waits, and runs on node03 and node04 once node04 frees."""
+    shown = subprocess.run(["scontrol", "show", "node", "--oneliner"], check=True, capture_output=True,
+                           text=True).stdout
+    order = [line.split()[0].removeprefix("NodeName=") for line in shown.splitlines()]
+    assert order[order.index("node02"):order.index("node03") + 1] == ["node02", "node02c", "node03"], order
+    first, last = fill(name, {"node01": 8, "node04": 8})
+    daemon = in_process(tmp_path)
+    job = managed(f"{name}win", "-N2", "--gpus-per-node=8", "--contiguous", "-C", "a100")
+    try:
+        for _ in range(3):
+            daemon.cycle()
+            time.sleep(0.5)
+        [waiting] = jobs_named(f"{name}win")
+        with Store.open(daemon.db, create=False) as store:
+            assert waiting.state == "PENDING" and [d for d in store.decisions() if d.job_id == job] == []
+        cancel([last])
+        ran = cycled_until_running(daemon, f"{name}win")
+        assert set(expand(ran.nodes)) == {"node03", "node04"}
+        with Store.open(daemon.db, create=False) as store:
+            assert [(d.action, d.nodes) for d in store.decisions() if d.job_id == job] == [
+                ("placed", ("node03", "node04"))]
+    finally:
+        daemon.close()
+        cancel([job, first, last])

@@ -100,7 +100,8 @@ def test_nodes_and_partitions_are_the_files(mixed):
     nodes = records(scontrol("show", "node", "--oneliner"), "NodeName")
     seen = {name: (n["CPUTot"], n["RealMemory"], n["AvailableFeatures"], n["Gres"], n["Partitions"])
             for name, n in nodes.items()}
-    wanted = {name: (str(g.cpus), str(g.memory_mb), ",".join(g.features), f"gpu:{g.gpu_type}:{g.gpus}",
+    wanted = {name: (str(g.cpus), str(g.memory_mb), ",".join(g.features) or "(null)",
+                     f"gpu:{g.gpu_type}:{g.gpus}" if g.gpus else "(null)",
                      ",".join(p.name for p in layout.partitions if name in p.nodes))
               for g in layout.groups for name in g.names}
     assert seen == wanted
@@ -111,16 +112,19 @@ def test_nodes_and_partitions_are_the_files(mixed):
 
 def test_leaf_switches_under_one_spine_are_the_files(mixed):
     switches = records(scontrol("show", "topology"), "SwitchName")
-    seen = {name: (s["Level"], tuple(expand(s["Nodes"])), s.get("Switches")) for name, s in switches.items()}
-    leaves = {}
+    seen = {name: (s["Level"], set(expand(s["Nodes"])), s.get("Switches")) for name, s in switches.items()}
+    leaves: dict[str, set[str]] = {}
     for group in load_layout(MIXED).groups:
-        leaves.setdefault(group.switch, []).extend(group.names)
-    assert seen == {**{leaf: ("0", tuple(names), None) for leaf, names in leaves.items()},
-                    "spine": ("1", load_layout(MIXED).nodes, "leaf1,leaf2,leaf3")}
+        leaves.setdefault(group.switch, set()).update(group.names)
+    assert seen == {**{leaf: ("0", names, None) for leaf, names in leaves.items()},
+                    "spine": ("1", set(load_layout(MIXED).nodes), "leaf1,leaf2,leaf3")}
 
 
 def test_a_constraint_or_a_type_picks_the_nodes_of_that_type(mixed, jobs):
-    a100, h100, v100 = (g.names for g in load_layout(MIXED).groups)
+    by_type: dict[str | None, list[str]] = {}
+    for group in load_layout(MIXED).groups:
+        by_type.setdefault(group.gpu_type, []).extend(group.names)
+    a100, h100, v100 = by_type["a100"], by_type["h100"], by_type["v100"]
     assert set(jobs.run("-C", "a100", "--gres=gpu:1")) <= set(a100)
     assert jobs.gres(0) == "gpu:a100:1"
     assert set(jobs.run("--gres=gpu:v100:2")) <= set(v100)
