@@ -36,6 +36,19 @@ from .requeue_note import RequeueNote
 from .store import DecisionRecord, MigrationRecord
 from .sync import REQUEUE, pinned_by_us
 
+#: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
+#: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
+NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Invalid node name specified")
+#: a decision Slurm did not answer, or could not take yet (no answer, not sent, slurmctld out of reach or busy, the
+#: job in transition, scontrol not started), or whose job is gone: decided again next cycle if still pending. Any
+#: other failure is Slurm's answer to it (a node configuration it lacks, a GRES form, a limit, no right to change
+#: the job): decided again, it would be refused again and the job kept waiting on its lease for ever, so the job is
+#: left to Slurm, its node list cleared (from 23.11 a refused update may keep the ReqNodeList it set before the
+#: check that refused it).
+UNANSWERED = re.compile(r"no answer within|: not sent: |cannot run: |no temporary file|Unable to contact slurm "
+                        r"controller|Socket timed out|Zero Bytes were transmitted|Connection refused|"
+                        r"[Cc]ommunication connection failure|temporarily unable|[Tt]ry again later|"
+                        r"Resource temporarily unavailable|standby mode|Invalid job id specified")
 #: job ids per lease-renewal command (scontrol takes a comma list)
 LEASE_BATCH = 100
 #: the reason of a migration's record that re-points a job placed but not started
@@ -233,19 +246,23 @@ class Actuator:
         book.forget_many([r.job_id for r in records])
         return [r for r in records if r.job_id in refused]
 
-    def let_go(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
+    def unpin_on_stop(self, obs: Observation, book: JobBook, report: CycleReport, policy: str) -> None:
         """A daemon stopping with no standby to take its pins over lets go of the pending jobs it pinned, so that none
         waits on nodes no daemon re-plans: each one's node list cleared and the request its pin changed put back
         (``unpin_argv``; where Slurm will not take the request back, the node list alone), logged ``left``. Slurm
         starts each as it would have, once its lease (if it has one) runs out; one that started meanwhile runs on.
-        A job re-pinned by a migration whose release is owed stays held there, for the next daemon to take over."""
-        pinned = sorted((book.placed.keys() | book.pinned().keys()) - book.release_due, key=id_order)
+        A job re-pinned by a migration whose release is owed stays held there, for the next daemon to take over; a
+        requeued job is released where it is (``release_on_stop``)."""
+        pinned = sorted(_pinned(obs, book) - book.release_due, key=id_order)
         if not pinned:
             return
         results = dict(zip(pinned, self.backend.scontrol_lines([unpin_argv(j, book.asked(j)) for j in pinned])))
-        again = [j for j, result in results.items() if result is not None and book.asked(j) is not None]
-        if again:
-            results.update(zip(again, self.backend.scontrol_lines([unpin_argv(j, None) for j in again])))
+        again = [j for j, result in results.items()
+                 if result is not None and book.asked(j) is not None and refused_for_good(result)]
+        for job_id, result in zip(again, self.backend.scontrol_lines([unpin_argv(j, None) for j in again])):
+            if result is None:
+                report.error("leave", f"job {job_id}: its pin cleared, its request not put back ({results[job_id]})")
+            results[job_id] = result
         why = "the daemon stopped: its pin lifted, left to Slurm"
         for job_id, result in results.items():
             if result is not None:  # (most often: Slurm started it since the last read)
@@ -430,6 +447,12 @@ def _requeued(obs: Observation, book: JobBook) -> tuple[dict[str, SlurmJob], dic
     return due, lost
 
 
+def refused_for_good(failure: str) -> bool:
+    """Whether ``failure`` is Slurm's answer to an update of a pending job (see UNANSWERED): not Slurm having started
+    the job first (NOT_PENDING), not an update Slurm did not answer."""
+    return not NOT_PENDING.search(failure) and not UNANSWERED.search(failure)
+
+
 def _done_late(migration: DecisionRecord | None, report: CycleReport) -> None:
     """A re-pinned job's owed release is taken (None: it was owed by a failed migration): its migration is done."""
     if migration is not None:
@@ -441,6 +464,15 @@ def _migrations(record: DecisionRecord, reason: str, status: str) -> list[Migrat
     """The instances a migration's ``record`` moves, each from where it was (``from_nodes``) to its new node."""
     return [MigrationRecord(job_id=record.job_id, instance=i, src=src, dst=dst, reason=reason, status=status)
             for i, (src, dst) in enumerate(zip(record.from_nodes, record.nodes)) if src != dst]
+
+
+def _pinned(obs: Observation, book: JobBook) -> set[str]:
+    """The pending jobs that may hold a pin of the daemon's: placed; let go with their pin as the last read showed it
+    (not one someone else set since); waiting with the request of a first pin kept (one Slurm did not answer, or
+    whose lease Slurm would not lift, may have reached it: their request was the user's, never a node list)."""
+    waiting = book.in_state(JobState.WAITING)
+    return (book.placed.keys() | {j for j in book.pinned() if pinned_by_us(obs, book, j)}
+            | {j for j in waiting if book.asked(j) is not None})
 
 
 def _chunks(job_ids: list[str]) -> list[list[str]]:

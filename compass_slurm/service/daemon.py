@@ -39,7 +39,6 @@ slurmctld one read per interval, not one per job (``Daemon._wait``).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Set
@@ -61,7 +60,7 @@ from ..slurm.requests import Request, id_order
 from ..slurm.state import SlurmJob
 from ..slurm.translate import Observation, Pending, Translator
 from ..slurm.translation_cache import TranslationCache
-from .actuate import Actuator
+from .actuate import NOT_PENDING, Actuator, refused_for_good
 from .control import Handler, Peer, RequestError, require_owner
 from .bookkeeping import CycleReport, fmt, log
 from .job_states import JobBook, JobRecord, JobState
@@ -73,19 +72,6 @@ from .store import PINS, DecisionRecord, Pruner, StoreError
 from .sync import (left_queue, mirror, pinned_by_us, pinned_to, ran_elsewhere, refused_pins, same_nodes, take_over,
                    take_over_requeues, waiting_ids)
 
-#: Slurm's refusal of an update for a job it has started meanwhile (ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING;
-#: ESLURM_INVALID_NODE_NAME: a running job's node list may only shrink, and the nodes decided come from Slurm's read)
-NOT_PENDING = re.compile(r"Job has already finished|Job is no longer pending|Invalid node name specified")
-#: a decision Slurm did not answer, or could not take yet (no answer, not sent, slurmctld out of reach or busy, the
-#: job in transition, scontrol not started), or whose job is gone: decided again next cycle if still pending. Any
-#: other failure is Slurm's answer to it (a node configuration it lacks, a GRES form, a limit, no right to change
-#: the job): decided again, it would be refused again and the job kept waiting on its lease for ever, so the job is
-#: left to Slurm, its node list cleared (from 23.11 a refused update may keep the ReqNodeList it set before the
-#: check that refused it).
-UNANSWERED = re.compile(r"no answer within|: not sent: |cannot run: |no temporary file|Unable to contact slurm "
-                        r"controller|Socket timed out|Zero Bytes were transmitted|Connection refused|"
-                        r"[Cc]ommunication connection failure|temporarily unable|[Tt]ry again later|"
-                        r"Resource temporarily unavailable|standby mode|Invalid job id specified")
 #: a job whose pins Slurm took this many times in a row without starting it (each for ``stale_after``, 30 s at
 #: least) is left to Slurm, unpinned: something the daemon does not read keeps it off the nodes it chooses (a
 #: reservation yet to begin, ``--exclusive=user``, a limit), and it would choose them again
@@ -189,8 +175,7 @@ class Daemon:
             self.wake.clear()  # every poke until now is served by the next cycle: they coalesce
             self.pokes = 0
         pruner.close()
-        self.let_go()
-        self.close()
+        self.close(unpin=True)
 
     def _wait(self, interval: float, earliest: float = 0.0) -> None:
         """Until ``interval`` seconds from now, or sooner when woken (a poke, or news the look finds); never before
@@ -273,26 +258,33 @@ class Daemon:
         self.stop.set()
         self.wake.set()
 
-    def let_go(self) -> None:
-        """A daemon that stops running (not after one ``--once`` cycle) lets go of its pins while it leads and no
-        standby is there to take them over as its own: a pin does not expire, and one left on a job no daemon
-        re-plans ties it to nodes that may never free (see Actuator.let_go)."""
-        obs, leadership = self.observation, self.leadership
-        if obs is None or not leadership.alone or not leadership.may_act(renew=False):
-            return
-        report = CycleReport(self.cycles + 1)
-        self.actuator.let_go(obs, self.book, report, self.policy.name if self.policy else self.config.policy)
-        if report.decisions:
-            self.recorder.record(report)
-
-    def close(self) -> None:
+    def close(self, unpin: bool = False) -> None:
+        """``unpin``: the daemon stops running (not after one ``--once`` cycle), and clears its pins."""
         # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
         # still completing, keep their requeue logged and noted, and the next daemon takes them over)
         kept = self.actuator.release_on_stop(self.book, self.recorder)
         if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent(), kept)):
             log.error("%s", why)
-        self.leadership.close()
-        self.recorder.close()
+        try:
+            if unpin:
+                self._unpin_on_stop()
+        finally:
+            self.leadership.close()
+            self.recorder.close()
+
+    def _unpin_on_stop(self) -> None:
+        """Clear the pins while this daemon leads and no standby is there to take them over as its own: a pin does
+        not expire, and one left on a job no daemon re-plans ties it to nodes that may never free (see
+        Actuator.unpin_on_stop). Not in a dry run (its pins were never made), nor while the log cannot take the
+        records."""
+        obs, leadership = self.observation, self.leadership
+        if self.dry_run or obs is None or not leadership.alone_now() or not leadership.may_act(renew=False):
+            return
+        report = CycleReport(self.cycles + 1)
+        if not self.recorder.may_change(report):
+            return
+        self.actuator.unpin_on_stop(obs, self.book, report, self.policy.name if self.policy else self.config.policy)
+        self.recorder.record(report)
 
     def cycle(self) -> CycleReport:
         # A cycle's temporaries (the parsed documents, the scheduler's queue of every pending job)
@@ -814,6 +806,5 @@ def _num(value: float | None) -> str:
 
 
 def _refused_for_good(failure: str) -> bool:
-    """Whether ``failure`` is Slurm's answer to a decision (see UNANSWERED): not ours (the log, the lead), not
-    Slurm having started the job first (NOT_PENDING), not a decision Slurm did not answer."""
-    return failure not in (UNLOGGED, FENCED) and not NOT_PENDING.search(failure) and not UNANSWERED.search(failure)
+    """Whether ``failure`` is Slurm's answer to a decision (refused_for_good), not ours (the log, the lead)."""
+    return failure not in (UNLOGGED, FENCED) and refused_for_good(failure)

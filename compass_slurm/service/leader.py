@@ -173,6 +173,16 @@ class Leadership:
         self._lose("its lease ran out before it could be renewed")
         return False
 
+    def alone_now(self) -> bool:
+        """Whether this daemon leads with no standby there, as the log says now (a renewal: a standby that stopped
+        has withdrawn), or as the last renewal said where the log cannot be written."""
+        if self.db is not None and self.token:
+            try:
+                self._renew()
+            except StoreError as err:
+                log.warning("leader election: renewing the lease: %s", err.message)
+        return self.leads and self.alone
+
     def resign(self) -> None:
         """A daemon stopping hands the lead on at once."""
         if self.db is None or self.token is None:
@@ -186,6 +196,7 @@ class Leadership:
 
     def close(self) -> None:
         self.resign()
+        self._withdraw()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -259,6 +270,15 @@ class Leadership:
             return False
         lately = datetime.now(UTC) - timedelta(seconds=STANDBY_LEASES * self.lease_s)
         return row.standby in (None, self.holder) or row.standby_seen is None or row.standby_seen < lately
+
+    def _withdraw(self) -> None:
+        """A standby stopping says it is no longer there, so that a leader stopping after it lets go of its pins."""
+        if self.db is None or not self.reached:
+            return
+        try:
+            self._open().withdraw_standby(self.holder)
+        except StoreError as err:
+            log.warning("leader election: could not withdraw as a standby (%s)", err.message)
 
     def _lose(self, why: str) -> None:
         if self.token is not None:

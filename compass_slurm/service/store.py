@@ -1127,6 +1127,13 @@ class Store:
             conn.execute(update(leader_table).where(leader_table.c.id == 1)
                          .values(standby=holder, standby_seen=datetime.now(UTC)))
 
+    def withdraw_standby(self, holder: str) -> None:
+        """A standby stopping: the row no longer names it (a later standby's word stands)."""
+        t = leader_table.c
+        with self._guard("write to"), self.engine.begin() as conn:
+            conn.execute(update(leader_table).where(t.id == 1, t.standby == holder)
+                         .values(standby=None, standby_seen=None))
+
     def resign_lead(self, holder: str, token: int) -> bool:
         """Give up the lead (a daemon stopping): a standby takes it at its next cycle."""
         t = leader_table.c

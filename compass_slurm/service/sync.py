@@ -104,7 +104,7 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
                                             "Slurm started it elsewhere than decided; adopted there"))
         log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
                  "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
-    if obs.afresh:  # the nodes' features or partitions may have changed: where each job kept may move, anew
+    if obs.context_changed:  # the nodes' features or partitions may have changed: where each job may move, anew
         adopted_now, jobs = set(report.adopted), policy.cluster.jobs
         for job_id, r in running.items():
             if job_id not in adopted_now and (job := jobs.get(job_id)) is not None and job.migratable:

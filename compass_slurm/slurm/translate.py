@@ -122,9 +122,9 @@ class Observation:
     left: dict[str, str] = field(default_factory=dict)
     #: every job of the read, whatever its state: for the few the daemon follows through a requeue (``find``)
     jobs: tuple[SlurmJob, ...] = ()
-    #: every job was translated anew (the first read, or the partitions or the nodes' features changed): where each
-    #: running job may move is worked out again too
-    afresh: bool = False
+    #: the translation started over (the first read, or the partitions, the nodes or their features changed): where
+    #: each running job may move is worked out again too
+    context_changed: bool = False
 
     def find(self, job_ids: Set[str]) -> dict[str, SlurmJob]:
         """The jobs of the read among ``job_ids``, by id, whatever their state (one pass over every job)."""
@@ -172,10 +172,11 @@ class Translator:
         #: it; a job of several partitions is placed within one; a running job moves within its own)
         self._partition_sets: dict[str, frozenset[str]] = {}
         self.claims = Claims(self.slurm_nodes, self.available)
-        self.known.begin((tuple(self.partitions.items()),
-                          tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()),
-                          tuple(n.features for n in self.slurm_nodes.values()), migratable, lease,
-                          self.nodesets))
+        #: the context of the translation changed (the first read, the partitions, the nodes or their features):
+        #: what was kept of earlier reads is forgotten
+        self.context_changed = self.known.begin((
+            tuple(self.partitions.items()), tuple((n.name, n.gpus, n.gpu_type) for n in self.slurm_nodes.values()),
+            tuple(n.features for n in self.slurm_nodes.values()), migratable, lease, self.nodesets))
 
     def observe(self) -> Observation:
         known = self.known
@@ -197,7 +198,8 @@ class Translator:
             self._settle(facts, throttled, begin_after)
         return Observation(self.nodes, known.running, list(filter(None, map(_PLACED, known.order))),
                            known.queue_len, known.pending_gpus, known.skipped, known.waiting, known.slurm_jobs,
-                           known.pending_managed, known.ends, claims.crowded, known.left, self.state.jobs, afresh)
+                           known.pending_managed, known.ends, claims.crowded, known.left, self.state.jobs,
+                           self.context_changed)
 
     def _crowded(self) -> frozenset[str]:
         """The nodes where Slurm counts more GPUs in use than the running jobs read hold there and the pinned

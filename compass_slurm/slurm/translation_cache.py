@@ -99,7 +99,7 @@ class TranslationCache:
     the read's time passed (either way: ``came``), and for all of them when the eligible nodes
     of a key in use changed (``Translator.observe``). Valid for one set
     of managed partitions, nodes with their GPU counts and features, lease and migratable mode: a change starts
-    afresh (and where running jobs may move is worked out again: ``Observation.afresh``); so does a state that lists a job id twice (kept jobs are found again by identity).
+    afresh (and where running jobs may move is worked out again: ``Observation.context_changed``); so does a state that lists a job id twice (kept jobs are found again by identity).
     """
 
     def __init__(self) -> None:
@@ -156,11 +156,13 @@ class TranslationCache:
         self._nodes = made
         return tuple(out)
 
-    def begin(self, context: object) -> None:
-        """A new state, translated in ``context``: what was kept for another one is forgotten."""
-        if context != self._context:
-            self._context, self._tokens = context, {}
-            self._reset()
+    def begin(self, context: object) -> bool:
+        """A new state, translated in ``context``: what was kept for another one is forgotten. Whether it was."""
+        if context == self._context:
+            return False
+        self._context, self._tokens = context, {}
+        self._reset()
+        return True
 
     def update(self, jobs: tuple[SlurmJob, ...], classify: Callable[[SlurmJob], tuple[object, object]],
                make: Callable[[SlurmJob], Task]) -> tuple[bool, list[Task]]:

@@ -92,8 +92,10 @@ def _gaps(reads: list[float]) -> list[float]:
 
 
 def _spaced(gaps: list[float], expected: list[float]) -> bool:
-    """Whether the gaps are the spacings expected: never less, and more only by a cycle and a look (a loaded host)."""
-    return len(gaps) >= len(expected) and all(e * 0.99 <= g < e + 0.15 for g, e in zip(gaps, expected))
+    """Whether the gaps are the spacings expected: never less (but for the few milliseconds by which one read comes
+    later into its cycle than the next: the spacing is between cycle starts), and more only by a cycle and a look (a
+    loaded host)."""
+    return len(gaps) >= len(expected) and all(e - 0.005 <= g < e + 0.15 for g, e in zip(gaps, expected))
 
 
 def test_a_burst_of_pokes_from_a_user_costs_only_the_cycles_the_spacing_allows():

@@ -28,6 +28,7 @@ from compass_slurm.service import daemon as daemon_module
 from compass_slurm.service.bookkeeping import CycleReport
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.job_states import JobBook, JobState
+from compass_slurm.service.leader import Leadership
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm import requests
 from compass_slurm.slurm.backend import Asked, DryRunBackend, lease_argv, leave_argv, restore_argv
@@ -1331,8 +1332,8 @@ def test_a_daemon_that_stops_lets_go_of_the_jobs_it_pinned_and_the_next_one_find
 
 def test_a_stopping_daemon_clears_the_pin_alone_where_slurm_will_not_take_the_request_back(tmp_path):
     """Slurm refuses the update whole for a job that started since the last read (an empty node list for a running
-    job: the request is never put back on it, which would shrink it); where it refuses the request put back on a
-    pending job, the pin is cleared alone."""
+    job: the request is never put back on it, which would shrink it), and nothing more is sent; where it refuses the
+    request put back on a pending job, the pin is cleared alone, and the error logged."""
     class Refusing(SnapshotBackend):
         def scontrol(self, argv):
             super().scontrol(argv)
@@ -1346,24 +1347,54 @@ def test_a_stopping_daemon_clears_the_pin_alone_where_slurm_will_not_take_the_re
     daemon.cycle()
     daemon.stop.set()
     daemon.run(1)
-    assert backend.commands[2:] == [let_go("5", 9, "1-2"), let_go("6", 1), let_go("5"), let_go("6")]
+    assert backend.commands[2:] == [let_go("5", 9, "1-2"), let_go("6", 1), let_go("5")]
     with Store.open(daemon.db, create=False) as store:
         assert [(d.job_id, d.action) for d in store.decisions()][2:] == [("5", "left")]
+        assert [e.message for e in store.errors()] == [
+            f"job 5: its pin cleared, its request not put back ({' '.join(let_go('5', 9, '1-2'))}: exit 1: Requested "
+            "node configuration is not available)"]
 
 
-@pytest.mark.parametrize("how", ["a standby is there", "one cycle (--once)"])
-def test_pins_stay_for_a_standby_and_after_one_cycle(tmp_path, how):
-    """A standby takes the pins over as its own (as a restarted daemon does); ``compass daemon --once`` is one cycle
-    of placement, not a daemon stopping."""
+def test_a_stopping_daemon_clears_a_first_pin_slurm_did_not_answer_and_nothing_in_a_dry_run(tmp_path):
+    """An unanswered pin may have reached Slurm (the job waits to be decided again, its request kept): cleared too.
+    A dry run made no pin: it clears none and logs nothing."""
+    backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), "ReqNodeList=n1", "no answer within 10 s")
+    daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
+    daemon.cycle()
+    assert daemon.book.state("90") is JobState.WAITING
+    daemon.stop.set()
+    daemon.run(1)
+    assert backend.commands[-1] == let_go("90", 8)
+    dry = SnapshotBackend(cluster(nodes(2), [pending("91", gpus=1)]), out=None)
+    daemon = Daemon(Config(anchors=""), dry, f"sqlite:///{tmp_path / 'dry.db'}", dry_run=True)
+    daemon.cycle()
+    daemon.stop.set()
+    daemon.run(1)
+    assert [argv[3] for argv in dry.commands] == ["ReqNodeList=n1"]
+    with Store.open(daemon.db, create=False) as store:
+        assert [d.action for d in store.decisions()] == ["dry-run"]
+
+
+@pytest.mark.parametrize(("how", "cleared"), [("a standby is there", False), ("a standby stopped first", True),
+                                              ("one cycle (--once)", False)])
+def test_pins_stay_for_a_standby_and_after_one_cycle(tmp_path, how, cleared):
+    """A standby takes the pins over as its own (as a restarted daemon does); one that stopped has said so, and the
+    leader stopping after it clears them. ``compass daemon --once`` is one cycle of placement, not a daemon
+    stopping."""
     daemon, backend, _ = daemon_for(cluster(nodes(2), [pending("5", gpus=1)]), tmp_path)
     daemon.cycle()
-    if how == "a standby is there":
-        daemon.leadership.alone = False
+    if how == "one cycle (--once)":
+        daemon.close()
+    else:
+        standby = Leadership(daemon.db, 10.0, host="ctl2", pid=2)
+        standby.step()
+        assert not standby.leads
+        if how == "a standby stopped first":
+            standby.close()
         daemon.stop.set()
         daemon.run(1)
-    else:
-        daemon.close()
-    assert [argv[3] for argv in backend.commands] == ["ReqNodeList=n1"]
+        standby.close()
+    assert [argv[3] for argv in backend.commands] == ["ReqNodeList=n1", *["ReqNodeList="] * cleared]
 
 
 def re_pinned_release_refused(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:

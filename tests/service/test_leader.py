@@ -228,3 +228,13 @@ def test_a_standby_daemon_changes_no_job_and_writes_nothing_and_takes_over_from_
     standby.cycle()
     assert standby.leadership.leads
     assert [d.action for d in Store.open(db).decisions(job="10")] == ["placed"]  # taken over, not placed again
+
+
+def test_a_standby_that_stops_withdraws_and_the_leader_then_sees_itself_alone(log):
+    """What a leader stopping asks before it clears its pins: whether a standby is there to take them over."""
+    clock = Ticks()
+    a, b = daemon_on(log, clock, "ctl1", 11), daemon_on(log, clock, "ctl2", 22)
+    a.step(), b.step()
+    assert not a.alone_now() and a.leads
+    b.close()
+    assert a.alone_now() and a.leads

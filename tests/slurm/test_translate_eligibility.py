@@ -244,9 +244,9 @@ def test_a_feature_taken_off_a_node_is_seen_by_the_running_jobs_that_asked_for_i
     part = (SlurmPartition("gpu", tuple(n.name for n in SITE)),)
     known = TranslationCache()
     first = Translator(SlurmState(tuple(SITE), (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known)
-    assert first.observe().afresh
+    assert first.observe().context_changed
     again = Translator(SlurmState(tuple(SITE), (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known)
-    assert not again.observe().afresh
+    assert not again.observe().context_changed
     lost = tuple(replace(n, features=frozenset({"80gb"})) if n.name == "a2" else n for n in SITE)
     obs = Translator(SlurmState(lost, (running,), part, (), "24.11.1", NOW), lease=LEASE, known=known).observe()
-    assert obs.afresh and obs.running["5"].eligible == frozenset({"a1", "a3", "a4"})
+    assert obs.context_changed and obs.running["5"].eligible == frozenset({"a1", "a3", "a4"})

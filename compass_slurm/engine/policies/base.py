@@ -136,8 +136,9 @@ class Policy(ABC):
 
     def confine(self, job_id: str, eligible: Collection[str] | None) -> None:
         """A running job may now move only to ``eligible`` (None: any node): the nodes it asked for changed since it
-        was placed or adopted (an admin changed node features or partitions)."""
-        self._reconfined(job_id, self._allowed(eligible))
+        was placed or adopted (an admin changed node features or partitions). Nothing for a job it does not hold."""
+        if job_id in self.cluster.jobs:
+            self._reconfined(job_id, self._allowed(eligible))
 
     def set_available(self, node: str, available: bool) -> None:
         i = self._indexes([node])[0]
