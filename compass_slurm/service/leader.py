@@ -161,10 +161,7 @@ class Leadership:
             return False
         now = self.clock()
         if renew and self.token and now - self.renewed_at > self.lease_s / 2 and now - self._tried_at > self.lease_s / 4:
-            try:
-                self._renew()
-            except StoreError as err:
-                log.warning("leader election: renewing the lease: %s", err.message)
+            self._try_renew()
             if self.token is None:
                 return False
         lease = LONE_LEASE_S if self.alone else self.lease_s
@@ -177,10 +174,7 @@ class Leadership:
         """Whether this daemon leads with no standby there, as the log says now (a renewal: a standby that stopped
         has withdrawn), or as the last renewal said where the log cannot be written."""
         if self.db is not None and self.token:
-            try:
-                self._renew()
-            except StoreError as err:
-                log.warning("leader election: renewing the lease: %s", err.message)
+            self._try_renew()
         return self.leads and self.alone
 
     def resign(self) -> None:
@@ -218,6 +212,13 @@ class Leadership:
             self._lose(f"another daemon took the lead ({_who(self.row)})")
             return
         self.row, self.renewed_at, self.alone = row, sent, row.alone
+
+    def _try_renew(self) -> None:
+        """Renew, a log that fails said in one line (the lead goes on while its lease lasts)."""
+        try:
+            self._renew()
+        except StoreError as err:
+            log.warning("leader election: renewing the lease: %s", err.message)
 
     def _follow_or_claim(self) -> None:
         store = self._open()

@@ -99,7 +99,8 @@ class TranslationCache:
     the read's time passed (either way: ``came``), and for all of them when the eligible nodes
     of a key in use changed (``Translator.observe``). Valid for one set
     of managed partitions, nodes with their GPU counts and features, lease and migratable mode: a change starts
-    afresh (and where running jobs may move is worked out again: ``Observation.context_changed``); so does a state that lists a job id twice (kept jobs are found again by identity).
+    afresh (and where running jobs may move is worked out again: ``Observation.context_changed``); so does a state
+    that lists a job id twice (kept jobs are found again by identity).
     """
 
     def __init__(self) -> None:
