@@ -22,9 +22,7 @@ from itertools import compress
 from ..engine.model import Decision, Migration
 from ..engine.policies.base import Policy
 from ..engine.rate_limit import RateLimit
-from ..slurm.backend import (Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, restore_argv,
-                             unpin_argv,
-                             update_argv)
+from ..slurm.backend import Backend, lease_argv, leave_argv, release_argv, requeue_hold_argv, unpin_argv, update_argv
 from ..slurm.errors import SlurmError
 from ..slurm.requests import id_order
 from ..slurm.state import SlurmJob
@@ -256,21 +254,33 @@ class Actuator:
         pinned = sorted(_pinned(obs, book) - book.release_due, key=id_order)
         if not pinned:
             return
-        results = dict(zip(pinned, self.backend.scontrol_lines([unpin_argv(j, book.asked(j)) for j in pinned])))
-        again = [j for j, result in results.items()
-                 if result is not None and book.asked(j) is not None and refused_for_good(result)]
-        for job_id, result in zip(again, self.backend.scontrol_lines([unpin_argv(j, None) for j in again])):
-            if result is None:
-                report.error("leave", f"job {job_id}: its pin cleared, its request not put back ({results[job_id]})")
-            results[job_id] = result
         why = "the daemon stopped: its pin lifted, left to Slurm"
-        for job_id, result in results.items():
+        for job_id, result in self._unpin(pinned, book, report)[1].items():
             if result is not None:  # (most often: Slurm started it since the last read)
                 log.debug("job %s kept its pin: %s", job_id, result)
                 continue
             report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
             log.info("job %s left to Slurm: %s", job_id, why)
         book.forget_many(pinned)
+
+    def _unpin(self, job_ids: Sequence[str], book: JobBook, report: CycleReport, start_now: bool = False,
+               before: Sequence[list[str]] = ()) -> tuple[list[str | None], dict[str, str | None]]:
+        """Let go of pending jobs the daemon pinned (``unpin_argv``, with ``start_now`` their lease lifted too), sent
+        in one go after the lines ``before``; where Slurm answers that it will not take a job's request back, its
+        node list alone is cleared (reported: the job keeps its pin's form). Returns the results of ``before``, and
+        per job why Slurm refused, or None."""
+        lines = [*before, *(unpin_argv(j, book.asked(j), start_now) for j in job_ids)]
+        sent = self.backend.scontrol_lines(lines) if lines else []
+        results = dict(zip(job_ids, sent[len(before):]))
+        again = [j for j, result in results.items()
+                 if result is not None and book.asked(j) is not None and refused_for_good(result)]
+        for job_id, result in zip(again, self.backend.scontrol_lines([unpin_argv(j, None, start_now) for j in again])):
+            if result is None:
+                report.error("leave", f"job {job_id}: its pin cleared, its request not put back ({results[job_id]})")
+                results[job_id] = None
+            else:
+                results[job_id] = f"{results[job_id]}; its node list alone: {result}"
+        return sent[:len(before)], results
 
     def _release(self, job_ids: list[str]) -> list[str]:
         """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
@@ -339,11 +349,15 @@ class Actuator:
             book.move(job_id, JobState.LEAVING, why=obs.left[job_id], unpin=pinned_by_us(obs, book, job_id))
         kept, unpinned = (sorted((j for j, r in leaving.items() if r.unpin is unpin), key=id_order)
                           for unpin in (False, True))
-        # a line clears one job's node list (leave_argv); lifting leases takes lists
-        lists = [(leave_argv(batch, False), batch) for batch in _chunks(kept)]
-        lists += [(leave_argv([job_id], True), [job_id]) for job_id in unpinned]
-        restores = [restore_argv(job_id, asked) for job_id in unpinned if (asked := book.asked(job_id)) is not None]
-        for job_id in self._each(lists, report, "leave", first=restores):
+        lists = [(leave_argv(batch), batch) for batch in _chunks(kept)]
+        lifted, unpinned_results = self._unpin(unpinned, book, report, start_now=True, before=[a for a, _ in lists])
+        done = self._done(lists, lifted, report, "leave")
+        for job_id, result in unpinned_results.items():
+            if result is None:
+                done.append(job_id)
+            else:
+                report.error("leave", f"job {job_id}: Slurm refused its leave ({result})")
+        for job_id in done:
             why = leaving[job_id].why
             book.move(job_id, JobState.LEFT, why=why)
             report.decisions.append(_left_record(obs.slurm_jobs.get(job_id), job_id, policy, why))
@@ -351,16 +365,17 @@ class Actuator:
         for job_id in list(leaving):  # Slurm kept its lease: the job waits on, and is left again next cycle
             book.move(job_id, JobState.WAITING)
 
-    def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str,
-              first: Sequence[list[str]] = ()) -> list[str]:
-        """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go, after
-        the lines ``first``, whose refusals are reported only."""
+    def _each(self, lists: list[tuple[list[str], list[str]]], report: CycleReport, kind: str) -> list[str]:
+        """The jobs for which their list command (argv, its jobs) succeeded, all commands sent in one go."""
+        return self._done(lists, self.backend.scontrol_lines([argv for argv, _ in lists]) if lists else [], report,
+                          kind)
+
+    @staticmethod
+    def _done(lists: list[tuple[list[str], list[str]]], results: Sequence[str | None], report: CycleReport,
+              kind: str) -> list[str]:
+        """The jobs for which their list command (argv, its jobs) succeeded, by its ``results``; the others reported."""
         done: list[str] = []
-        results = self.backend.scontrol_lines([*first, *(argv for argv, _ in lists)]) if lists else []
-        for result in results[:len(first)]:
-            if result is not None:
-                report.error(kind, result)
-        for (_, job_ids), result in zip(lists, results[len(first):]):
+        for (_, job_ids), result in zip(lists, results):
             if result is not None and not _named(result, job_ids):
                 report.error(kind, result)
                 continue

@@ -366,7 +366,7 @@ class Daemon:
         report.budget = self.rate.budget(now)
         if self.book.in_state(JobState.REPLANNED) and (left := left_queue(obs, self.book)):
             report.decisions += ran_elsewhere(obs, policy, left, self._where(obs, [r.job_id for r in left]))
-        moves = mirror(policy, obs, self.book, report)
+        moves = mirror(policy, obs, self.book, report, translator.movable_to)
         refused_pins(obs, self.book)
         return policy, moves
 

@@ -11,7 +11,7 @@ into the JobBook (job_states.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import replace
 from itertools import compress
 from operator import attrgetter, is_not
@@ -48,8 +48,10 @@ def same_nodes(policy: Policy | None, obs: Observation) -> bool:
     return all(_layout(ours[i]) == _layout(read[i]) for i in compress(range(len(read)), map(is_not, ours, read)))
 
 
-def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport) -> list[Migration]:
-    """Bring ``policy`` up to date with ``obs``; returns the migrations its Compact then wants."""
+def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport,
+           movable_to: Callable[[SlurmJob, Iterable[str]], Eligible]) -> list[Migration]:
+    """Bring ``policy`` up to date with ``obs``; returns the migrations its Compact then wants (``movable_to``: where
+    a running job may be moved, Translator.movable_to)."""
     for node in obs.nodes:
         if policy.cluster.available[policy.cluster.index[node.name]] != node.available:
             policy.set_available(node.name, node.available)
@@ -105,12 +107,31 @@ def mirror(policy: Policy, obs: Observation, book: JobBook, report: CycleReport)
         log.info("adopted job %s (%dx%d, %s) on %s", job_id, job.instances, job.gpus,
                  "migratable" if job.migratable else "pinned", fmt(counts(job, nodes)))
     if obs.context_changed:  # the nodes' features or partitions may have changed: where each job may move, anew
-        adopted_now, jobs = set(report.adopted), policy.cluster.jobs
-        for job_id, r in running.items():
-            if job_id not in adopted_now and (job := jobs.get(job_id)) is not None and job.migratable:
-                policy.confine(job_id, r.eligible)
+        reconfine(policy, obs, book, set(report.adopted), movable_to)
     moves += report.compact(policy)
     return moves
+
+
+def reconfine(policy: Policy, obs: Observation, book: JobBook, adopted_now: Set[str],
+              movable_to: Callable[[SlurmJob, Iterable[str]], Eligible]) -> None:
+    """Tell the policy anew where each job it holds may be moved, those ``adopted_now`` (confined as they were
+    adopted) but: a running job where the read says, one placed and not started or requeued and not re-pinned where
+    ``movable_to`` says of the nodes decided (not where it may be placed now: its own pin, and what is free this
+    cycle, narrow that). Without it Compact could move a job onto a node that lost a feature it asks for since, where
+    Slurm would hold it."""
+    jobs, requeued = policy.cluster.jobs, book.in_state(JobState.REQUEUED)
+    for job_id, r in obs.running.items():
+        if (job_id not in adopted_now and job_id not in requeued and (job := jobs.get(job_id)) is not None
+                and job.migratable):
+            policy.confine(job_id, r.eligible)
+    decided = {j: r.decision.nodes for j, r in book.placed.items() if j not in obs.running}
+    decided |= {j: r.decision.nodes for j, r in requeued.items()}
+    # most are among the jobs read by id; only the rest cost a pass over every job
+    found = {j: slurm for j in decided if (slurm := obs.slurm_jobs.get(j)) is not None}
+    if len(found) < len(decided):
+        found |= obs.find(decided.keys() - found.keys())
+    for job_id, slurm in found.items():
+        policy.confine(job_id, movable_to(slurm, decided[job_id]))
 
 
 def take_over(obs: Observation, policy: Policy, book: JobBook, last: Mapping[str, DecisionRecord],

@@ -118,32 +118,23 @@ class Asked:
         return [f"NumNodes={count}", "TresPerJob=", "TresPerNode="]
 
 
-def restore_argv(job_id: str, asked: Asked) -> list[str]:
-    """``scontrol update JobId=J NumNodes=.. TresPer..=``: the request the daemon's pins changed, put back before the
-    job is left to Slurm (a line of its own: if Slurm refuses it, the job is left all the same)."""
-    return ["scontrol", "update", f"JobId={names.job_id(job_id)}", *asked.argv()]
+def unpin_argv(job_id: str, asked: Asked | None, start_now: bool = False) -> list[str]:
+    """``scontrol update JobId=J ReqNodeList= [NumNodes=.. TresPer..=] [StartTime=now]``: a pending job let go, its
+    node list cleared and the request its pin changed put back, in one update (with ``start_now``, its lease lifted
+    too). A job that started meanwhile refuses it whole: slurmctld takes the node list before the GPUs and the node
+    count (job_mgr.c ``_update_job``, 22.05 to 26.05) and refuses an empty one for a running job, which ``NumNodes``
+    alone would shrink. A node-list update names one job: scontrol refuses it for a list ("Invalid job ID A,B",
+    update_job.c's ``_is_single_job``) without asking slurmctld."""
+    return ["scontrol", "update", f"JobId={names.job_id(job_id)}", "ReqNodeList=", *(asked.argv() if asked else ()),
+            *(["StartTime=now"] if start_now else [])]
 
 
-def unpin_argv(job_id: str, asked: Asked | None) -> list[str]:
-    """``scontrol update JobId=J ReqNodeList= [NumNodes=.. TresPer..=]``: a pending job let go, its node list cleared
-    and the request its pin changed put back, in one update. A job that started meanwhile refuses it whole:
-    slurmctld takes the node list before the GPUs and the node count (job_mgr.c ``_update_job``, 22.05 to 26.05) and
-    refuses an empty one for a running job, which ``NumNodes`` alone would shrink."""
-    return ["scontrol", "update", f"JobId={names.job_id(job_id)}", "ReqNodeList=", *(asked.argv() if asked else ())]
-
-
-def leave_argv(job_ids: Sequence[str], unpin: bool) -> list[str]:
-    """``scontrol update JobId=A,B,.. [ReqNodeList=] StartTime=now``: jobs the daemon leaves to Slurm start as they
-    would without it, its lease lifted (and, with ``unpin``, the node list it set cleared: Slurm refused it).
-
-    A node-list update names one job: scontrol refuses it for a list ("Invalid job ID A,B", update_job.c's
-    ``_is_single_job``) without asking slurmctld."""
+def leave_argv(job_ids: Sequence[str]) -> list[str]:
+    """``scontrol update JobId=A,B,.. StartTime=now``: jobs the daemon leaves to Slurm start as they would without it,
+    its lease lifted (a job it had pinned is let go by ``unpin_argv`` instead)."""
     if not job_ids:
         raise SlurmError("leaving jobs to Slurm needs at least one job")
-    if unpin and len(job_ids) > 1:
-        raise SlurmError(f"clearing a node list names one job, got {len(job_ids)}")
-    return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}",
-            *(["ReqNodeList="] if unpin else []), "StartTime=now"]
+    return ["scontrol", "update", f"JobId={','.join(names.job_id(j) for j in job_ids)}", "StartTime=now"]
 
 
 class Backend(ABC):
@@ -212,9 +203,6 @@ class Backend(ABC):
 
     def renew_lease(self, job_ids: Sequence[str], seconds: int) -> None:
         self.scontrol(lease_argv(job_ids, seconds))
-
-    def leave(self, job_ids: Sequence[str], unpin: bool = False) -> None:
-        self.scontrol(leave_argv(job_ids, unpin))
 
     def migrate(self, job_id: str, nodes: Sequence[str], gpus_per_node: int | None = None,
                 gpu_type: str | None = None, timeout: float = 30.0) -> None:

@@ -19,7 +19,7 @@ from devcluster import rpcs_served
 from compass_slurm.config import Config
 from compass_slurm.service.daemon import Daemon
 from compass_slurm.service.job_states import JobState
-from compass_slurm.slurm.backend import Asked, leave_argv, restore_argv, update_argv
+from compass_slurm.slurm.backend import Asked, unpin_argv, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.service.store import Store
 
@@ -255,9 +255,9 @@ def test_an_exclusive_job_is_decided_and_logged_as_owning_its_node(idle_cluster,
 
 def test_a_job_left_to_slurm_gets_back_the_request_its_pin_changed_and_runs_as_asked(idle_cluster):
     """A pin sets a job's node count and GPUs per node (9 GPUs as 3 nodes of 3: engine/shape.py); Slurm may park
-    that form for good (a partition's or QOS's node limit). The daemon puts back the request as asked before it
-    leaves the job unpinned, and Slurm takes the lines and runs the job as it would have: --gpus=9 on at most
-    the two nodes that hold it."""
+    that form for good (a partition's or QOS's node limit). The daemon puts back the request as asked in the line
+    that leaves the job unpinned, and Slurm takes it and runs the job as it would have: --gpus=9 on at most the
+    two nodes that hold it."""
     backend = CliBackend()
     job = submit(idle_cluster, "--gpus=9", managed="compass")
     [asked] = [j for j in backend.read_state().jobs if j.id == job]
@@ -265,7 +265,7 @@ def test_a_job_left_to_slurm_gets_back_the_request_its_pin_changed_and_runs_as_a
     assert backend.scontrol_lines([update_argv(job, names, 3)]) == [None]
     [pinned] = [j for j in backend.read_state().jobs if j.id == job]
     assert (pinned.num_nodes, pinned.gpus_per_node, pinned.gpus_per_job) == (3, 3, None)
-    assert backend.scontrol_lines([restore_argv(job, Asked.of(asked, 8)), leave_argv([job], True)]) == [None, None]
+    assert backend.scontrol_lines([unpin_argv(job, Asked.of(asked, 8), start_now=True)]) == [None]
     ran = wait_running(backend, [job])[job]
     assert sum(ran.values()) == 9 and len(ran) <= 2, ran
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from devcluster import dev, rpc_counts
 
-from compass_slurm.slurm.backend import leave_argv, update_argv
+from compass_slurm.slurm.backend import unpin_argv, update_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 
 pytestmark = [pytest.mark.slurm, pytest.mark.releases("24.11", "25.11")]
@@ -194,7 +194,7 @@ def test_pyslurm_cannot_pin_jobs_as_scontrol_does(pyslurm_python, idle_cluster):
     assert one_node == {"scontrol": "2-2", "pyslurm": "1-1"}  # released, it runs on one node with 4 GPUs of its 8
 
     unpin = {"scontrol": jobs["2 nodes", "scontrol"][1], "pyslurm": jobs["2 nodes", "pyslurm"][1]}
-    assert CliBackend().scontrol_lines([leave_argv([unpin["scontrol"]], unpin=True)]) == [None]
+    assert CliBackend().scontrol_lines([unpin_argv(unpin["scontrol"], None, start_now=True)]) == [None]
     assert modify({"required_nodes": "", "gpus": ""}, [unpin["pyslurm"]]) == {}
     assert {way: _pinned(job)["ReqNodeList"] for way, job in unpin.items()} == {"scontrol": "(null)",
                                                                                "pyslurm": "node[01-02]"}

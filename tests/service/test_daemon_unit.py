@@ -31,7 +31,7 @@ from compass_slurm.service.job_states import JobBook, JobState
 from compass_slurm.service.leader import Leadership
 from compass_slurm.service.publish import anchors_text
 from compass_slurm.slurm import requests
-from compass_slurm.slurm.backend import Asked, DryRunBackend, lease_argv, leave_argv, restore_argv
+from compass_slurm.slurm.backend import Asked, DryRunBackend, lease_argv, leave_argv, unpin_argv
 from compass_slurm.slurm.cli_backend import CliBackend
 from compass_slurm.slurm.errors import SlurmCommandError, SlurmError
 from compass_slurm.slurm.snapshot import SnapshotBackend, save
@@ -116,11 +116,6 @@ def daemon_for(state: SlurmState, tmp_path: Path, **config) -> tuple[Daemon, Sna
     clock = Clock()
     cfg = Config(anchors=str(tmp_path / "anchors"), **config)
     return Daemon(cfg, backend, f"sqlite:///{tmp_path / 'log.db'}", clock=clock), backend, clock
-
-
-def restored(job_id: str, gpus: int, nodes: str = "1") -> list[str]:
-    """The line that puts back a ``--gpus`` request the daemon's pins changed (before a job is left unpinned)."""
-    return ["scontrol", "update", f"JobId={job_id}", f"NumNodes={nodes}", "TresPerNode=", f"TresPerJob=gres:gpu:{gpus}"]
 
 
 def update(job_id: str, nodes: str, count: int, gpus: int, gpu: str = "gpu") -> list[str]:
@@ -473,7 +468,7 @@ def test_a_job_slurm_takes_pins_for_and_never_starts_is_left_to_it_after_three(t
         clock.now += 31
         actions += [(d.action, d.gpus_per_node) for d in daemon.cycle().decisions]
     assert actions == [("replanned", {"n1": 4}), ("replanned", {"n1": 4}), ("left", {})]
-    assert backend.commands[-1] == ["scontrol", "update", "JobId=50", "ReqNodeList=", "StartTime=now"]
+    assert backend.commands[-1] == let_go("50", 4, start=True)
     assert "Slurm has not started it in 30 s (ReqNodeNotAvail, Reserved for maintenance), 3 times in a row" in \
         daemon.book.get("50").why
     clock.now += 31
@@ -881,6 +876,63 @@ def test_a_running_job_is_kept_off_a_node_that_lost_a_feature_it_asked_for(tmp_p
     backend.state = cluster(nvme, jobs[6:])
     daemon.cycle()
     assert [c for c in backend.commands if c[1] == "requeuehold"] == [["scontrol", "requeuehold", "7,8"]]
+
+
+#: an admin's change of one node's features (``scontrol update NodeName=.. Features=``): none, one nobody asks for,
+#: nvme taken off
+FEATURE_CHANGES = {"same": frozenset({"nvme"}), "unrelated": frozenset({"nvme", "ib"}), "lost": frozenset()}
+
+
+def changed_on(node_name: str, nodes: list[SlurmNode], change: str) -> list[SlurmNode]:
+    """``nodes`` with ``node_name``'s features as ``FEATURE_CHANGES[change]``."""
+    return [replace(n, features=FEATURE_CHANGES[change]) if n.name == node_name else n for n in nodes]
+
+
+@pytest.mark.parametrize("change", FEATURE_CHANGES)
+def test_a_placed_job_is_not_re_pointed_to_a_node_that_lost_a_feature_it_asked_for(tmp_path, change):
+    """Jobs 7 and 8 ask for nvme and are placed on n1, pending there; then n1's other jobs end and n2's features
+    change. A pin on n2 without nvme would be one Slurm holds (BadConstraints): they are not re-pointed there, as they
+    are while n2 keeps nvme, whatever else changed (their own pin does not confine them)."""
+    nvme = [replace(n, features=frozenset({"nvme"})) for n in nodes(3)]
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 7)]
+    jobs += [running(str(i), {"n2": 1}) for i in range(20, 28)] + [running(str(i), {"n3": 1}) for i in range(30, 38)]
+    waiting = [pending(str(i), gpus=1, constraint="nvme", comment="compass:migratable") for i in (7, 8)]
+    daemon, backend, _ = daemon_for(cluster(nvme, jobs + waiting), tmp_path, policy="compass", migrations_per_hour=12)
+    daemon.cycle()
+    assert backend.commands == [update("7", "n1", 1, 1), update("8", "n1", 1, 1)]
+    placed = [replace(j, required_nodes=("n1",), reason="Resources") for j in waiting]
+    backend.state = cluster(changed_on("n2", nvme, change), jobs[11:] + placed)  # 25-27 stay on n2
+    report = daemon.cycle()
+    lost = change == "lost"
+    repointed = [] if lost else [update("7", "n2", 1, 1), update("8", "n2", 1, 1)]
+    assert backend.commands[2:] == repointed and report.errors == []
+    assert [(d.job_id, d.nodes, d.reason) for d in report.decisions] == [
+        (j, ("n2",), "compact: re-pointed before it started") for j in ("7", "8") if not lost]
+
+
+@pytest.mark.parametrize("change", FEATURE_CHANGES)
+def test_a_requeued_job_is_not_moved_again_to_a_node_that_lost_a_feature_it_asked_for(tmp_path, change):
+    """Jobs 7 and 8 ask for nvme and are requeued from n1 to n2; before Slurm shows them pending, n2's jobs end and
+    n3's features change. Moved again onto n3 without nvme they would be re-pinned where Slurm holds them: they go to
+    n2 as planned; while n3 keeps nvme, whatever else changed, they are moved on to n3."""
+    nvme = [replace(n, features=frozenset({"nvme"})) for n in nodes(3)]
+    jobs = [running(str(i), {"n1": 1}, comment="compass:migratable") for i in range(1, 7)]
+    mine = [replace(running(str(i), {"n1": 1}, comment="compass:migratable"), constraint="nvme") for i in (7, 8)]
+    n2 = [running(str(i), {"n2": 1}, comment="compass:migratable") for i in range(9, 12)]
+    n3 = [running(str(i), {"n3": 1}, comment="compass:migratable") for i in range(30, 38)]
+    daemon, backend, clock = daemon_for(cluster(nvme, jobs + mine + n2 + n3), tmp_path, policy="compass",
+                                        migrations_per_hour=12)
+    daemon.cycle()
+    backend.state = cluster(nvme, mine + n2 + n3)
+    daemon.cycle()
+    assert backend.commands == [["scontrol", "requeuehold", "7,8"]]
+    clock.now += 3601  # a new hour's budget
+    backend.state = cluster(changed_on("n3", nvme, change), [requeued(j) for j in mine] + n3[5:])
+    report = daemon.cycle()
+    to = "n2" if change == "lost" else "n3"
+    assert backend.commands[1:] == [update("7", to, 1, 1), ["scontrol", "release", "7"],
+                                    update("8", to, 1, 1), ["scontrol", "release", "8"]]
+    assert report.errors == [] and {daemon.book.state(j) for j in ("7", "8")} == {JobState.PLACED}
 
 
 def test_an_unlimited_budget_migrates_all_that_compact_plans(tmp_path):
@@ -1306,10 +1358,11 @@ def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
 
 
-def let_go(job_id: str, gpus: int | None = None, nodes: str = "1") -> list[str]:
-    """The line a stopping daemon clears its pin with (and puts back a ``--gpus`` request the pin changed)."""
+def let_go(job_id: str, gpus: int | None = None, nodes: str = "1", start: bool = False) -> list[str]:
+    """The line that clears a pin of the daemon's (and puts back a ``--gpus`` request the pin changed): a stopping
+    daemon's, or with ``start`` a job's left to Slurm (its lease lifted too)."""
     restore = [f"NumNodes={nodes}", "TresPerNode=", f"TresPerJob=gres:gpu:{gpus}"] if gpus else []
-    return ["scontrol", "update", f"JobId={job_id}", "ReqNodeList=", *restore]
+    return ["scontrol", "update", f"JobId={job_id}", "ReqNodeList=", *restore, *(["StartTime=now"] if start else [])]
 
 
 def test_a_daemon_that_stops_lets_go_of_the_jobs_it_pinned_and_the_next_one_finds_them(tmp_path):
@@ -1733,17 +1786,37 @@ def test_a_pin_slurm_refuses_is_lifted_in_the_next_cycle_and_the_job_left_to_slu
     assert [(d.job_id, d.action) for d in report.decisions] == [("80", "left")]
     assert "Slurm refused its pin on n1 (BadConstraints)" in report.decisions[0].reason
     # its request as asked put back (the pin set its node count and GPUs per node), then unpinned and left
-    assert backend.commands[1:] == [restored("80", 1), ["scontrol", "update", "JobId=80", "ReqNodeList=",
-                                                        "StartTime=now"]]
+    assert backend.commands[1:] == [let_go("80", 1, start=True)]
     # Unpinned, Slurm looks at it afresh: it is Slurm's now, neither placed nor leased again.
     backend.state = cluster(nodes(3), [replace(refused, required_nodes=(), reason="Resources")])
     for _ in range(2):
         clock.now += 40
         assert daemon.cycle().decisions == []
-    assert len(backend.commands) == 3 and daemon.book.in_state(JobState.LEFT)
+    assert len(backend.commands) == 2 and daemon.book.in_state(JobState.LEFT)
     backend.state = cluster(nodes(3), [])
     daemon.cycle()
     assert not daemon.book.in_state(JobState.LEFT)  # gone from the queue: forgotten
+
+
+@pytest.mark.parametrize(("error", "left"), [("Invalid generic resource (gres) specification", True),
+                                             ("Unable to contact slurm controller (connect failure)", False)])
+def test_a_job_whose_request_slurm_will_not_take_back_is_unpinned_and_left_all_the_same(tmp_path, error, left):
+    """Leaving a job whose pin Slurm refused puts back the request the pin changed in the same line; where Slurm
+    answers that it will not take that request, the node list alone is cleared with the lease (the error logged), so
+    that the job is Slurm's all the same. A line Slurm did not answer is sent again next cycle, nothing more now."""
+    daemon, backend, clock = daemon_for(cluster(nodes(3), [pending("80", gpus=1)]), tmp_path, lease=60)
+    daemon.cycle()
+    refused = pending("80", gpus=1, required_nodes=("n1",), reason="BadConstraints")
+    daemon.backend = daemon.actuator.backend = backend = Refusing(cluster(nodes(3), [refused]),
+                                                                  "TresPerJob=gres:gpu:1", error)
+    clock.now += 5
+    report = daemon.cycle()
+    assert backend.commands == [let_go("80", 1, start=True), *([let_go("80", start=True)] if left else [])]
+    assert [(d.job_id, d.action) for d in report.decisions] == ([("80", "left")] if left else [])
+    assert daemon.book.state("80") is (JobState.LEFT if left else JobState.WAITING)
+    [message] = [e.message for e in report.errors]
+    said = "its pin cleared, its request not put back" if left else "Slurm refused its leave"
+    assert message.startswith(f"job 80: {said} (scontrol update JobId=80") and message.endswith(f"{error})")
 
 
 def test_pins_slurm_refuses_in_one_cycle_are_cleared_one_job_a_line(tmp_path):
@@ -1757,9 +1830,7 @@ def test_pins_slurm_refuses_in_one_cycle_are_cleared_one_job_a_line(tmp_path):
     clock.now += 5
     report = daemon.cycle()
     assert sorted((d.job_id, d.action) for d in report.decisions) == [("80", "left"), ("81", "left")]
-    assert backend.commands == [restored("80", 1), restored("81", 1),
-                                *(["scontrol", "update", f"JobId={j}", "ReqNodeList=", "StartTime=now"]
-                                  for j in ("80", "81"))]
+    assert backend.commands == [let_go("80", 1, start=True), let_go("81", 1, start=True)]
 
 
 def test_a_pin_beyond_a_node_limit_is_undone_with_the_request_the_user_gave(tmp_path):
@@ -1773,8 +1844,7 @@ def test_a_pin_beyond_a_node_limit_is_undone_with_the_request_the_user_gave(tmp_
                                                 required_nodes=tuple(f"n{i}" for i in range(1, 12)))])
     clock.now += 5
     assert [d.action for d in daemon.cycle().decisions] == ["left"]
-    assert backend.commands[1:] == [restored("80", 11, "1-2"),
-                                    ["scontrol", "update", "JobId=80", "ReqNodeList=", "StartTime=now"]]
+    assert backend.commands[1:] == [let_go("80", 11, "1-2", start=True)]
 
 
 @pytest.mark.parametrize(("asked", "words"), [
@@ -1786,13 +1856,14 @@ def test_a_pin_beyond_a_node_limit_is_undone_with_the_request_the_user_gave(tmp_
 ])
 def test_the_request_put_back_is_the_one_asked(asked, words):
     job = SlurmJob("5", "alice", "PENDING", "gpu", **asked)
-    assert restore_argv("5", Asked.of(job, 8)) == ["scontrol", "update", "JobId=5", *words]
+    assert unpin_argv("5", Asked.of(job, 8)) == ["scontrol", "update", "JobId=5", "ReqNodeList=", *words]
 
 
-def test_clearing_node_lists_names_one_job():
-    assert leave_argv(["1", "2"], unpin=False) == ["scontrol", "update", "JobId=1,2", "StartTime=now"]
-    with pytest.raises(SlurmError, match="names one job, got 2"):
-        leave_argv(["1", "2"], unpin=True)
+def test_leases_are_lifted_by_a_list_and_a_pin_cleared_one_job_a_line():
+    assert leave_argv(["1", "2"]) == ["scontrol", "update", "JobId=1,2", "StartTime=now"]
+    assert unpin_argv("1", None, start_now=True) == ["scontrol", "update", "JobId=1", "ReqNodeList=", "StartTime=now"]
+    with pytest.raises(SlurmError, match="not a valid Slurm job id"):
+        unpin_argv("1,2", None)
 
 
 def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tmp_path):
@@ -1803,9 +1874,8 @@ def test_a_decision_slurm_refuses_for_the_node_configuration_is_left_to_slurm(tm
     assert [(d.job_id, d.action) for d in report.decisions] == [("90", "failed"), ("90", "left")]
     # the node list cleared and the request put back too: from 23.11 an update Slurm refuses may keep what it
     # set before the check that refused it
-    assert backend.commands[1:] == [restored("90", 8), ["scontrol", "update", "JobId=90", "ReqNodeList=",
-                                                        "StartTime=now"]]
-    assert daemon.cycle().decisions == [] and len(backend.commands) == 3
+    assert backend.commands[1:] == [let_go("90", 8, start=True)]
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 2
 
 
 @pytest.mark.parametrize("error", ["Invalid generic resource (gres) specification",
@@ -1820,9 +1890,8 @@ def test_a_decision_slurm_refuses_in_any_words_is_left_to_slurm_not_retried_for_
     backend = Refusing(cluster(nodes(2), [pending("90", gpus=8)]), "ReqNodeList=n1", error)
     daemon = Daemon(Config(anchors="", lease=60), backend, f"sqlite:///{tmp_path / 'log.db'}")
     assert [(d.job_id, d.action) for d in daemon.cycle().decisions] == [("90", "failed"), ("90", "left")]
-    assert backend.commands[1:] == [restored("90", 8), ["scontrol", "update", "JobId=90", "ReqNodeList=",
-                                                        "StartTime=now"]]
-    assert daemon.cycle().decisions == [] and len(backend.commands) == 3 and daemon.book.state("90") is JobState.LEFT
+    assert backend.commands[1:] == [let_go("90", 8, start=True)]
+    assert daemon.cycle().decisions == [] and len(backend.commands) == 2 and daemon.book.state("90") is JobState.LEFT
 
 
 @pytest.mark.parametrize("error", ["no answer within 10 s", "Unable to contact slurm controller (connect failure)",
