@@ -11,6 +11,7 @@ import click
 
 from ..slurm import BACKENDS
 from .common import CONTEXT_SETTINGS, UserError
+from .options import not_empty
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -24,10 +25,11 @@ LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="S", help="Seconds between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it had to be skipped).")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
-@click.option("--db", metavar="URL", help="Decision log (SQLAlchemy URL); default: "
+@click.option("--db", metavar="URL", callback=not_empty, help="Decision log (SQLAlchemy URL); default: "
               "$COMPASS_DB, the config file's db, else the system log.")
 @click.option("--policy", metavar="NAME", help="Placement policy (see `compass policies`).")
-@click.option("--snapshot", metavar="FILE", help="Read a saved Slurm state instead of Slurm (implies a dry run).")
+@click.option("--snapshot", metavar="FILE", callback=not_empty,
+              help="Read a saved Slurm state instead of Slurm (implies a dry run).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="How to read Slurm: pyslurm when it matches Slurm and reads (auto), or always cli or pyslurm.")
 @click.option("-v", "--verbose", is_flag=True, help="Also log why managed jobs are left to Slurm.")

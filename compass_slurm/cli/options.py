@@ -26,13 +26,24 @@ SLURM_HINT = ("check that the Slurm client commands are installed and can reach 
               "`compass doctor` checks the setup, --snapshot FILE reads a saved state instead")
 
 
+def refuse_empty(flag: str, value: str | None) -> None:
+    """An option given as "" (a shell variable left empty, most likely) is a mistake, not the option left out."""
+    if value == "":
+        raise UserError(f"{flag} '' is empty", hint=f"give a value, or leave {flag} out for its default")
+
+
+def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    refuse_empty(param.opts[0], value)
+    return value
+
+
 def db_option(func: Callable) -> Callable:
-    return click.option("--db", metavar="URL",
+    return click.option("--db", metavar="URL", callback=not_empty,
                         help="Decision log (SQLAlchemy URL); default: $COMPASS_DB, the config file, else the daemon's.")(func)
 
 
 def snapshot_option(func: Callable) -> Callable:
-    return click.option("--snapshot", metavar="FILE", type=click.Path(dir_okay=False),
+    return click.option("--snapshot", metavar="FILE", type=click.Path(dir_okay=False), callback=not_empty,
                         help="Read a state saved by `compass snapshot save` instead of live Slurm.")(func)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..atomic import write_atomic
 from ..service.report import FORMATS
 from .common import CONTEXT_SETTINGS, SCHEMA_VERSION, UserError, json_option
 from .options import SINCE, db_option, read_log
@@ -37,10 +38,27 @@ def command(since: datetime, fmt: str | None, as_json: bool, output: str | None,
         click.echo(text, nl=False)
         return
     target = Path(datetime.now(UTC).astimezone().strftime(output))
+    _not_a_database(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        write_atomic(target, text)
     except OSError as err:
-        raise UserError(f"cannot write the report to {target}: {err.strerror}",
+        where = f" ({err.filename})" if err.filename and Path(err.filename) != target else ""
+        raise UserError(f"cannot write the report to {target}: {err.strerror}{where}",
                         hint="choose a writable --output path") from None
     click.echo(f"wrote {target}" + (f" ({report.message})" if report.message else ""), err=True)
+
+
+#: the first bytes of every SQLite database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _not_a_database(target: Path) -> None:
+    """A report never replaces a database: an ``--output`` naming the decision log would destroy it."""
+    try:
+        with target.open("rb") as existing:
+            head = existing.read(len(SQLITE_HEADER))
+    except OSError:  # none there (or not readable: the write says why)
+        return
+    if head == SQLITE_HEADER:
+        raise UserError(f"--output {target} is an SQLite database (the decision log?): a report never replaces one",
+                        hint="choose another --output path")

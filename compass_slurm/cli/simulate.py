@@ -16,7 +16,7 @@ from ..config import Config
 from ..engine.disciplines import SIM_RESTART_S
 from ..engine.model import MAX_NODE_GPUS, MAX_NODES
 from .common import CONTEXT_SETTINGS, InternalError, UserError, console, emit_json, json_option
-from .options import FiniteFloatRange
+from .options import FiniteFloatRange, refuse_empty
 
 #: Jobs in a synthetic workload when --limit does not say.
 SYNTHETIC_JOBS = 2000
@@ -95,7 +95,8 @@ def command(trace_path, synthetic, policies, eta, nodes, node_spec, layout_path,
             estimate_factor, migratable, migrations_per_hour, migrations_burst, managed, cycle_interval, watch, slack,
             limit, window, cluster, skip_bad, check, output, sweep_file, sbatch, as_json) -> None:
     """Replay a GPU job trace through the placement policies and compare AFR, AJCT and AGU."""
-    if sweep_file or sbatch:
+    if sweep_file is not None or sbatch:
+        _alone_with_sweep(click.get_current_context())
         _sweep(sweep_file, sbatch, as_json)
         return
     from ..engine.model import EngineError
@@ -222,6 +223,8 @@ def _settings(params: dict) -> _Settings:
     if params["trace_path"] == "":
         raise UserError("--trace '' names no file", hint="give a trace file, or leave --trace out for a synthetic "
                                                          "workload")
+    for name, flag in _TEXT_OPTIONS:
+        refuse_empty(flag, params[name])
     if params["trace_path"] is None and (params["limit"] or 0) > MAX_JOBS:
         raise UserError(f"--limit {params['limit']:,}: a synthetic workload has at most {MAX_JOBS:,} jobs")
     typed = None if params["typed"] is None else _fraction("--typed", params["typed"])
@@ -501,6 +504,27 @@ def _burst_note(row: dict) -> str:
     if burst is None:
         return ""
     return f", at most {burst} in any 5 minutes" + (f" ({setting})" if setting != burst else "")
+
+
+#: the options whose text the command reads as it is (an empty one would pass for the option left out)
+_TEXT_OPTIONS = (("synthetic", "--synthetic"), ("policies", "--policy"), ("layout_path", "--layout"),
+                 ("window", "--window"), ("cluster", "--cluster"), ("output", "--output"))
+#: the options a sweep reads itself
+_SWEEP_OPTIONS = frozenset({"sweep_file", "sbatch", "as_json"})
+
+
+def _alone_with_sweep(ctx: click.Context) -> None:
+    """A sweep's runs take their options from its file: another option given beside --sweep would be ignored."""
+    from click.core import ParameterSource
+
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name not in _SWEEP_OPTIONS and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise UserError(f"{', '.join(given)} with --sweep: a sweep's runs take their options from its file",
+                        hint="put them in the sweep file (a window's trace, window, limit and cluster; any other in "
+                             "options = [...])")
+    if ctx.params["sweep_file"] == "":
+        raise UserError("--sweep '' names no file", hint="give a sweep file (docs/simulator.md \"Sweeps\")")
 
 
 def _sweep(path: str | None, sbatch: bool, as_json: bool) -> None:

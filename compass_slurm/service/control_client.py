@@ -6,7 +6,6 @@ socket round trip needs; the server and its checks stay in control.py.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import socket
@@ -45,9 +44,7 @@ def request(path: str | os.PathLike, doc: Mapping[str, object], timeout: float) 
         raise ControlUnavailable(f"no answer within {timeout:.2g} s") from None
     except OSError as err:
         reason = os.strerror(err.errno) if err.errno else str(err)
-        if err.errno in (errno.ENOENT, errno.ECONNREFUSED):
-            reason = f"{reason}: {os.fspath(path)}"
-        raise ControlUnavailable(reason) from None
+        raise ControlUnavailable(f"{reason}: {os.fspath(path)}") from None
     finally:
         sock.close()
     line = bytes(data).partition(b"\n")[0]

@@ -479,6 +479,12 @@ _KINDS: tuple[tuple[type, Check], ...] = (
 )
 
 
+#: columns of a whole number of at least 1: a sample is of a cluster with GPU nodes (a cycle without any is skipped)
+_AT_LEAST_ONE = {(samples_table.name, "nodes"), (samples_table.name, "gpus")}
+_at_least_one = _must(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                      "is not a whole number of at least 1")
+
+
 @cache
 def _checks(table: Table) -> dict[str, Check]:
     """Per column of ``table``, what is wrong with a value read from it (None: nothing), worked out once per table.
@@ -486,8 +492,8 @@ def _checks(table: Table) -> dict[str, Check]:
     Times and node lists: their types check them as they read."""
     out = {}
     for column in table.c:
-        check = _counts if column.name in _COUNTS else next((c for kind, c in _KINDS if isinstance(column.type, kind)),
-                                                            None)
+        check = (_counts if column.name in _COUNTS else _at_least_one if (table.name, column.name) in _AT_LEAST_ONE
+                 else next((c for kind, c in _KINDS if isinstance(column.type, kind)), None))
         out[column.name] = partial(_wrong, check, column.nullable or column.primary_key)
     return out
 

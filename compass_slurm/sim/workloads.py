@@ -103,7 +103,7 @@ def load(path: str | Path, *, skip_bad: bool = False, cluster: str | None = None
     """Read a CSV trace or a ``sacct --parsable2`` dump (told apart by the header)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # (a spreadsheet's export may start with a byte-order mark)
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(f"cannot read trace {path}: {err}") from None
     header = text.split("\n", 1)[0]
@@ -170,13 +170,18 @@ def _text(value: str, column: str) -> str:
     return value
 
 
+#: the largest time a trace may give, in seconds (about 3,000 years): a simulation adds and compares times, and
+#: from about 2**53 s a float no longer holds a second apart
+MAX_TRACE_S = 1e11
+
+
 def _number(value: str, column: str) -> float:
     try:
         x = float(value)
     except ValueError:
         raise ValueError(f"{column} {value!r} is not a number") from None
-    if not x >= 0 or x == float("inf"):  # also rejects NaN
-        raise ValueError(f"{column} {value!r} must be a finite number >= 0")
+    if not 0 <= x <= MAX_TRACE_S:  # also rejects NaN and infinity
+        raise ValueError(f"{column} {value!r} must be a number of seconds from 0 to {MAX_TRACE_S:.0e}")
     return x
 
 

@@ -23,7 +23,8 @@ from operator import attrgetter
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
-from .errors import SlurmParseError
+from . import names
+from .errors import SlurmNameError, SlurmParseError
 
 MARKER = "compass"
 MIGRATABLE_MARKER = "compass:migratable"
@@ -313,7 +314,29 @@ class SlurmState:
         state = _build(cls, data, "state")
         if not 0 <= state.read_at <= _LAST_TIME:
             raise SlurmParseError(f"state.read_at: {state.read_at!r} is not a time (seconds since 1970)")
+        _check_names(state)
         return state
+
+
+def _check_names(state: SlurmState) -> None:
+    """The names a command line may carry (node names, job ids, SLUIDs, GRES types) in Slurm's syntax, as Slurm's
+    own reads give them: a hand-edited snapshot fails here, naming the field, not in the command that names it."""
+    checks = [(f"state.nodes[{k}].name", names.node_name, node.name) for k, node in enumerate(state.nodes)]
+    for k, job in enumerate(state.jobs):
+        where = f"state.jobs[{k}]"
+        if job.array_pending:  # the record of an array's tasks not split off yet, A_[..]: split into A_T before use
+            checks.append((f"{where}.array_job", names.job_id, job.array_job))
+        else:
+            checks.append((f"{where}.id", names.job_id, job.id))
+        if job.sluid:
+            checks.append((f"{where}.sluid", names.sluid, job.sluid))
+        if job.gpu_type is not None:
+            checks.append((f"{where}.gpu_type", names.gpu_type, job.gpu_type))
+    for where, check, value in checks:
+        try:
+            check(value)
+        except SlurmNameError as err:
+            raise SlurmParseError(f"{where}: {err}") from None
 
 
 #: fields older snapshots carry that nothing reads any more (dropped on load, so those files still load)

@@ -371,3 +371,13 @@ def test_a_usage_error_is_one_line_and_a_hint_as_every_error(args, error, comman
     first, hint = done.stderr.splitlines()
     assert (done.returncode, done.stdout) == (2, "")
     assert first.startswith(f"compass: error: {error}") and hint == f"hint: see '{command} --help'"
+
+
+@pytest.mark.parametrize("args", [("decisions", "--db", ""), ("report", "--db", ""), ("status", "--snapshot", ""),
+                                  ("daemon", "--once", "--snapshot", ""), ("daemon", "--once", "--db", "")])
+def test_an_empty_log_or_snapshot_option_is_an_error_not_the_default(args) -> None:
+    """``--db "$LOG"`` with LOG unset would read (or write) the default log: said instead, naming the option."""
+    result = invoke(*args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines() == [f"compass: error: {args[-2]} '' is empty",
+                                          f"hint: give a value, or leave {args[-2]} out for its default"]

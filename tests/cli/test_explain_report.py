@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -178,3 +179,26 @@ def test_report_errors(tmp_path: Path, log: str) -> None:
         assert bad.exit_code == 2 and f"invalid time {since!r}" in bad.stderr
     unwritable = invoke("report", "--output", "/proc/nope/report.txt", "--db", log)
     assert unwritable.exit_code == 2 and "cannot write the report" in unwritable.stderr
+
+
+def test_a_report_never_replaces_the_decision_log(log: str) -> None:
+    path = Path(log.removeprefix("sqlite:///"))
+    before = path.read_bytes()
+    result = invoke("report", "--output", str(path), "--db", log)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines() == [f"compass: error: --output {path} is an SQLite database (the decision "
+                                          "log?): a report never replaces one", "hint: choose another --output path"]
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("column", ["nodes", "gpus"])
+def test_a_sample_of_no_gpus_is_a_value_no_compass_wrote(log: str, column: str) -> None:
+    """The daemon skips a cycle without GPU nodes: a sample of none was changed outside compass (the report would
+    divide by it)."""
+    path = log.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE samples SET {column} = 0")
+    result = invoke("report", "--since", "1h", "--db", log)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[0] == (f"compass: error: cannot read the decision log {path}: table samples: "
+                                             f"{column} 0 is not a whole number of at least 1")

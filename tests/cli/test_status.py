@@ -226,6 +226,12 @@ def test_bad_snapshot_is_a_clear_error(tmp_path: Path) -> None:
     (("jobs", 0, "id", 1), "state.jobs[0].id: expected a string, got 1"),
     (("jobs", 0, "priority", "high"), 'state.jobs[0].priority: expected a whole number, got "high"'),
     (("read_at", None, None, "nan"), 'state.read_at: expected a number, got "nan"'),
+    # names a command line would carry: checked on loading, not in the daemon's scontrol line
+    (("jobs", 0, "id", "10;rm"), "state.jobs[0].id: not a valid Slurm job id: '10;rm'"),
+    (("jobs", 0, "id", "11_[1-3]"), "state.jobs[0].id: not a valid Slurm job id: '11_[1-3]'"),
+    (("jobs", 0, "sluid", "s1"), "state.jobs[0].sluid: not a valid Slurm SLUID: 's1'"),
+    (("jobs", 0, "gpu_type", "a100 x"), "state.jobs[0].gpu_type: not a valid Slurm GRES type: 'a100 x'"),
+    (("nodes", 0, "name", "node01 Weight=1"), "state.nodes[0].name: not a valid Slurm node name: 'node01 Weight=1'"),
 ])
 def test_a_snapshot_of_bad_bytes_or_types_is_one_line_naming_it(tmp_path: Path, content, said: str) -> None:
     path = tmp_path / "bad.json"

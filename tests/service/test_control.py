@@ -208,8 +208,12 @@ def test_stale_socket_replaced_live_one_kept(rundir: Path, handlers: Handlers) -
             ControlServer(path, handlers.table()).start()
         assert request(srv.path, {"op": "ping"}, timeout=2)["ok"] is True
     assert not path.exists()
-    with pytest.raises(ControlUnavailable, match="No such file or directory"):
+    with pytest.raises(ControlUnavailable, match=f"No such file or directory: {path}"):
         request(path, {"op": "ping"}, timeout=1)
+    plain = path.with_name("plain")
+    plain.write_text("")
+    with pytest.raises(ControlUnavailable, match=f"Not a directory: {plain / 'x'}"):  # whatever the error: the path
+        request(plain / "x", {"op": "ping"}, timeout=1)
 
 
 def test_refuses_unsafe_places(rundir: Path, handlers: Handlers) -> None:

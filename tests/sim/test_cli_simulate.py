@@ -183,7 +183,7 @@ def test_bad_row_stops_with_its_line_unless_skipped(trace):
     trace.write_text(TRACE + "e,4,-5,1\n")
     result = simulate("--trace", str(trace), "--policy", "first-fit", "--json")
     assert result.exit_code == 2
-    assert "line 6: duration_s '-5' must be a finite number >= 0" in result.output
+    assert "line 6: duration_s '-5' must be a number of seconds from 0 to 1e+11" in result.output
     result = simulate("--trace", str(trace), "--policy", "first-fit", "--json", "--skip-bad")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["skipped_rows"] == 1
@@ -227,6 +227,13 @@ def test_clear_errors(trace, args, message):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--trace", ""], "--trace '' names no file"),  # not the synthetic workload
+    # an empty value (a shell variable left empty) is not the option left out
+    *([[flag, ""], f"{flag} '' is empty"] for flag in ("--synthetic", "--policy", "--layout", "--window", "--cluster",
+                                                     "--output")),
+    (["--sweep", ""], "--sweep '' names no file"),
+    # a sweep's runs take their options from its file: one given beside it would be ignored
+    (["--sweep", "s.toml", "--trace", "t.csv", "--limit", "5"],
+     "--trace, --limit with --sweep: a sweep's runs take their options from its file"),
     (["--limit", "1000001"], "--limit 1,000,001: a synthetic workload has at most 1,000,000 jobs"),
     (["--synthetic", "venus", "--limit", "10000000"], "--limit 10,000,000: a synthetic workload has at most"),
 ])
@@ -253,6 +260,18 @@ def test_an_option_out_of_its_range_is_a_usage_error_naming_it(trace, args, mess
     result = simulate("--trace", str(trace), "--policy", "best-fit", *args)
     assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_a_trace_with_a_byte_order_mark_reads_as_one_without(trace):
+    """A spreadsheet's CSV export may begin with U+FEFF: the first column is job_id all the same."""
+    def figures(result) -> list[dict]:
+        assert result.exit_code == 0, result.output
+        return [{k: v for k, v in row.items() if k not in ("wall_s", "events_per_s")}
+                for row in json.loads(result.stdout)]
+
+    plain = figures(simulate("--trace", str(trace), "--policy", "best-fit", "--json"))
+    trace.write_bytes("\ufeff".encode() + TRACE.encode())
+    assert figures(simulate("--trace", str(trace), "--policy", "best-fit", "--json")) == plain
 
 
 def test_a_job_of_more_gpus_than_the_largest_cluster_is_a_bad_row(trace):

@@ -33,13 +33,14 @@ def test_csv_loads_in_submit_order_and_ignores_extra_columns():
 @pytest.mark.parametrize(
     "row, why",
     [
-        ("j3,5,-1,2", "duration_s '-1' must be a finite number >= 0"),
+        ("j3,5,-1,2", "duration_s '-1' must be a number of seconds from 0 to 1e+11"),
+        ("j3,1e308,10,2", "submit_time_s '1e308' must be a number of seconds from 0 to 1e+11"),
         ("j3,5,abc,2", "duration_s 'abc' is not a number"),
         ("j3,5,10", "expected at least 4 fields, got 3"),
         ("j3,5,10,0", "num_gpus '0' must be at least 1"),
         ("j3,5,10,2.5", "num_gpus '2.5' is not a whole number"),
         (",5,10,2", "job_id is empty"),
-        ("j3,nan,10,2", "submit_time_s 'nan' must be a finite number >= 0"),
+        ("j3,nan,10,2", "submit_time_s 'nan' must be a number of seconds from 0 to 1e+11"),
     ],
 )
 def test_malformed_row_names_its_line(row, why):
