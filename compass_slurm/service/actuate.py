@@ -15,7 +15,7 @@ only if the daemon is gone. Every Slurm refusal is returned or recorded, never r
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress
 
@@ -187,7 +187,7 @@ class Actuator:
             try:
                 update = self._pin_argv(slurm, record.decision.gpus_per_node())
             except SlurmError as err:
-                failures.add(record.logged, str(err), release=slurm.held)
+                failures.add(record.logged, str(err), release=slurm.held, unpin=True)
                 continue
             pins[job_id] = [update, release_argv(job_id)] if slurm.held else [update]
         return pins
@@ -199,7 +199,8 @@ class Actuator:
         record = book.get(job_id)
         update, release = (*results, None)[:2]
         if update is not None:
-            failures.add(record.logged, update, released=len(results) > 1 and release is None, release=len(results) > 1)
+            failures.add(record.logged, update, released=len(results) > 1 and release is None, release=len(results) > 1,
+                         unpin=True)
             return
         book.move(job_id, JobState.PLACED, decision=record.decision, job=record.job, at=now, logged=record.logged)
         if release is not None:  # Slurm holds it on its new nodes: the migration stands, not done until released
@@ -222,7 +223,7 @@ class Actuator:
 
     def release_requeued(self, records: Sequence[DecisionRecord], book: JobBook, report: CycleReport,
                          recorder: Recorder, why: str) -> None:
-        """Release where they are the requeued jobs of these migration ``records``, their migrations failed
+        """Release, unpinned (``_release``), the requeued jobs of these migration ``records``, their migrations failed
         (``why``): a rebuilt engine state did not take them over (this daemon no longer leads, its log cannot say,
         or the nodes logged no longer hold the job)."""
         failures = _Failures(report, recorder, book)
@@ -231,7 +232,7 @@ class Actuator:
         failures.settle(self._release)
 
     def release_on_stop(self, book: JobBook, recorder: Recorder) -> list[DecisionRecord]:
-        """A daemon that stops releases its requeued jobs where they are, and those a failed migration left held; the
+        """A daemon that stops releases its requeued jobs, unpinned, and those a failed migration left held; the
         record of each requeued one released is rewritten as failed, that of each Slurm refuses (still completing)
         kept, for the next daemon to take the requeue over. Returns those kept. (A job re-pinned whose release is
         owed stays held on its new nodes: its requeue is logged and noted, and the next daemon takes it over.)"""
@@ -250,7 +251,7 @@ class Actuator:
         (``unpin_argv``; where Slurm will not take the request back, the node list alone), logged ``left``. Slurm
         starts each as it would have, once its lease (if it has one) runs out; one that started meanwhile runs on.
         A job re-pinned by a migration whose release is owed stays held there, for the next daemon to take over; a
-        requeued job is released where it is (``release_on_stop``)."""
+        requeued job is released, unpinned (``release_on_stop``)."""
         pinned = sorted(_pinned(obs, book) - book.release_due, key=id_order)
         if not pinned:
             return
@@ -282,13 +283,19 @@ class Actuator:
                 results[job_id] = f"{results[job_id]}; its node list alone: {result}"
         return sent[:len(before)], results
 
-    def _release(self, job_ids: list[str]) -> list[str]:
-        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly);
-        returns the jobs Slurm refused to release, e.g. because a job was still completing and its hold is yet
-        to come."""
-        if not job_ids:
-            return []
-        refused = _refused(self.backend.scontrol_lines([release_argv(job_ids)])[0], job_ids)
+    def _release(self, job_ids: list[str], unpin: Collection[str] | None = None) -> list[str]:
+        """A requeue that failed half-way must not leave the job held (releasing a job not held fails harmlessly), nor
+        pinned where it ran: the node list of each of ``unpin`` (None: of every one released) is cleared first, in
+        the same go, so that the job is placed afresh instead of waiting for nodes the engine may have handed on since
+        (a job not pending refuses the update whole). Returns the jobs Slurm refused to release, e.g. because a job
+        was still completing and its hold is yet to come."""
+        cleared = [unpin_argv(j, None) for j in (job_ids if unpin is None else unpin)]
+        lines = [*cleared, release_argv(job_ids)] if job_ids else cleared
+        results = self.backend.scontrol_lines(lines) if lines else []
+        for argv, result in zip(cleared, results):
+            if result is not None:
+                log.debug("%s: %s", " ".join(argv), result)
+        refused = _refused(results[-1], job_ids) if job_ids else {}
         for job_id, why in refused.items():
             log.debug("release of job %s after a failed migration: %s", job_id, why)
         return list(refused)
@@ -309,7 +316,8 @@ class Actuator:
                 _done_late(book.released(job_id), report)
             else:
                 due.append(job_id)
-        refused = set(self._release(due))
+        # a re-pinned job owed its release keeps its new pin: its migration stands
+        refused = set(self._release(due, [j for j in due if book.owed_migration(j) is None]))
         for job_id in due:
             if job_id not in refused:
                 log.info("released job %s, left held by a migration", job_id)
@@ -409,12 +417,14 @@ class _Failures:
     def __init__(self, report: CycleReport, recorder: Recorder, book: JobBook) -> None:
         self.report, self.recorder, self.book = report, recorder, book
         self.unreleased: list[str] = []
+        self.unpinned: list[str] = []
         self.rewrites: list[DecisionRecord] = []
 
     def add(self, record: DecisionRecord, why: str, at: int | None = None, release: bool = False,
-            released: bool = False) -> None:
+            released: bool = False, unpin: bool = False) -> None:
         """``record`` (the report's ``at``-th, when this cycle's) failed for ``why``; with ``release`` the job may be
-        held, and is released unless it was (``released``)."""
+        held, and is released unless it was (``released``); with ``release`` or ``unpin`` its node list, where it
+        ran or a pin the failure left half-made, is cleared."""
         job_id = record.job_id
         failed = _failed(record, f"Slurm refused: {why}")
         if at is not None:
@@ -424,14 +434,16 @@ class _Failures:
         self.report.migrations += _migrations(record, failed.reason, "failed")
         if self.book.state(job_id) in (JobState.RUNNING, JobState.REQUEUED):
             self.book.move(job_id, None)
+        if release or unpin:
+            self.unpinned.append(job_id)
         if release and not released:
             self.unreleased.append(job_id)
         log.info("migrated job %s to %s: failed", job_id, fmt(record.gpus_per_node))
 
-    def settle(self, release: Callable[[list[str]], list[str]]) -> None:
+    def settle(self, release: Callable[[list[str], list[str]], list[str]]) -> None:
         """Release the jobs that may be held (those Slurm refuses now are released once it shows them pending),
         then rewrite the records: a daemon killed in between finds a held job's requeue logged, and takes it over."""
-        self.book.owe_release(release(self.unreleased))
+        self.book.owe_release(release(self.unreleased, self.unpinned))
         for record in self.rewrites:
             self.recorder.refused(record)
 

@@ -80,7 +80,7 @@ UNSTARTED_LIMIT = 3
 UNLOGGED = "not told to Slurm: neither the decision log nor its spool could record it"
 #: why a decision is not told to Slurm when this daemon's lead ran out while it decided
 FENCED = "not told to Slurm: this daemon's lead ran out (service/leader.py)"
-#: why a requeued job is released where it is when the engine state is rebuilt without it (see _sync)
+#: why a requeued job is released (its node list cleared) when the engine state is rebuilt without it (see _sync)
 DROPPED = ("not re-pinned: this daemon's lead ran out, or its log could not say, or the nodes logged cannot take it, "
            "before Slurm showed it pending")
 #: how often run() collects the reference cycles that cycles froze (a full collection: 0.3 s at 16,384 nodes)
@@ -260,7 +260,7 @@ class Daemon:
 
     def close(self, unpin: bool = False) -> None:
         """``unpin``: the daemon stops running (not after one ``--once`` cycle), and clears its pins."""
-        # a stopped daemon leaves no job held: its requeued jobs are released where they are (those Slurm refuses,
+        # a stopped daemon leaves no job held: its requeued jobs are released, unpinned (those Slurm refuses,
         # still completing, keep their requeue logged and noted, and the next daemon takes them over)
         kept = self.actuator.release_on_stop(self.book, self.recorder)
         if self.leadership.leads and (why := self.note.write(self.book, self.rate.spent(), kept)):
@@ -359,7 +359,7 @@ class Daemon:
             self.book.rebuilt()
             refused = self._take_over(obs, translator, policy, report, now)
             # no job is left held: the requeued ones the take-over did not find again (this daemon no longer leads,
-            # or has no log, or cannot read it), or cannot hold where logged, are released where they are
+            # or has no log, or cannot read it), or cannot hold where logged, are released, unpinned
             dropped = [r.logged for r in requeued if self.book.state(r.id) is not JobState.REQUEUED] + refused
             if dropped:
                 self.actuator.release_requeued(dropped, self.book, report, self.recorder, DROPPED)
@@ -410,7 +410,7 @@ class Daemon:
         """The log cannot be read: take over the requeues of the daemon's own note (requeue_note.py) as the log's
         would be. The held jobs it may have requeued that no note accounts for (there is none, or it cannot be read)
         are left held, for an admin may have held them, and named loudly until the log can say (``_log_back``).
-        Returns the records of the requeues to release where they are."""
+        Returns the records of the requeues to release, unpinned."""
         noted, why = self._noted()
         refused: list[DecisionRecord] = []
         if noted is None:

@@ -185,7 +185,7 @@ def take_over_requeues(policy: Policy, book: JobBook, held: Mapping[str, SlurmJo
     its requeue's record is REQUEUED again, the policy holding it on the nodes logged (its request as logged), to
     be re-pinned there and released as if this daemon had requeued it, kept to the nodes ``movable_to`` says when
     moved again (Translator.movable_to). Returns those taken over, and the records of those the nodes logged cannot
-    take now (the caller releases them where they are)."""
+    take now (the caller releases them, their node lists cleared)."""
     taken, refused = set(), []
     for job_id in sorted(held.keys() & last.keys(), key=id_order):
         record = last[job_id]

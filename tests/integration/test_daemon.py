@@ -507,6 +507,32 @@ def test_a_migration_completes_over_cycles_and_no_cycle_waits_for_it(idle_cluste
     assert (last.action, last.nodes, last.from_nodes) == ("migrated", ("node02",), ("node01",))
 
 
+def test_a_daemon_stopped_before_a_re_pin_releases_the_job_unpinned(idle_cluster, tmp_path):
+    """A job requeued to move it, pending and held again when the daemon stops, is released with its node list
+    cleared: the nodes it ran on were the engine's to hand on, and a pin never expires, so Slurm places it afresh.
+    (Its node list here is its user's --nodelist, as a daemon's placement would have left it.)"""
+    slurm = idle_cluster
+    backend = CliBackend()
+    slow = submit(slurm, "--gpus=1", "--nodelist=node01", managed="compass:migratable", wrap="trap '' TERM; sleep 300")
+    stay = [submit(slurm, "--gpus=1", "--nodelist=node02", managed="compass:migratable") for _ in range(3)]
+    subprocess.run(["scontrol", "update", f"JobId={','.join([slow, *stay])}", "StartTime=now"], check=True)
+    assert all(j in wait_running(backend, [slow, *stay]) for j in [slow, *stay])
+    daemon = make_daemon(tmp_path, policy="compass", migrations_per_hour=100)
+    report = daemon.cycle()  # Compact moves the slow job into node02: requeued, its steps ending after KillWait
+    assert [(d.job_id, d.action) for d in report.decisions] == [(slow, "migrated")]
+    deadline = time.monotonic() + 90
+    while not ((job := backend.read_state().job(slow)).pending and job.held):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.5)
+    assert job.required_nodes == ("node01",)
+    daemon.close()
+    job = backend.read_state().job(slow)
+    assert not job.held and job.required_nodes == (), job
+    with Store.open(daemon.db, create=False) as store:
+        last = store.decisions(job=slow)[-1]
+    assert (last.action, last.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
+
+
 def test_the_look_between_cycles_sees_a_new_managed_job_and_one_that_ended(idle_cluster, tmp_path):
     slurm = idle_cluster
     backend = CliBackend()

@@ -61,6 +61,8 @@ scontrol: release 14
 scontrol: requeuehold 15
 scontrol: 
 """
+#: the lines that settle the failed migrations of 13 and 14: their node lists cleared, 13's release retried
+UNPINNED = ["update JobId=13 ReqNodeList=", "update JobId=14 ReqNodeList=", "release 13"]
 #: the same lines run alone (the CLI backend's retry of lines a dead batch left unattributed): exit code, stderr
 ALONE = {"release 13": (1, "Job has already finished for job 13\nslurm_suspend error: Job has already finished\n"),
          "update JobId=14 ReqNodeList=node01 NumNodes=1 TresPerJob= TresPerNode=gres:gpu:1 StartTime=now":
@@ -134,9 +136,10 @@ def test_one_batch_re_pins_releases_and_requeues_and_a_refusal_fails_its_job_onl
     fake = Replayed()
     daemon, _ = migrating(fake, tmp_path)
     report = daemon.cycle()
-    assert fake.texts[-1].splitlines() == REPIN  # one scontrol for the cycle's migration lines
-    # the release 13 owed (it never was held again: it ended) is tried once more, alone
-    assert fake.alone == [["scontrol", "release", "13"]]
+    assert fake.texts[-2].splitlines() == REPIN  # one scontrol for the cycle's migration lines
+    # then one for the failed migrations: their node lists cleared (placed afresh, not tied to where they ran), and
+    # the release 13 owed (it never was held again: it ended) tried once more
+    assert fake.texts[-1].splitlines() == UNPINNED and fake.alone == []
     check_attributed(daemon, report)
     daemon.close()
 
@@ -148,6 +151,7 @@ def test_a_batch_killed_midway_retries_its_unattributed_lines_one_by_one(tmp_pat
     daemon, _ = migrating(fake, tmp_path)
     report = daemon.cycle()
     assert fake.alone == [["scontrol", *REPIN[4].split()], ["scontrol", "release", "14"],
-                          ["scontrol", "requeuehold", "15"], ["scontrol", "release", "13"]]
+                          ["scontrol", "requeuehold", "15"]]
+    assert fake.texts[-1].splitlines() == UNPINNED
     check_attributed(daemon, report)
     daemon.close()

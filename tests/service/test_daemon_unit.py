@@ -1183,8 +1183,9 @@ def test_a_migration_refused_half_way_releases_the_job(tmp_path):
     backend.state = cluster(nodes(3), [requeued(jobs[6]), *jobs[7:]])
     report = daemon.cycle()
     assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
+    # its node list cleared after the release, so that it is placed afresh (here refused: Slurm has started it)
     assert backend.commands == [["scontrol", "requeuehold", "7"], update("7", "n2", 1, 1),
-                                ["scontrol", "release", "7"]]
+                                ["scontrol", "release", "7"], let_go("7")]
     assert [e.kind for e in report.errors] == ["migration"] and daemon.book.state("7") is None
     # refused, its record says so (and the job's place is unchanged)
     with Store.open(daemon.db, create=False) as store:
@@ -1222,7 +1223,7 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path, t
     report = daemon.cycle()
     assert [(m.job_id, m.status) for m in report.migrations] == [("7", "failed")]
     assert "lead ran out, or its log could not say" in report.errors[0].message
-    assert backend.commands == [["scontrol", "requeuehold", "7"], ["scontrol", "release", "7"]]
+    assert backend.commands == [["scontrol", "requeuehold", "7"], let_go("7"), ["scontrol", "release", "7"]]
     assert daemon.book.release_due == {"7"}
     held = replace(pending("7", gpus=1, comment="compass:migratable"), reason="JobHeldUser", held=True)
     backend.state = cluster(nodes(3), [held, *jobs[7:]])
@@ -1233,7 +1234,7 @@ def test_a_job_a_failed_migration_left_held_is_released_once_pending(tmp_path, t
         assert daemon.book.release_due == set()
     else:
         daemon.close()
-    assert ["scontrol", "release", "7"] in backend.commands
+    assert backend.commands[:2] == [let_go("7"), ["scontrol", "release", "7"]]  # not tied to where it ran
 
 
 def requeuing(tmp_path: Path) -> tuple[Daemon, SnapshotBackend, list[SlurmJob]]:
@@ -1309,8 +1310,9 @@ def test_a_requeue_taken_over_where_its_nodes_are_gone_is_released(tmp_path):
     backend.state = cluster([node("n1"), node("n3")], [requeued(jobs[6]), *jobs[7:]])  # n2 removed meanwhile
     fresh = Daemon(daemon.config, backend, daemon.db, clock=Clock())
     report = fresh.cycle()
-    # released where it is, and decided afresh once pending (its next decision logged "replanned")
-    assert backend.commands[1:] == [["scontrol", "release", "7"]] and fresh.book.state("7") is JobState.REPLANNED
+    # released, its node list cleared, and decided afresh once pending (its next decision logged "replanned")
+    assert backend.commands[1:] == [let_go("7"), ["scontrol", "release", "7"]]
+    assert fresh.book.state("7") is JobState.REPLANNED
     assert [(m.job_id, m.src, m.dst, m.status) for m in report.migrations] == [("7", "n1", "n2", "failed")]
     fresh.close()
     with Store.open(daemon.db, create=False) as store:
@@ -1344,7 +1346,7 @@ def test_a_release_a_failed_migration_owes_outlives_a_restart(tmp_path, log):
     third = Daemon(daemon.config, backend, daemon.db, clock=Clock())
     with unreadable(tmp_path / "log.db") if log == "unreadable" else nullcontext():
         third.cycle()
-    assert commands_of(backend, "7") == [["scontrol", "release", "7"]] and third.book.release_due == set()
+    assert commands_of(backend, "7") == [let_go("7"), ["scontrol", "release", "7"]] and third.book.release_due == set()
     assert third.note.unsure == []
     third.close()
 
@@ -1352,7 +1354,8 @@ def test_a_release_a_failed_migration_owes_outlives_a_restart(tmp_path, log):
 def test_a_daemon_that_stops_releases_its_requeued_jobs(tmp_path):
     daemon, backend, _ = requeuing(tmp_path)
     daemon.close()
-    assert backend.commands[1:] == [["scontrol", "release", "7"]] and daemon.book.state("7") is None
+    # not tied to where it ran: its node list cleared, Slurm places it afresh
+    assert backend.commands[1:] == [let_go("7"), ["scontrol", "release", "7"]] and daemon.book.state("7") is None
     with Store.open(daemon.db, create=False) as store:
         (record,) = store.decisions(job="7")
     assert (record.action, record.reason) == ("failed", "compact; the daemon stopped before it was re-pinned")
