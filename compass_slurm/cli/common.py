@@ -95,7 +95,10 @@ def run_main(group: click.Group) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as err:  # a file, directory or socket no command turned into its own message
-        where = f": {err.filename}" if err.filename else ""
-        click.echo(f"compass: error: {err.strerror or err}{where}", err=True)
-        click.echo("hint: check that the path exists and that this user may use it", err=True)
+        if err.filename:
+            click.echo(f"compass: error: {err.strerror or err}: {err.filename}", err=True)
+            click.echo("hint: check that the path exists and that this user may use it", err=True)
+        else:  # most often the command's own output (stdout on a full disk, /dev/full)
+            click.echo(f"compass: error: cannot write the output: {err.strerror or err}", err=True)
+            click.echo("hint: check the free space where the output goes, or send it elsewhere", err=True)
         sys.exit(2)

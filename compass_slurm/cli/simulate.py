@@ -225,6 +225,9 @@ def _settings(params: dict) -> _Settings:
                                                          "workload")
     for name, flag in _TEXT_OPTIONS:
         refuse_empty(flag, params[name])
+    if params["cluster"] is not None and params["trace_path"] is None:
+        raise UserError(f"--cluster {params['cluster']} selects the rows of a trace; a synthetic workload has no "
+                        "clusters", hint="give --trace FILE with it, or leave --cluster out")
     if params["trace_path"] is None and (params["limit"] or 0) > MAX_JOBS:
         raise UserError(f"--limit {params['limit']:,}: a synthetic workload has at most {MAX_JOBS:,} jobs")
     typed = None if params["typed"] is None else _fraction("--typed", params["typed"])

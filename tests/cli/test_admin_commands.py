@@ -381,3 +381,12 @@ def test_an_empty_log_or_snapshot_option_is_an_error_not_the_default(args) -> No
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.stderr.splitlines() == [f"compass: error: {args[-2]} '' is empty",
                                           f"hint: give a value, or leave {args[-2]} out for its default"]
+
+
+def test_output_that_cannot_be_written_is_one_line_saying_so() -> None:
+    """stdout on a full disk (here /dev/full) has no file name to name: the message says it is the output."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(COMPASS), "policies"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "compass: error: cannot write the output: No space left on device",
+        "hint: check the free space where the output goes, or send it elsewhere"]

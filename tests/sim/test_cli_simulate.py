@@ -231,6 +231,7 @@ def test_clear_errors(trace, args, message):
     *([[flag, ""], f"{flag} '' is empty"] for flag in ("--synthetic", "--policy", "--layout", "--window", "--cluster",
                                                      "--output")),
     (["--sweep", ""], "--sweep '' names no file"),
+    (["--cluster", "cluster04"], "--cluster cluster04 selects the rows of a trace; a synthetic workload has no"),
     # a sweep's runs take their options from its file: one given beside it would be ignored
     (["--sweep", "s.toml", "--trace", "t.csv", "--limit", "5"],
      "--trace, --limit with --sweep: a sweep's runs take their options from its file"),
