@@ -117,8 +117,10 @@ def readme_commands() -> set[tuple[str, ...]]:
 
 @pytest.mark.parametrize("words", sorted(readme_commands()), ids=" ".join)
 def test_every_compass_command_the_readme_shows_exists(words: tuple[str, ...]) -> None:
-    # its help, not its run: `compass submit --help` is sbatch's, run in place of this process
-    ctx = click.Context(cli, info_name="compass")
+    # its help, not its run: `compass submit --help` is sbatch's, run in place of this process. The context takes the
+    # group's settings as a run does: click keeps a command's help option as the first context it saw named it, and
+    # one without -h would leave every later `compass CMD -h` in this process an unknown option
+    ctx = click.Context(cli, info_name="compass", **cli.context_settings)
     for word in words:
         if not isinstance(ctx.command, click.Group):
             break  # an argument of the command, not a command
