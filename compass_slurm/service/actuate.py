@@ -458,10 +458,7 @@ def _requeued(obs: Observation, book: JobBook) -> tuple[dict[str, SlurmJob], dic
     those whose migration is lost, with why: gone, or running again unheld (someone released it first). One still
     held and completing waits, however long its steps take to end: the policy keeps its new nodes meanwhile."""
     requeued = book.in_state(JobState.REQUEUED)
-    # most are pending or completing, by id among the GPU jobs read; only the rest cost a pass over every job
-    found = {j: slurm for j in requeued if (slurm := obs.slurm_jobs.get(j)) is not None}
-    if len(found) < len(requeued):
-        found |= obs.find(requeued.keys() - found.keys())
+    found = obs.lookup(requeued.keys())  # (most are pending or completing: among the GPU jobs read)
     due, lost = {}, {}
     for job_id in sorted(requeued, key=id_order):
         slurm = found.get(job_id)

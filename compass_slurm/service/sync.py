@@ -126,11 +126,7 @@ def reconfine(policy: Policy, obs: Observation, book: JobBook, adopted_now: Set[
             policy.confine(job_id, r.eligible)
     decided = {j: r.decision.nodes for j, r in book.placed.items() if j not in obs.running}
     decided |= {j: r.decision.nodes for j, r in requeued.items()}
-    # most are among the jobs read by id; only the rest cost a pass over every job
-    found = {j: slurm for j in decided if (slurm := obs.slurm_jobs.get(j)) is not None}
-    if len(found) < len(decided):
-        found |= obs.find(decided.keys() - found.keys())
-    for job_id, slurm in found.items():
+    for job_id, slurm in obs.lookup(decided.keys()).items():
         policy.confine(job_id, movable_to(slurm, decided[job_id]))
 
 

@@ -130,6 +130,14 @@ class Observation:
         """The jobs of the read among ``job_ids``, by id, whatever their state (one pass over every job)."""
         return {job.id: job for job in compress(self.jobs, map(job_ids.__contains__, map(_JOB_ID_OF, self.jobs)))}
 
+    def lookup(self, job_ids: Set[str]) -> dict[str, SlurmJob]:
+        """``find``, for jobs most of which are GPU jobs running or managed ones pending: those are found by id in
+        ``slurm_jobs``, and only the rest cost a pass over every job."""
+        found = {j: job for j in job_ids if (job := self.slurm_jobs.get(j)) is not None}
+        if len(found) < len(job_ids):
+            found |= self.find(job_ids - found.keys())
+        return found
+
     @functools.cached_property
     def pending_ids(self) -> list[str]:
         """The ids of ``pending``, in its order (made once: sync, decide and the leases ask)."""
