@@ -163,6 +163,11 @@ def _summary_line(status: Status) -> Any:
         line.append(f"> {bound} {f.sif_bound:.3f}", style="bold red")
     line.append("  WCC ")
     line.append("holds" if f.wcc else "violated", style="green" if f.wcc else "yellow")
+    if status.left_to_slurm:
+        from ..slurm.hostlist import compress
+        from ..slurm.translate import LEFT_TO_SLURM
+
+        line.append(f"\nleft to Slurm ({LEFT_TO_SLURM}): {compress(status.left_to_slurm)}", style="dim")
     return line
 
 

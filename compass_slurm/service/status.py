@@ -24,9 +24,10 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, Node, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import per_burst, per_hour
+from ..slurm.hostlist import compress
 from ..slurm.requests import Request, adoption_order, array_tasks, priority_order, request
 from ..slurm.state import SlurmNode, SlurmState
-from ..slurm.translate import Translator
+from ..slurm.translate import LEFT_TO_SLURM, Translator
 
 if TYPE_CHECKING:
     from .store import DecisionRecord, Store
@@ -146,6 +147,8 @@ class Status:
     orphans: int = 0
     #: the jobs the daemon is migrating, in Slurm's job order; None: not known (no decision log to read)
     requeued: tuple[RequeuedJob, ...] | None = None
+    #: GPU nodes shown nowhere above: compass places nothing there, Slurm places every job (Translator.left_to_slurm)
+    left_to_slurm: tuple[str, ...] = ()
 
     @property
     def partial_cells(self) -> list[NodeCell]:
@@ -186,6 +189,7 @@ class Status:
             "node_map": [c.as_json() for c in self.cells],
             "pending": [p.as_json() for p in self.pending],
             "requeued": None if self.requeued is None else [r.as_json() for r in self.requeued],
+            "left_to_slurm": list(self.left_to_slurm),
         }
 
 
@@ -208,7 +212,9 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
     translator = Translator(state, [partition] if partition else (), migratable=migratable)
     if not translator.nodes:
         where = f"partition {partition!r}" if partition else "the cluster"
-        raise StatusError(f"{where} has no node with GPUs")
+        left = translator.left_to_slurm
+        raise StatusError(f"{where} has no node with GPUs compass places on: {compress(left)} left to Slurm "
+                          f"({LEFT_TO_SLURM})" if left else f"{where} has no node with GPUs")
     adopted = adopt(translator, policy)
     violations = adopted.abs_violations()
     cells = tuple(
@@ -233,6 +239,7 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         abs_violations=violations,
         orphans=adopted.orphans(),
         requeued=None if requeues is None else tuple(requeued_jobs(translator, requeues)),
+        left_to_slurm=translator.left_to_slurm,
     )
 
 

@@ -166,7 +166,10 @@ class Translator:
         self.partitions = {p.name: p.nodes for p in state.partitions if not wanted or p.name in wanted}
         in_scope = {n for nodes in self.partitions.values() for n in nodes}
         reserved = frozenset(n for r in state.reservations if r.active for n in r.nodes)
-        self.slurm_nodes = {n.name: n for n in state.nodes if n.gpus > 0 and n.name in in_scope and engines(n)}
+        gpu_nodes = [(n, engines(n)) for n in state.nodes if n.gpus > 0 and n.name in in_scope]
+        self.slurm_nodes = {n.name: n for n, placed in gpu_nodes if placed}
+        #: the GPU nodes in scope the engine does not place on (``engines``), in Slurm's order
+        self.left_to_slurm = tuple(n.name for n, placed in gpu_nodes if not placed)
         self.known = known if known is not None else TranslationCache()
         self.nodes = self.known.nodes(self.slurm_nodes.values(), lambda n: node_available(n, reserved))
         self.available = frozenset(n.name for n in self.nodes if n.available)
@@ -491,6 +494,10 @@ class Translator:
     @functools.cached_property
     def _gpus(self) -> dict[str, int]:
         return {name: node.gpus for name, node in self.slurm_nodes.items()}
+
+#: why ``engines`` leaves a node to Slurm, as ``compass status`` says it
+LEFT_TO_SLURM = f"gres/shard, several GPU types or more than {MAX_NODE_GPUS} GPUs"
+
 
 def engines(node: SlurmNode) -> bool:
     """Whether the engine places on ``node``: not where Slurm shares GPUs out (gres/shard: a GPU with a shard

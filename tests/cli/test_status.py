@@ -322,3 +322,25 @@ def test_two_gpu_types_show_a_row_each_and_the_bound_counts_both(tmp_path: Path)
     out = invoke("status", "--snapshot", str(path), env={"COLUMNS": "100"}).stdout
     assert "<= 4/N 0.250" in out
     assert re.search(r"^ a100\s+8\s+8\s+13/51\s+1\s", out, re.M) and re.search(r"^ h100\s+8\s+8\s+9/55\s+1\s", out, re.M)
+
+
+def test_nodes_compass_leaves_to_slurm_are_named(tmp_path: Path) -> None:
+    """A node the engine does not place on (gres/shard, several GPU types, more GPUs than it takes) is no cell of
+    the map: status names it, not to drop it without a word."""
+    from dataclasses import replace
+
+    state = snapshot.load(MIXED)
+    odd = {"node03": {"shards": 16}, "node04": {"gpu_types": ("1g.10gb", "3g.40gb")}, "node05": {"gpus": 2000}}
+    path = tmp_path / "odd.json"
+    snapshot.save(replace(state, nodes=tuple(replace(n, **odd.get(n.name, {})) for n in state.nodes)), path)
+    doc = json_of("status", "--snapshot", str(path))
+    assert doc["left_to_slurm"] == ["node03", "node04", "node05"] and doc["nodes"] == 13
+    assert json_of("status", "--snapshot", str(MIXED))["left_to_slurm"] == []
+    out = invoke("status", "--snapshot", str(path), env={"COLUMNS": "200"}).stdout
+    assert "left to Slurm (gres/shard, several GPU types or more than 1024 GPUs): node[03-05]" in out
+    shared = tmp_path / "shared.json"
+    snapshot.save(replace(state, nodes=tuple(replace(n, shards=8) for n in state.nodes)), shared)
+    result = invoke("status", "--snapshot", str(shared))
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "compass: error: the cluster has no node with GPUs compass places on: node[01-16] left to Slurm "
+        "(gres/shard, several GPU types or more than 1024 GPUs)\n")

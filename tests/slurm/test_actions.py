@@ -154,6 +154,10 @@ MIXED_SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "snapshots" / "m
     ("nodes.0.gpus", 8.5, "state.nodes[0].gpus: expected a whole number, got 8.5"),
     ("nodes.0.gpus", 10**30, "state.nodes[0].gpus: 1000000000000000000000000000000 is out of range: Slurm's "
                              "numbers fit in 64 bits"),
+    ("nodes.0.gpus", -3, "state.nodes[0].gpus: -3 is negative: Slurm's counts are never below 0"),
+    ("nodes.0.gpus_used", -1, "state.nodes[0].gpus_used: -1 is negative: Slurm's counts are never below 0"),
+    ("jobs.0.gpus_alloc", {"node01": -2}, "state.jobs[0].gpus_alloc.node01: -2 is negative: Slurm's counts are "
+                                          "never below 0"),
     ("nodes.0.partitions", "gpu", 'state.nodes[0].partitions: expected a list, got "gpu"'),
     ("nodes.0.flags", [1], "state.nodes[0].flags[0]: expected a string, got 1"),
     ("jobs.0.id", 1, "state.jobs[0].id: expected a string, got 1"),
