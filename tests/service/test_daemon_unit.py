@@ -1073,6 +1073,23 @@ def test_daemon_once_on_a_snapshot_prints_the_commands_and_logs_dry_run(tmp_path
         ("80", "dry-run", "best-fit", {"n1": 8, "n2": 8}), ("81", "dry-run", "best-fit", {"n3": 1})]
 
 
+def test_daemon_once_whose_log_cannot_be_written_exits_1(tmp_path):
+    """A running daemon goes on past a log it cannot write; one cycle run by hand to try a set-up says it failed."""
+    snap = tmp_path / "state.json"
+    save(cluster(nodes(2), [pending("80", gpus=1)]), snap)
+    (tmp_path / "file").write_text("a file where the log's directory should be")
+    done = compass("daemon", "--snapshot", str(snap), "--once", "--db", f"sqlite:///{tmp_path / 'file' / 'log.db'}")
+    assert done.returncode == 1, done.stderr
+    assert "DECISION LOG NOT WRITTEN" in done.stderr and "Traceback" not in done.stderr
+    directory = tmp_path / "dir.db"  # the log refuses (root writes any file), its spool beside it takes the cycle
+    directory.mkdir()
+    done = compass("daemon", "--snapshot", str(snap), "--once", "--db", f"sqlite:///{directory}")
+    assert done.returncode == 1 and "DECISION LOG NOT WRITTEN" in done.stderr, done.stderr
+    assert "spooled" in done.stderr.split("DECISION LOG NOT WRITTEN")[1]
+    good = compass("daemon", "--snapshot", str(snap), "--once", "--db", f"sqlite:///{tmp_path / 'log.db'}")
+    assert good.returncode == 0, good.stderr
+
+
 def test_daemon_bad_input_is_a_clear_error(tmp_path):
     runner = CliRunner()
     bad = tmp_path / "garbage.json"
