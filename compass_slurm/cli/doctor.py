@@ -211,6 +211,10 @@ class Doctor:
                 f"(Slurm {backend.version()}; text because {why})")
 
     def gpu_source(self) -> str:
+        """Where GPU use is read from, and the GPU nodes compass leaves to Slurm (all of them fails: no cycle runs)."""
+        from ..slurm.hostlist import compress
+        from ..slurm.translate import LEFT_TO_SLURM, Translator
+
         if self.state is None:
             raise Failed("no Slurm state to look at (see the backend check)", SLURM_HINT)
         gpus = [n for n in self.state.nodes if n.gpus > 0]
@@ -218,8 +222,18 @@ class Doctor:
             raise Failed("no node reports gpu GRES",
                          "configure GresTypes=gpu and Gres=gpu:N on the nodes in slurm.conf, with gres.conf File= lines")
         used = sum(n.gpus_used for n in gpus)
-        return (f"per-node GresUsed and per-job GRES detail (no slurmdbd needed): "
-                f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
+        found = (f"per-node GresUsed and per-job GRES detail (no slurmdbd needed): "
+                 f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
+        translator = Translator(self.state, self.config.partitions)
+        left = translator.left_to_slurm
+        named = f"; {compress(left)} left to Slurm ({LEFT_TO_SLURM})" if left else ""
+        if not translator.slurm_nodes:
+            scope = ", ".join(self.config.partitions) or "all partitions"
+            raise Failed(f"{found}; no GPU node compass places on in {scope}{named}",
+                         "the daemon skips every cycle: the `partitions` setting must name partitions with such nodes")
+        if left:
+            raise Info(found + named, "compass places no job on those nodes: Slurm places every job there")
+        return found
 
     def migration_budget(self) -> str:
         """The ``migrations_per_hour`` setting and its ``migrations_burst`` cap, and what they come to on the GPU

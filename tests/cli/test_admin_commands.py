@@ -390,3 +390,31 @@ def test_output_that_cannot_be_written_is_one_line_saying_so() -> None:
     assert done.returncode == 2 and done.stderr.splitlines() == [
         "compass: error: cannot write the output: No space left on device",
         "hint: check the free space where the output goes, or send it elsewhere"]
+
+
+def test_doctor_names_the_gpu_nodes_left_to_slurm(monkeypatch, isolated: Path) -> None:
+    """Nodes compass does not place on are said (info); a daemon with no node to place on fails the check."""
+    from dataclasses import replace
+
+    from compass_slurm.cli.doctor import Doctor, Failed, Info
+    from compass_slurm.config import Config
+    from compass_slurm.slurm import snapshot
+
+    state = snapshot.load(MIXED)
+    doctor = Doctor(None)
+    doctor.config, doctor.state = Config(), state
+    assert doctor.gpu_source().endswith("22/128 GPUs in use")
+    doctor.state = replace(state, nodes=tuple(replace(n, shards=4) if n.name in ("node03", "node04") else n
+                                              for n in state.nodes))
+    with pytest.raises(Info) as said:
+        doctor.gpu_source()
+    assert str(said.value).endswith("; node[03-04] left to Slurm (gres/shard, several GPU types or more than "
+                                    "1024 GPUs)") and type(said.value) is Info
+    doctor.state = replace(state, nodes=tuple(replace(n, shards=4) for n in state.nodes))
+    with pytest.raises(Failed) as failed:
+        doctor.gpu_source()
+    assert type(failed.value) is Failed and "no GPU node compass places on in all partitions; node[01-16] left" \
+        in str(failed.value)
+    doctor.state, doctor.config = state, replace(Config(), partitions=("cpu",))
+    with pytest.raises(Failed, match="no GPU node compass places on in cpu$"):
+        doctor.gpu_source()
