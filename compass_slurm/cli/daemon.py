@@ -23,7 +23,8 @@ LOG_FORMAT = "%(asctime)s compass-daemon %(levelname)s %(message)s"
 @click.option("--config", "config_file", metavar="FILE", help="Settings file (default: $COMPASS_CONFIG, "
               "else /etc/compass/config.toml).")
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="S", help="Seconds between cycles.")
-@click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it had to be skipped or its log could not be written).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (exit 1 if it was skipped or its log "
+              "could not be written).")
 @click.option("--dry-run", is_flag=True, help="Print the scontrol commands instead of running them.")
 @click.option("--db", metavar="URL", callback=not_empty, help="Decision log (SQLAlchemy URL); default: "
               "$COMPASS_DB, the config file's db, else the system log.")
@@ -78,7 +79,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
         daemon.close()
         # a running daemon goes on past a log it cannot write (the spool keeps the records); one cycle asked for
         # by hand, to try a set-up, must not pass for one that worked
-        sys.exit(1 if report.skipped or any(e.kind == "log" for e in report.errors) else 0)
+        sys.exit(1 if report.skipped or report.log_failed else 0)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.shutdown())
     log = logging.getLogger("compass.daemon")

@@ -17,6 +17,7 @@ def command() -> None:
 def save(file: str) -> None:
     """Read nodes, jobs, partitions and reservations from Slurm once and write them to FILE."""
     from ..slurm import SlurmError, open_backend
+    from ..slurm.errors import SlurmParseError
     from ..slurm.snapshot import save as save_state
 
     try:
@@ -27,4 +28,6 @@ def save(file: str) -> None:
         save_state(state, file)
     except OSError as err:
         raise UserError(f"cannot write {file}: {err.strerror}") from None
+    except SlurmParseError as err:
+        raise UserError(f"not saved: {err}", hint="a snapshot holds what it can load back; report the field") from None
     click.echo(f"saved {len(state.nodes)} nodes, {len(state.jobs)} jobs (Slurm {state.version}) to {file}", err=True)

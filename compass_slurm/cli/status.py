@@ -31,6 +31,8 @@ CELLS = {
 }
 #: at most this many partial nodes and pending jobs are listed; --json has all of them
 LIST_LIMIT = 12
+#: at most this many characters of node names on one line
+LIST_CHARS = 160
 #: rows of one kind are folded into one line from this many on (whole racks full or empty)
 FOLD_ROWS = 3
 
@@ -60,7 +62,7 @@ def command(partition: str | None, as_json: bool, snapshot: str | None, db: str 
             status = build_status(state, partition, config.policy, config.migratable, config.queue, config.slack,
                                   config.migrations_per_hour, config.migrations_burst, config.partitions, requeues)
     except StatusError as err:
-        raise UserError(str(err), hint="`sinfo --summarize` lists partitions and their nodes") from None
+        raise UserError(str(err), hint=err.hint) from None
     except EngineError as err:
         raise UserError(f"cannot adopt the running jobs: {err}", hint="check the policy setting: `compass policies`") from None
     if as_json:
@@ -111,6 +113,7 @@ def _render(status: Status, decisions: list[DecisionRecord] | None, note: str, l
              f"queue {queue_text(status.queue, status.slack)} · {budget} · "
              f"partition {status.partition or 'all'} · read {read}", style="bold"),
         _summary_line(status),
+        *_left_to_slurm(status),
         *([] if leader is None else [Text("leader: {host} pid {pid} since {since}, renewed {renewed}".format(
             **leader.as_json()), style="bright_black")]),
         _group_table(status),
@@ -163,12 +166,22 @@ def _summary_line(status: Status) -> Any:
         line.append(f"> {bound} {f.sif_bound:.3f}", style="bold red")
     line.append("  WCC ")
     line.append("holds" if f.wcc else "violated", style="green" if f.wcc else "yellow")
-    if status.left_to_slurm:
-        from ..slurm.hostlist import compress
-        from ..slurm.translate import LEFT_TO_SLURM
-
-        line.append(f"\nleft to Slurm ({LEFT_TO_SLURM}): {compress(status.left_to_slurm)}", style="dim")
     return line
+
+
+def _left_to_slurm(status: Status) -> list[Any]:
+    """The GPU nodes compass places nothing on, as one hostlist (a count where that would run long)."""
+    from rich.text import Text
+
+    from ..slurm.hostlist import compress
+    from ..slurm.translate import LEFT_TO_SLURM
+
+    if not status.left_to_slurm:
+        return []
+    names = compress(status.left_to_slurm)
+    if len(names) > LIST_CHARS:
+        names = f"{len(status.left_to_slurm)} nodes (--json lists all)"
+    return [Text(f"left to Slurm ({LEFT_TO_SLURM}): {names}", style="bright_black")]
 
 
 def _group_table(status: Status) -> Any:

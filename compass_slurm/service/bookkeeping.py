@@ -19,6 +19,9 @@ from .store import DecisionRecord, ErrorRecord, MigrationRecord, SampleRecord
 
 log = logging.getLogger("compass.daemon")
 
+#: the kind of the errors the decision log's failures are recorded as
+LOG = "log"
+
 
 @dataclass
 class CycleReport:
@@ -35,6 +38,11 @@ class CycleReport:
     #: migrations the engine may still plan this cycle (None: unlimited): the rate limit's budget at the start,
     #: less what it spent
     budget: int | None = 0
+
+    @property
+    def log_failed(self) -> bool:
+        """Whether the decision log could not take the cycle (spooled or lost), or kept it from changing jobs."""
+        return any(e.kind == LOG for e in self.errors)
 
     def error(self, kind: str, message: str) -> None:
         log.error("%s: %s", kind, message)

@@ -33,7 +33,7 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import EngineError
 from ..engine.policies.base import Policy
 from ..slurm.translate import Observation
-from .bookkeeping import CycleReport, log
+from .bookkeeping import LOG, CycleReport, log
 from .prometheus import Totals, write_textfile
 from .spool import Entry, Spool
 from .store import DecisionRecord, ErrorRecord, Place, SampleRecord, Store, StoreError
@@ -144,7 +144,7 @@ class Recorder:
         if self.db is None or spool is None:
             return True
         if self._spool_failed is not None:
-            report.error("log", f"neither the decision log nor its spool {spool.path} can be written "
+            report.error(LOG, f"neither the decision log nor its spool {spool.path} can be written "
                          f"({self._spool_failed}): no job is changed until one can; Slurm starts managed jobs "
                          "itself when their leases run out")
             return False
@@ -156,7 +156,7 @@ class Recorder:
             pass
         else:  # the log is back and took the spool (an empty spool is still full where spool_max_mb is 0)
             return True
-        report.error("log", f"the decision log cannot be written and its spool {spool.path} is full "
+        report.error(LOG, f"the decision log cannot be written and its spool {spool.path} is full "
                      f"({spool.records} records, {spool.backlog.size / 2**20:.1f} MB): no job is changed until the "
                      "log is back; Slurm starts managed jobs itself when their leases run out")
         return False
@@ -238,13 +238,13 @@ class Recorder:
         err = self._why or StoreError("the decision log failed")
         self.failures += 1
         # counted in compass_errors_total now, and written to the log with the rest
-        report.errors.append(ErrorRecord(kind="log", message=err.message))
+        report.errors.append(ErrorRecord(kind=LOG, message=err.message))
         where = self._spool_rest(report, begun, refused)
         log.log(logging.WARNING if where else logging.ERROR, "DECISION LOG NOT WRITTEN (%d failures so far): %s%s; %s",
                 self.failures, err.message, f"; hint: {err.hint}" if err.hint else "",
                 where or "the cycle's records are lost")
         if not where:
-            self.unlogged = self.unlogged or ErrorRecord(kind="log", message=f"cycle {report.cycle}: {err.message}")
+            self.unlogged = self.unlogged or ErrorRecord(kind=LOG, message=f"cycle {report.cycle}: {err.message}")
 
     def _write(self, report: CycleReport, begun: int | None, refused: list[DecisionRecord]) -> None:
         store = self._ready()
@@ -293,7 +293,7 @@ class Recorder:
         if full and rest:
             self.dropped += len(rest)
             self.unlogged = self.unlogged or ErrorRecord(
-                kind="log", message=f"cycle {report.cycle}: samples and errors lost, the spool {spool.path} was full")
+                kind=LOG, message=f"cycle {report.cycle}: samples and errors lost, the spool {spool.path} was full")
         else:
             self.unlogged = None
         return f"spooled to {spool.path} ({spool.records} records waiting)"

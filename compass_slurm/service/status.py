@@ -194,7 +194,11 @@ class Status:
 
 
 class StatusError(ValueError):
-    """The state has nothing to show (unknown partition, no GPU nodes); the message says which."""
+    """The state has nothing to show (unknown partition, no GPU nodes); the message says which, the hint what to do."""
+
+    def __init__(self, message: str, hint: str = "`sinfo --summarize` lists partitions and their nodes") -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def build_status(state: SlurmState, partition: str | None = None, policy: str = Config.policy,
@@ -212,9 +216,11 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
     translator = Translator(state, [partition] if partition else (), migratable=migratable)
     if not translator.nodes:
         where = f"partition {partition!r}" if partition else "the cluster"
-        left = translator.left_to_slurm
-        raise StatusError(f"{where} has no node with GPUs compass places on: {compress(left)} left to Slurm "
-                          f"({LEFT_TO_SLURM})" if left else f"{where} has no node with GPUs")
+        if not translator.left_to_slurm:
+            raise StatusError(f"{where} has no node with GPUs")
+        raise StatusError(f"{where} has no node with GPUs compass places on: {compress(translator.left_to_slurm)} "
+                          f"left to Slurm ({LEFT_TO_SLURM})",
+                          hint="Slurm places every job on such nodes; compass has nothing to show or place")
     adopted = adopt(translator, policy)
     violations = adopted.abs_violations()
     cells = tuple(

@@ -26,8 +26,11 @@ def dumps(state: SlurmState) -> str:
 
 
 def save(state: SlurmState, path: str | os.PathLike[str]) -> None:
-    """Write atomically: a reader never sees half a snapshot."""
-    write_atomic(path, dumps(state) + "\n")
+    """Write atomically: a reader never sees half a snapshot; nor a file that would not load (a value Slurm's read
+    gave that the loader refuses: SlurmParseError names it, and nothing is written)."""
+    text = dumps(state)
+    loads(text, "the state read")
+    write_atomic(path, text + "\n")
 
 
 def loads(text: str, source: str = "snapshot") -> SlurmState:

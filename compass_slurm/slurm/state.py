@@ -418,8 +418,9 @@ def _check(kind: Any) -> _Check:
             raise SlurmParseError(f"{where}: expected {_NAMES[kind]}, got {_shown(value)}")
         if kind in (int, float) and not -_INT_LIMIT < value < _INT_LIMIT:  # also NaN and the infinities
             raise SlurmParseError(f"{where}: {_shown(value)} is out of range: Slurm's numbers fit in 64 bits")
-        if kind is int and value < 0:  # every whole number Slurm shows is a count, a size, an id or a time
-            raise SlurmParseError(f"{where}: {_shown(value)} is negative: Slurm's counts are never below 0")
+        if kind is int and value < 0:
+            raise SlurmParseError(f"{where}: {_shown(value)} is negative: Slurm's whole numbers (counts, sizes, "
+                                  "times) are never below 0")
         return float(value) if kind is float else value
     return scalar
 

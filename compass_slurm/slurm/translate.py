@@ -495,7 +495,8 @@ class Translator:
     def _gpus(self) -> dict[str, int]:
         return {name: node.gpus for name, node in self.slurm_nodes.items()}
 
-#: why ``engines`` leaves a node to Slurm, as ``compass status`` says it
+
+#: why ``engines`` leaves a node to Slurm, as ``compass status`` and ``compass doctor`` say it
 LEFT_TO_SLURM = f"gres/shard, several GPU types or more than {MAX_NODE_GPUS} GPUs"
 
 

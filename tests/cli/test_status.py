@@ -341,6 +341,22 @@ def test_nodes_compass_leaves_to_slurm_are_named(tmp_path: Path) -> None:
     shared = tmp_path / "shared.json"
     snapshot.save(replace(state, nodes=tuple(replace(n, shards=8) for n in state.nodes)), shared)
     result = invoke("status", "--snapshot", str(shared))
-    assert result.exit_code == 2 and result.stderr.startswith(
+    assert result.exit_code == 2 and result.stderr == (
         "compass: error: the cluster has no node with GPUs compass places on: node[01-16] left to Slurm "
-        "(gres/shard, several GPU types or more than 1024 GPUs)\n")
+        "(gres/shard, several GPU types or more than 1024 GPUs)\n"
+        "hint: Slurm places every job on such nodes; compass has nothing to show or place\n")
+    # a partition shows its own nodes left to Slurm, not the others'
+    split = replace(state, nodes=tuple(replace(n, shards=8) if n.name == "node03" else n for n in state.nodes),
+                    partitions=(*state.partitions, replace(state.partitions[0], name="small",
+                                                           nodes=("node01", "node02", "node03"))))
+    path = tmp_path / "split.json"
+    snapshot.save(split, path)
+    assert json_of("status", "--snapshot", str(path), "--partition", "small")["left_to_slurm"] == ["node03"]
+    snapshot.save(replace(split, partitions=(*state.partitions, replace(state.partitions[0], name="small",
+                                                                          nodes=("node01", "node02")))), path)
+    assert json_of("status", "--snapshot", str(path), "--partition", "small")["left_to_slurm"] == []
+    shared_small = replace(split, nodes=tuple(replace(n, shards=8) for n in state.nodes))
+    snapshot.save(shared_small, path)
+    result = invoke("status", "--snapshot", str(path), "--partition", "small")
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "compass: error: partition 'small' has no node with GPUs compass places on: node[01-03] left to Slurm")

@@ -146,6 +146,7 @@ def test_bad_snapshots(text, message):
 
 
 MIXED_SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "snapshots" / "mixed-16x8.json"
+NEGATIVE = "is negative: Slurm's whole numbers (counts, sizes, times) are never below 0"
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -154,10 +155,12 @@ MIXED_SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "snapshots" / "m
     ("nodes.0.gpus", 8.5, "state.nodes[0].gpus: expected a whole number, got 8.5"),
     ("nodes.0.gpus", 10**30, "state.nodes[0].gpus: 1000000000000000000000000000000 is out of range: Slurm's "
                              "numbers fit in 64 bits"),
-    ("nodes.0.gpus", -3, "state.nodes[0].gpus: -3 is negative: Slurm's counts are never below 0"),
-    ("nodes.0.gpus_used", -1, "state.nodes[0].gpus_used: -1 is negative: Slurm's counts are never below 0"),
-    ("jobs.0.gpus_alloc", {"node01": -2}, "state.jobs[0].gpus_alloc.node01: -2 is negative: Slurm's counts are "
-                                          "never below 0"),
+    ("nodes.0.gpus", -3, f"state.nodes[0].gpus: -3 {NEGATIVE}"),
+    ("nodes.0.gpus_used", -1, f"state.nodes[0].gpus_used: -1 {NEGATIVE}"),
+    ("jobs.0.gpus_alloc", {"node01": -2}, f"state.jobs[0].gpus_alloc.node01: -2 {NEGATIVE}"),
+    ("jobs.0.start_time", -5, f"state.jobs[0].start_time: -5 {NEGATIVE}"),
+    ("jobs.0.time_limit_s", -60, f"state.jobs[0].time_limit_s: -60 {NEGATIVE}"),
+    ("jobs.0.priority", -1, f"state.jobs[0].priority: -1 {NEGATIVE}"),
     ("nodes.0.partitions", "gpu", 'state.nodes[0].partitions: expected a list, got "gpu"'),
     ("nodes.0.flags", [1], "state.nodes[0].flags[0]: expected a string, got 1"),
     ("jobs.0.id", 1, "state.jobs[0].id: expected a string, got 1"),
@@ -190,6 +193,18 @@ def test_a_snapshot_reads_whole_numbers_as_floats_and_nulls_where_a_field_takes_
     state = loads(json.dumps(doc))
     assert state.read_at == 1700000000.0 and isinstance(state.read_at, float)
     assert state.jobs[0].time_limit_s is None
+
+
+def test_a_state_that_would_not_load_back_is_not_saved(tmp_path):
+    """A read the loader refuses (a negative priority no parser is known to give) is named, not written: a snapshot
+    saved is one that loads."""
+    state = load(MIXED_SNAPSHOT)
+    path = tmp_path / "snap.json"
+    with pytest.raises(SlurmParseError) as err:
+        save(replace(state, jobs=(replace(state.jobs[0], priority=-1), *state.jobs[1:])), path)
+    assert str(err.value) == f"the state read: state.jobs[0].priority: -1 {NEGATIVE}" and not path.exists()
+    save(state, path)
+    assert load(path) == state
 
 
 def test_snapshot_file_missing(tmp_path):
