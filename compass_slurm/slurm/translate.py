@@ -307,6 +307,8 @@ class Translator:
             pass
         elif job.reservation:
             left = f"runs in reservation {job.reservation}: Slurm places it"
+        elif job.required_nodes and job.num_nodes > len(named := set(job.required_nodes)):
+            left = f"its node list names {len(named)} of its {job.num_nodes} nodes: Slurm picks the others"
         elif not capacity:
             left = f"no GPU node of partition {job.partition}{_wanting(job)}"
         elif req is None:

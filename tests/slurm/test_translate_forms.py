@@ -75,6 +75,32 @@ def test_an_exclusive_job_owns_whole_nodes(kw, expected):
     assert request(job("1", exclusive=True, **kw), 8) == expected
 
 
+@pytest.mark.parametrize(("nodes", "gpus", "expected"), [
+    (2, 3, None),  # -N 2 --gpus=3: a pin of 1 node would drop a node and its task
+    (3, 4, None),
+    (2, 4, Request(2, 2, True)),
+    (2, 9, Request(3, 3, True)),  # --gpus=9: Slurm's own least count, 2 nodes; no user asked for it
+    (2, 16, Request(2, 8, False)),
+    (3, 16, None),  # 3 nodes for 16 GPUs: not 2 x 8
+])
+def test_a_node_count_beyond_what_the_gpus_need_is_the_users_and_kept(nodes, gpus, expected):
+    asked = job("1", gpus_per_node=None, gpus_per_job=gpus, num_nodes=nodes)
+    assert request(asked, 8) == expected
+    if expected is None:
+        obs = observe([asked])
+        assert obs.pending == [] and f"{gpus} GPUs on {nodes} node(s) is not w x g instances" in obs.skipped["1"]
+
+
+def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
+    """-w n1 -N 2: Slurm adds a node of its choice to n1; the daemon, taking the list for the whole set, would wait
+    for ever for a second node in it."""
+    partial = job("1", required_nodes=("n1",), num_nodes=2)
+    whole = job("2", required_nodes=("n1", "n2"), num_nodes=2)
+    obs = observe([partial, whole])
+    assert [p.job.id for p in obs.pending] == ["2"]
+    assert obs.skipped["1"] == "its node list names 1 of its 2 nodes: Slurm picks the others"
+
+
 @pytest.mark.parametrize(("tasks", "per_task", "expected"), [
     (4, 2, Request(1, 8, False)),
     (8, 2, Request(2, 8, False)),
