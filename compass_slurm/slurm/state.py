@@ -27,6 +27,8 @@ from . import names
 from .errors import SlurmNameError, SlurmParseError
 
 MARKER = "compass"
+#: the longest job comment Slurm takes, in bytes (job_mgr.c, _test_strlen): a marker that makes it longer is refused
+MAX_COMMENT = 1024
 MIGRATABLE_MARKER = "compass:migratable"
 REQUEUE_MARKER = "compass:requeue"
 

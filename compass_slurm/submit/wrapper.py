@@ -18,6 +18,9 @@ Everything else runs plain sbatch with the user's arguments, minus ``--migratabl
 - other arguments or directives we cannot read with certainty (sbatch reports its own errors);
 - a ``--begin`` in a form we do not resolve, other clusters (``--clusters``),
   heterogeneous jobs (one node list cannot place them);
+- nodes the user chose (``-w``, ``-F``), a reservation, ``--exclusive=user|mcs|topo``, ``--deadline``,
+  ``--gpus-per-socket`` (UNMANAGED), as the job_submit hook leaves them;
+- a comment that leaves no room for the marker (Slurm takes 1,024 bytes; one line on stderr);
 - the daemon unreachable, slow or failing: then one line on stderr says why.
 
 The option table is the installed sbatch's (compass_slurm.submit.options; read
@@ -46,6 +49,10 @@ from .sbatch_args import (
 )
 
 PROG = "compass-sbatch"
+#: options that leave a job to Slurm: sbatch's own answer (--test-only); other clusters; GPUs per socket (the daemon
+#: does not read the nodes' sockets); nodes the user chose (as the job_submit hook leaves them); a reservation's nodes;
+#: a deadline (the lease would push the job's end past it, and Slurm refuses the job)
+UNMANAGED = ("test-only", "clusters", "gpus-per-socket", "nodelist", "nodefile", "reservation", "deadline")
 #: the "submitted" notice is a courtesy (the lease starts the job anyway): never wait long for it
 NOTIFY_TIMEOUT = 0.5
 _SUBMITTED = re.compile(rb"Submitted batch job (\S+)")
@@ -189,15 +196,15 @@ class _Submission:
         now = datetime.now()
         begin = last(options, "begin")
         user_begin = begin_time(begin, now) if begin is not None else now
-        # (--gpus-per-socket: the daemon does not read the nodes' sockets)
         unmanaged = (not wants_gpus or heterogeneous or command.heterogeneous or user_begin is None
-                     or any(last(options, name) is not None for name in ("test-only", "clusters", "gpus-per-socket")))
+                     or any(last(options, name) is not None for name in UNMANAGED)
+                     or last(options, "exclusive") not in (None, ""))  # =user|mcs|topo: as other jobs' owners allow
         if unmanaged:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # imported only for GPU jobs, so that every other submission starts as fast as it can
         from ..config import ConfigError, load_config
         from ..service import control_client as control
-        from ..slurm.state import marker_comment
+        from ..slurm.state import MAX_COMMENT, marker_comment
 
         try:
             config = load_config(environ=self.env)
@@ -213,8 +220,12 @@ class _Submission:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # Slurm's own --requeue, recorded for the daemon's migratable = "requeue" (the hook does the same)
         requeue = last_of(options, "requeue", "no-requeue") == "requeue"
-        extra = [f"--comment={marker_comment(command.migratable, last(options, 'comment') or '', requeue)}",
-                 _lease(user_begin, now, config.lease)]
+        comment = marker_comment(command.migratable, last(options, 'comment') or '', requeue)
+        if len(comment.encode()) > MAX_COMMENT:
+            _say(f"the comment leaves no room for the compass marker (Slurm takes {MAX_COMMENT} bytes), "
+                 "submitted with plain sbatch")
+            return self.sbatch.plain(self.plain_argv, self.stdin)
+        extra = [f"--comment={comment}", _lease(user_begin, now, config.lease)]
         if command.migratable and last(options, "open-mode") is None and not self.env.get("SBATCH_OPEN_MODE"):
             extra.append("--open-mode=append")  # a migration restarts the script: keep the first run's output
         return self.sbatch.managed(command.argv(extra), self.stdin, lambda job: _notify(config.socket, job))

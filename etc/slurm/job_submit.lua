@@ -26,6 +26,7 @@ Rules for a GPU job while the daemon is alive (one log line each):
     exclusive mode other than whole-node (--exclusive=user|mcs|topo): left to Slurm
     (the user chose the nodes, or which nodes qualify depends on other jobs);
   - --gpus-per-socket: left to Slurm (the daemon does not read the nodes' sockets);
+  - a comment with no room for the marker (Slurm takes 1024 bytes): left to Slurm;
   - --exclusive (whole node): managed, the daemon gives it a node of its own;
   - --hold: managed like any other (it runs when the user releases it);
   - an explicit --requeue adds the token <marker>:requeue, which the daemon counts
@@ -44,6 +45,8 @@ or by the admin. `key = value` lines, `#` comments:
 local CONFIG_PATH = os.getenv("COMPASS_HOOK_CONFIG") or "/run/compass/hook.conf"
 local CONFIG_TTL = 10
 local READ_LIMIT = 4096
+-- the longest job comment Slurm takes, in bytes (job_mgr.c, _test_strlen): one the marker makes longer is refused
+local MAX_COMMENT = 1024
 local NO_VAL = (slurm and slurm.NO_VAL) or 4294967294
 local NO_VAL16 = (slurm and slurm.NO_VAL16) or 65534
 local SHARED_NONE, SHARED_OK = 0, 1
@@ -358,6 +361,11 @@ local function submit(job_desc, part_list, submit_uid)
         tokens = trim(tokens .. " " .. config.marker .. ":requeue")
     end
     local new_comment = trim(tokens .. " " .. comment)
+    if #new_comment > MAX_COMMENT then
+        log(what .. " left to Slurm: its comment leaves no room for the marker (Slurm takes " .. MAX_COMMENT
+            .. " bytes)")
+        return
+    end
     local new_begin, note = now + math.ceil(lease), ""
     if begin > now and marked then
         new_begin, note = begin, ", already marked" -- the wrapper's lease, or the user's own

@@ -72,6 +72,16 @@ def test_an_explicit_requeue_adds_the_requeue_token(hook: Hook) -> None:
     assert call.sets == {"comment": "compass compass:requeue x", "begin_time": str(NOW + 60)}
 
 
+def test_a_comment_with_no_room_for_the_marker_is_left_to_slurm(hook: Hook) -> None:
+    """Slurm refuses a comment past 1,024 bytes: the marker must not be what makes it so."""
+    longest = "x" * (1024 - len("compass "))
+    assert hook.one(tres_per_job="gres:gpu:1", comment=longest).sets["comment"] == "compass " + longest
+    call = hook.one(tres_per_job="gres:gpu:1", comment=longest + "y")
+    assert call.rc == 0 and call.sets == {}
+    assert call.logs[-1] == ("compass: job job of uid 1000 (tres_per_job=gres:gpu:1) left to Slurm: its comment "
+                             "leaves no room for the marker (Slurm takes 1024 bytes)")
+
+
 @pytest.mark.parametrize("comment, begin, sets", [
     ("compass:migratable", NOW + 50, {}),                                       # the wrapper's job
     ("compass mine", 0, {"begin_time": str(NOW + 60)}),                         # the user's own token

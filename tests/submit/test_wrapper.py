@@ -198,6 +198,25 @@ def test_directives_in_a_script_file_make_a_gpu_job(env: Env, daemon: Daemon) ->
     assert env.only_call() == ["--comment=compass", "--begin=now+45", "gpu.sh"]
 
 
+def test_whole_node_exclusive_is_managed(env: Env, daemon: Daemon) -> None:
+    env.run("--exclusive", "-G", "1", "job.sh")
+    assert env.only_call() == ["--exclusive", "-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+
+
+def test_a_comment_with_no_room_for_the_marker_is_said_and_submitted_plain(env: Env, daemon: Daemon) -> None:
+    """Slurm refuses a comment past 1,024 bytes: the marker must not be what makes it so."""
+    longest = "x" * (1024 - len("compass "))
+    env.run("-G", "1", f"--comment={longest}", "job.sh")
+    assert env.only_call() == ["-G", "1", f"--comment={longest}", "--comment=compass " + longest, "--begin=now+45",
+                               "job.sh"]
+    env.log.unlink()
+    over = longest + "é"  # two bytes
+    done = env.run("-G", "1", f"--comment={over}", "job.sh")
+    assert env.only_call() == ["-G", "1", f"--comment={over}", "job.sh"]
+    assert done.stderr.startswith("compass-sbatch: the comment leaves no room for the compass marker (Slurm takes "
+                                  "1024 bytes), submitted with plain sbatch\n")
+
+
 def test_an_unreadable_script_goes_to_sbatch_to_report(env: Env, daemon: Daemon) -> None:
     env.run("-G", "1", "missing.sh")
     assert env.only_call() == ["-G", "1", "missing.sh"]
@@ -212,6 +231,12 @@ def test_an_unreadable_script_goes_to_sbatch_to_report(env: Env, daemon: Daemon)
     ["-G", "2", "-M", "other", "job.sh"],                    # another cluster
     ["--gres=gpu:4", "--gpus-per-socket=2", "job.sh"],      # sockets the daemon does not read
     ["-G", "1", ":", "-G", "2", "job.sh"],                   # a heterogeneous job
+    ["-w", "node05", "-N", "2", "--gpus-per-node=1", "job.sh"],  # nodes the user chose (Slurm adds one here)
+    ["--nodelist=node[01-02]", "-G", "2", "job.sh"],
+    ["--exclusive=user", "-G", "1", "job.sh"],               # which nodes qualify depends on other jobs' owners
+    ["--exclusive=mcs", "-G", "1", "job.sh"],
+    ["--reservation=maint", "-G", "1", "job.sh"],            # the reservation's nodes
+    ["-G", "1", "-t", "1", "--deadline=now+90seconds", "job.sh"],  # the lease would push its end past it
     ["--gpus=many", "job.sh"],                               # a value sbatch will reject
     ["--version"],
 ])
