@@ -6,7 +6,9 @@ the token ``compass`` (placed by the daemon, not movable) or
 other nodes). ``compass:requeue`` records that the user asked Slurm for
 ``--requeue`` (set by the job_submit hook and the wrapper, since Slurm's own
 Requeue flag is on for every job under the default JobRequeue=1); it makes the
-job migratable only where the config says ``migratable = "requeue"``. The token
+job migratable only where the config says ``migratable = "requeue"``. ``compass:leased`` (the wrapper's, for a
+job whose own ``--begin`` lies ahead) says that the begin time already holds the lease past the user's, so that the
+job_submit hook does not add it again (a job the user marked by hand gets it there). The token
 may stand anywhere in a comma- or space-separated comment, so a user's own
 comment survives next to it. ``marker_comment()`` builds the comment the sbatch
 wrapper passes on.
@@ -31,6 +33,7 @@ MARKER = "compass"
 MAX_COMMENT = 1024
 MIGRATABLE_MARKER = "compass:migratable"
 REQUEUE_MARKER = "compass:requeue"
+LEASED_MARKER = "compass:leased"
 
 #: node states (lower case) and flags (upper case) under which no new job may start. Not POWERED_DOWN: Slurm's
 #: power saving resumes such a node for the job it allocates there (the job configures while it boots), so a job
@@ -43,11 +46,12 @@ UNAVAILABLE_FLAGS = frozenset(
 _TOKENS = re.compile(r"[\s,;]+")
 
 
-def marker_comment(migratable: bool, comment: str = "", requeue: bool = False) -> str:
+def marker_comment(migratable: bool, comment: str = "", requeue: bool = False, leased: bool = False) -> str:
     """The job comment that marks a job as compass-managed, keeping the user's own comment;
-    ``requeue``: the user asked for Slurm's --requeue."""
+    ``requeue``: the user asked for Slurm's --requeue; ``leased``: its begin time holds the lease past the user's."""
     token = MIGRATABLE_MARKER if migratable else MARKER
-    return " ".join(t for t in (token, REQUEUE_MARKER if requeue else "", comment) if t).strip()
+    tokens = (token, REQUEUE_MARKER if requeue else "", LEASED_MARKER if leased else "", comment)
+    return " ".join(t for t in tokens if t).strip()
 
 
 @functools.lru_cache(maxsize=4096)  # asked for every job every cycle; comments repeat

@@ -220,7 +220,7 @@ class _Submission:
             return self.sbatch.plain(self.plain_argv, self.stdin)
         # Slurm's own --requeue, recorded for the daemon's migratable = "requeue" (the hook does the same)
         requeue = last_of(options, "requeue", "no-requeue") == "requeue"
-        comment = marker_comment(command.migratable, last(options, 'comment') or '', requeue)
+        comment = marker_comment(command.migratable, last(options, 'comment') or '', requeue, leased=user_begin > now)
         if len(comment.encode()) > MAX_COMMENT:
             _say(f"the comment leaves no room for the compass marker (Slurm takes {MAX_COMMENT} bytes), "
                  "submitted with plain sbatch")

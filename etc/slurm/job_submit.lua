@@ -19,7 +19,10 @@ Problems with either file are logged once, when they appear.
 
 Rules for a GPU job while the daemon is alive (one log line each):
   - already marked (the wrapper, or the user's own token): the comment is kept;
-    the lease is added unless the job already begins later (the wrapper's lease);
+    the lease is added unless the job begins a lease from now (the wrapper's,
+    give or take 10 s) or carries <marker>:leased (the wrapper's lease past the
+    user's own begin); a later begin the user marked by hand gets the lease past
+    it, as below;
   - a user --begin in the future: managed, its begin time moved on by the lease
     (the daemon leaves it alone until the user's begin time, then places it);
   - a user nodelist (-w), a reservation, a heterogeneous job component, or an
@@ -45,6 +48,9 @@ or by the admin. `key = value` lines, `#` comments:
 local CONFIG_PATH = os.getenv("COMPASS_HOOK_CONFIG") or "/run/compass/hook.conf"
 local CONFIG_TTL = 10
 local READ_LIMIT = 4096
+-- how far from a lease from now a marked job's begin may be and still be the wrapper's "now+lease" (resolved on
+-- the login node, whose clock may differ from slurmctld's, and a moment before the hook runs)
+local CLOCK_SLACK = 10
 -- the longest job comment Slurm takes, in bytes (job_mgr.c, _test_strlen): one the marker makes longer is refused
 local MAX_COMMENT = 1024
 local NO_VAL = (slurm and slurm.NO_VAL) or 4294967294
@@ -367,8 +373,10 @@ local function submit(job_desc, part_list, submit_uid)
         return
     end
     local new_begin, note = now + math.ceil(lease), ""
-    if begin > now and marked then
-        new_begin, note = begin, ", already marked" -- the wrapper's lease, or the user's own
+    if begin > now and marked and (has_token(comment, config.marker .. ":leased")
+                                   or math.abs(begin - now - math.ceil(lease)) <= CLOCK_SLACK) then
+        -- the wrapper's lease: from now, or past the user's own later begin (its token says so)
+        new_begin, note = begin, ", already marked"
     elseif begin > now then
         -- the user's own --begin, plus the lease: the daemon leaves the job alone until that begin
         -- time, then places it (as the wrapper submits such a job)

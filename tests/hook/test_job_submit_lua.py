@@ -84,12 +84,23 @@ def test_a_comment_with_no_room_for_the_marker_is_left_to_slurm(hook: Hook) -> N
 
 @pytest.mark.parametrize("comment, begin, sets", [
     ("compass:migratable", NOW + 50, {}),                                       # the wrapper's job
+    ("compass:migratable", NOW + 70, {}),                                       # its clock 10 s ahead
+    ("compass compass:leased", NOW + 7200, {}),                    # the wrapper's, past the user's own begin
     ("compass mine", 0, {"begin_time": str(NOW + 60)}),                         # the user's own token
     ("a,compass:migratable", 0, {"begin_time": str(NOW + 60)}),
 ])
 def test_an_already_marked_job_keeps_its_comment(hook: Hook, comment: str, begin: int, sets: dict) -> None:
     call = hook.one(tres_per_job="gres:gpu:1", comment=comment, begin_time=begin)
     assert call.sets == sets and call.logs[-1].endswith(", already marked")
+
+
+@pytest.mark.parametrize(("comment", "later"), [("compass:migratable", 120), ("compass", 12), ("compass", 49)])
+def test_a_later_begin_marked_by_hand_gets_the_lease_past_it(hook: Hook, comment: str, later: int) -> None:
+    """The user's own marker and --begin: the daemon places a job from its begin time less the lease, so without
+    the lease past it the job would start up to a lease before the user's begin."""
+    call = hook.one(tres_per_job="gres:gpu:1", comment=comment, begin_time=NOW + later)
+    assert call.sets == {"begin_time": str(NOW + later + 60)}
+    assert call.logs[-1].endswith(f", after the user's begin in {later} s")
 
 
 @pytest.mark.parametrize("fields, why", [

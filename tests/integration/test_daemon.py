@@ -596,3 +596,25 @@ def test_a_stopping_daemon_lets_go_of_a_pin_slurm_holds_and_never_shrinks_a_job_
         subprocess.run(["scontrol", "delete", f"ReservationName={name}"], check=True, capture_output=True)
     ran = wait_running(backend, [long])[long]
     assert sum(ran.values()) == 12 and len(ran) <= 2, ran
+
+
+def test_a_users_node_count_and_a_partial_node_list_are_left_to_slurm_and_run_as_asked(idle_cluster, tmp_path):
+    """-N 2 --gpus=3: a pin of one node (one instance of 3) made Slurm shrink the job to one node and drop its
+    second task. -w node05 -N 2: Slurm adds a node of its choice; the daemon took node05 for the whole set and
+    waited for ever for a second node in it. Both are left to Slurm at once, and run on two nodes."""
+    backend = CliBackend()
+    counted = submit(idle_cluster, "-N", "2", "--gpus=3", managed="compass")
+    tasks = submit(idle_cluster, "-n", "2", "--ntasks-per-node=1", "--gpus=3", managed="compass")
+    partial = submit(idle_cluster, "-w", "node05", "-N", "2", "--gpus-per-node=1", managed="compass")
+    daemon = make_daemon(tmp_path)
+    try:
+        report = daemon.cycle()
+        assert {d.job_id: d.action for d in report.decisions} == {counted: "left", tasks: "left", partial: "left"}
+        ran = wait_running(backend, [counted, tasks, partial])
+        assert len(ran[counted]) == 2 and sum(ran[counted].values()) == 3, ran
+        assert len(ran[tasks]) == 2 and sum(ran[tasks].values()) == 3, ran
+        assert len(ran[partial]) == 2 and "node05" in ran[partial], ran
+        jobs = {j.id: j for j in backend.read_state().jobs}
+        assert (jobs[counted].num_nodes, jobs[tasks].num_nodes, jobs[tasks].tasks) == (2, 2, 2)
+    finally:
+        daemon.close()

@@ -150,9 +150,11 @@ def test_a_job_array_is_placed_by_the_daemon(daemon, name):
     assert sorted(placed(daemon, jobs)) == sorted(j.id for j in jobs)
 
 
-def test_a_later_begin_is_placed_by_the_daemon_from_its_begin_time(daemon, name):
+@pytest.mark.parametrize("marked", [(), ("--comment=compass:migratable",)])
+def test_a_later_begin_is_placed_by_the_daemon_from_its_begin_time(daemon, name, marked):
+    """Also where the user marked the job by hand (its begin then holds no lease: the hook adds it past it)."""
     began = time.time()
-    sbatch(f"{name}later", "--gpus=1", "--begin=now+12")
+    sbatch(f"{name}later", "--gpus=1", "--begin=now+12", *marked)
     (job,) = running(name, 1, timeout=50)
     # not before the user's time (the daemon counts a begin within BEGIN_SLACK of its read as come),
     # and not at its end either (+ the 60 s lease)

@@ -167,7 +167,9 @@ def test_a_later_begin_of_the_user_starts_the_lease_there(env: Env, daemon: Daem
     started = datetime.now()
     env.run("-G", "2", "--begin=now+2hours", "job.sh")
     argv = env.only_call()
-    assert argv[:4] == ["-G", "2", "--begin=now+2hours", "--comment=compass"] and argv[5:] == ["job.sh"]
+    # the token tells the job_submit hook that this begin holds the lease already (past the user's own)
+    assert argv[:4] == ["-G", "2", "--begin=now+2hours", "--comment=compass compass:leased"]
+    assert argv[5:] == ["job.sh"]
     ours = datetime.fromisoformat(argv[4].removeprefix("--begin="))
     assert timedelta(hours=2, seconds=44) <= ours - started <= timedelta(hours=2, seconds=47)
     env.log.unlink()
