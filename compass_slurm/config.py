@@ -64,7 +64,7 @@ class Config:
     #: times the last look's own seconds. 0 disables: a site whose GPU jobs all come through the wrapper (which
     #: tells the daemon) needs no look.
     watch: float = 0.5
-    #: seconds a managed job (wrapper or hook) waits for the daemon before Slurm places it itself.
+    #: seconds a managed job (wrapper or hook) waits for the daemon before Slurm places it itself; at most 86400.
     lease: float = 60.0
     #: which jobs the daemon may migrate: "marker" (compass:migratable in the comment: the wrapper's
     #: --migratable), "requeue" (that, or Slurm's own --requeue as the hook or wrapper saw it), "never".
@@ -75,7 +75,8 @@ class Config:
     hook_staleness: float = 0.0
     #: interactive allocations (salloc, srun outside a job) through the hook: "managed" or "unmanaged".
     interactive: str = "managed"
-    #: the lease of an interactive allocation through the hook: short, so it starts within a cycle or two.
+    #: the lease of an interactive allocation through the hook: short, so it starts within a cycle or two;
+    #: at most 86400.
     interactive_lease: float = 10.0
     #: the migration budget over a sliding hour: a whole number (0 disables migration), "unlimited", or
     #: "per-node": one per managed GPU node, at least 12, following the nodes (engine/rate_limit.py).
@@ -132,6 +133,10 @@ CHOICES = {"migratable": ("marker", "requeue", "never"), "interactive": ("manage
 #: numbers that must be finite (the others may be inf: never)
 _FINITE = {"slack", "migration_delay", "spool_max_mb"}
 
+#: upper bounds: a lease is a fallback for a daemon that missed the job, not a start time (a day at most:
+#: beyond that a job the daemon never places would, in effect, never start)
+_MAXIMUM = {"lease": 86400.0, "interactive_lease": 86400.0}
+
 #: the migration rate settings, parsed by the rate limit that spends them
 _RATES = {"migrations_per_hour": parse_setting, "migrations_burst": parse_burst}
 
@@ -150,7 +155,7 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if isinstance(value, bool):
                 raise ValueError
             value = float(value)
-            if not value >= 0 or (name in _FINITE and math.isinf(value)):
+            if not value >= 0 or (name in _FINITE and math.isinf(value)) or value > _MAXIMUM.get(name, math.inf):
                 raise ValueError
         elif kind == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
@@ -167,12 +172,13 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
         elif not isinstance(value, str):
             raise ValueError
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} = {value!r} (from {origin}) is not a valid {_describe(kind)}") from None
+        raise ConfigError(f"{name} = {value!r} (from {origin}) is not a valid {_describe(name, kind)}") from None
     return value
 
 
-def _describe(kind: str) -> str:
-    return {"float": "non-negative number", "int": "non-negative whole number",
+def _describe(name: str, kind: str) -> str:
+    bound = f" of seconds up to {_MAXIMUM[name]:g}" if name in _MAXIMUM else ""
+    return {"float": f"non-negative number{bound}", "int": "non-negative whole number",
             "tuple[str, ...]": "list of names"}.get(kind, "string")
 
 

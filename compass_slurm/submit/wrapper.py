@@ -27,16 +27,22 @@ The option table is the installed sbatch's (compass_slurm.submit.options; read
 once per sbatch binary and cached; those reads exit before submitting anything).
 ``--help`` prints what the wrapper adds, then sbatch's help. sbatch submits exactly
 once on every path, and never runs again after it may have submitted. Its stdout and
-stderr reach the user unchanged, and its exit code is ours. Standard library
-imports only: this sits in every submission.
+stderr reach the user unchanged, and its exit code is ours (also when its output cannot
+be written: the job stands, and one line on stderr says so). A Ctrl-C before sbatch runs
+exits 130 with nothing submitted; one while it runs is sbatch's to act on. A script that
+is not a regular file (``<(...)``, ``/dev/stdin``, a FIFO) is read once, so sbatch gets
+its bytes on its stdin as ``/dev/stdin`` (the job's default name is then "stdin").
+Standard library imports only: this sits in every submission.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +67,10 @@ _PARSABLE = re.compile(rb"(\d[\d_]*)(?:;\S*)?")
 #: beyond it is load, and that much more is allowed for the daemon's answer, up to MAX_LOAD_ALLOWANCE
 IDLE_STARTUP = 0.25
 MAX_LOAD_ALLOWANCE = 10.0
+#: where sbatch reads a script we had to consume (a pipe, a FIFO): its stdin, which we fill with the bytes
+STDIN_SCRIPT = "/dev/stdin"
+#: the shell's exit code for a Ctrl-C
+INTERRUPTED = 130
 
 HELP = f"""\
 {PROG} [--migratable] SBATCH-ARGS...: sbatch, with GPU jobs placed by the compass daemon.
@@ -89,6 +99,10 @@ class _Sbatch:
 
     def _begin(self) -> None:
         assert not self.started, "sbatch must run only once"
+        # Ctrl-C reaches sbatch too (same process group): whether it submits is its call, and we must outlive it
+        # to relay its output and exit code. A handler, not SIG_IGN, so that sbatch (on exec) gets the default.
+        # Set before ``started``: an interrupt up to here finds nothing submitted.
+        signal.signal(signal.SIGINT, _leave_to_sbatch)
         self.started = True
 
     def plain(self, argv: Sequence[str], stdin: bytes | None) -> int:
@@ -100,7 +114,7 @@ class _Sbatch:
             except OSError as err:
                 return _cannot_run(self.binary, err)
         try:
-            return _exit_code(subprocess.run([self.binary, *argv], input=stdin).returncode)
+            return _exit_code(subprocess.run([self.binary, *argv], input=stdin, close_fds=False).returncode)
         except OSError as err:
             return _cannot_run(self.binary, err)
 
@@ -108,12 +122,12 @@ class _Sbatch:
         """sbatch relaying its stdout line by line; ``on_job`` gets the job id as soon as it is printed."""
         self._begin()
         try:
+            # close_fds=False: sbatch inherits what plain sbatch would (a script named /dev/fd/N); our own
+            # descriptors are not inheritable
             proc = subprocess.Popen([self.binary, *argv], stdin=subprocess.PIPE if stdin is not None else None,
-                                    stdout=subprocess.PIPE)
+                                    stdout=subprocess.PIPE, close_fds=False)
         except OSError as err:
             return _cannot_run(self.binary, err)
-        # Ctrl-C reaches sbatch too (same process group); we must outlive it to relay its output
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if stdin is not None:
             assert proc.stdin is not None
             try:
@@ -122,16 +136,46 @@ class _Sbatch:
             except BrokenPipeError:
                 pass  # sbatch stopped reading; its exit code tells what happened
         assert proc.stdout is not None
-        out = sys.stdout.buffer
+        relay = _Relay()
         job: str | None = None
         for line in proc.stdout:
-            out.write(line)
-            out.flush()
+            relay.write(line)
             if job is None:
                 job = job_id_from_output(line)
                 if job is not None:
                     on_job(job)
         return _exit_code(proc.wait())
+
+
+class _Relay:
+    """Our stdout for sbatch's: once a write fails (a closed pipe, a full disk, no stdout at all), one line on
+    stderr says so and the rest is dropped. sbatch has run by then: failing would invite a resubmission."""
+
+    def __init__(self) -> None:
+        self.out = getattr(sys.stdout, "buffer", None)
+        self.failed = False
+
+    def write(self, line: bytes) -> None:
+        if self.failed:
+            return
+        try:
+            if self.out is None:
+                raise OSError("no standard output")
+            self.out.write(line)
+            self.out.flush()
+        except (OSError, ValueError) as err:  # ValueError: a closed file
+            self.failed = True
+            _say(f"cannot write sbatch's output ({_reason(err)}); sbatch ran once, its exit code stands")
+            self._discard()
+
+    def _discard(self) -> None:
+        """Points our stdout at /dev/null, so that the exit's flush of what is left does not fail again."""
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass  # no stdout to flush
 
 
 def job_id_from_output(line: bytes) -> str | None:
@@ -156,9 +200,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     submission = _Submission(args, env, sbatch)
     try:
         return submission.run()
+    except KeyboardInterrupt:  # only before sbatch runs (_Sbatch._begin): nothing is submitted
+        _say("interrupted, nothing submitted")
+        return INTERRUPTED
     except Exception as err:  # a bug of ours must not cost the user their submission
-        if sbatch.started:
-            raise
+        if sbatch.started:  # nor submit it twice: said in one line, and left as it stands
+            _say(f"internal error after sbatch ran ({type(err).__name__}: {err}); not run again")
+            return 1
         _say(f"internal error ({type(err).__name__}: {err}), submitted with plain sbatch")
         return sbatch.plain(submission.plain_argv, submission.stdin)
 
@@ -185,7 +233,7 @@ class _Submission:
         if asked & INFORMATIONAL:
             return self.sbatch.plain(self.plain_argv, None)
         try:
-            script = self._script(command)
+            script, command = self._script(command)
             directives, heterogeneous = parse_directives(script, table) if script is not None else ([], False)
             options = [*directives, *environment_options(self.env), *command.options]
             wants_gpus = gpu_request(options).wants_gpus
@@ -236,15 +284,22 @@ class _Submission:
         _say(f"{err}; submitting with plain sbatch, unmanaged")
         return self.sbatch.plain(self.plain_argv, stdin)
 
-    def _script(self, command: SbatchCommand) -> bytes | None:
-        """The job script's bytes: from its file, from our stdin (kept to hand to sbatch), or none (--wrap)."""
+    def _script(self, command: SbatchCommand) -> tuple[bytes | None, SbatchCommand]:
+        """The job script's bytes (none with --wrap), and the command that hands them to sbatch: a regular
+        file by its path; our stdin's or a stream's (a pipe, a FIFO: read once, gone) kept for sbatch's stdin."""
         if last(command.options, "wrap") is not None:
-            return None
-        if command.script is not None:
-            with open(command.script, "rb") as file:
-                return file.read()
-        self.stdin = sys.stdin.buffer.read()
-        return self.stdin
+            return None, command
+        if command.script is None:
+            self.stdin = sys.stdin.buffer.read()
+            return self.stdin, command
+        with open(command.script, "rb") as file:
+            script = file.read()
+            if stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return script, command
+        self.stdin = script
+        command = dataclasses.replace(command, operands=(STDIN_SCRIPT, *command.operands[1:]))
+        self.plain_argv = command.argv()
+        return script, command
 
 
 def startup_seconds() -> float:
@@ -291,5 +346,19 @@ def _cannot_run(binary: str, err: OSError) -> int:
     return 127
 
 
+def _leave_to_sbatch(signum: int, frame: object) -> None:
+    """SIGINT while sbatch runs: sbatch got it too, and its exit code says what it did."""
+
+
+def _reason(err: Exception) -> str:
+    return os.strerror(err.errno) if isinstance(err, OSError) and err.errno else str(err)
+
+
 def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One line on stderr; never fails (no stderr: nothing said; print's default would be our stdout)."""
+    if sys.stderr is None:
+        return
+    try:
+        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

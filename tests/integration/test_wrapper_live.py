@@ -225,3 +225,18 @@ def test_an_option_22_05_lacks(wrapper_env: dict[str, str], daemon: Daemon, slur
                                            "submitting with plain sbatch, unmanaged")
     assert "unrecognized option '--tres-per-task=gres/gpu:1'" in done.stderr  # sbatch's own refusal
     assert daemon.submitted == []
+
+
+@pytest.mark.parametrize("gpus", [("--gpus=1",), ()])
+def test_a_script_by_process_substitution_is_submitted_whole(wrapper_env: dict[str, str], daemon: Daemon,
+                                                              slurm: Any, gpus: tuple[str, ...]) -> None:
+    """``compass-sbatch <(...)``: the pipe is read once (the wrapper looks for #SBATCH lines in it), so the real
+    sbatch gets its bytes; before, it found the descriptor closed (a GPU job) or the pipe empty."""
+    line = f'exec "$@" {" ".join(gpus)} --output=/dev/null <(printf "#!/bin/sh\\n#SBATCH -J subst\\nsleep 1\\n")'
+    done = subprocess.run(["bash", "-c", line, "bash", sys.executable, str(WRAPPER)], capture_output=True,
+                          text=True, env=wrapper_env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.split()[-1]
+    slurm.submitted.append(job)
+    assert fields(slurm, job)["JobName"] == "subst"
+    assert (MARKER in comment(job)) == bool(gpus)
