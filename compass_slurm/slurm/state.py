@@ -50,8 +50,10 @@ def marker_comment(migratable: bool, comment: str = "", requeue: bool = False, l
     """The job comment that marks a job as compass-managed, keeping the user's own comment;
     ``requeue``: the user asked for Slurm's --requeue; ``leased``: its begin time holds the lease past the user's."""
     token = MIGRATABLE_MARKER if migratable else MARKER
-    tokens = (token, REQUEUE_MARKER if requeue else "", LEASED_MARKER if leased else "", comment)
-    return " ".join(t for t in tokens if t).strip()
+    given = frozenset(_TOKENS.split(comment))  # a token the user wrote already is not written twice
+    tokens = [t for t in (token, REQUEUE_MARKER if requeue else "", LEASED_MARKER if leased else "")
+              if t and t not in given]
+    return " ".join([*tokens, comment]).strip()
 
 
 @functools.lru_cache(maxsize=4096)  # asked for every job every cycle; comments repeat

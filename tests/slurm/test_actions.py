@@ -229,6 +229,8 @@ def test_marker_comment_keeps_the_users_comment():
     assert marker_comment(True, "my run") == "compass:migratable my run"
     assert marker_comment(False) == "compass"
     assert marker_comment(False, "x", requeue=True) == "compass compass:requeue x"
+    assert marker_comment(False, "compass") == "compass"  # the user's own marker is not doubled
+    assert marker_comment(True, "compass,nightly", leased=True) == "compass:migratable compass:leased compass,nightly"
 
 
 @pytest.mark.parametrize("comment, modes", [

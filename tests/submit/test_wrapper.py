@@ -406,6 +406,16 @@ def test_compass_submit_is_the_same_wrapper(env: Env, daemon: Daemon) -> None:
     assert env.only_call() == ["-G", "1", "--wrap", "nvidia-smi", "--comment=compass", "--begin=now+45"]
 
 
+def test_compass_submit_hands_sbatch_arguments_not_in_utf8_as_they_are(env: Env, daemon: Daemon) -> None:
+    """A job name in Latin-1 is sbatch's to take (compass-sbatch and sbatch take it); compass's own commands refuse
+    such an argument, but not in what goes to sbatch."""
+    compass = [sys.executable, "-c", "from compass_slurm.cli import main; main()", "submit"]
+    done = subprocess.run([*compass, b"-Jcaf\xe9", "-G", "1", "job.sh"], capture_output=True, env=env.env,
+                          cwd=env.tmp, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert env.only_call() == [os.fsdecode(b"-Jcaf\xe9"), "-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+
+
 @pytest.mark.parametrize(("line", "job"), [
     (b"Submitted batch job 123\n", "123"),
     (b"Submitted batch job 123 on cluster alpha\n", "123"),
