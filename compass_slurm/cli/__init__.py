@@ -7,6 +7,7 @@ Heavy imports (rich, numpy, SQLAlchemy) happen inside the commands, so that
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -52,4 +53,9 @@ def cli() -> None:
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["submit"]:  # sbatch's arguments as given: click would drop a "--", and check them as its own
+        from ..submit.wrapper import main as submit
+
+        sys.exit(submit(args[1:]))
     run_main(cli)

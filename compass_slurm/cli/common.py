@@ -59,10 +59,7 @@ def console(stderr: bool = False):
 
 def check_arguments(args: list[str]) -> None:
     """A UserError for an argument that is not UTF-8: Python hands its bytes on as surrogates, which no database,
-    file name or output takes back, so every command would fail on it later, somewhere, with a traceback. Not
-    ``submit``'s: they go to sbatch as the bytes they were (a job name in Latin-1 is sbatch's to take)."""
-    if "submit" in args:
-        args = args[:args.index("submit")]
+    file name or output takes back, so every command would fail on it later, somewhere, with a traceback."""
     for arg in args:
         try:
             arg.encode()

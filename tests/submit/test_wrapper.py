@@ -414,6 +414,9 @@ def test_compass_submit_hands_sbatch_arguments_not_in_utf8_as_they_are(env: Env,
                           cwd=env.tmp, timeout=30)
     assert done.returncode == 0, done.stderr
     assert env.only_call() == [os.fsdecode(b"-Jcaf\xe9"), "-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
+    env.log.unlink()
+    env.run("--", "job.sh", "-G", "1", command=compass)  # "--" is sbatch's: what follows is the script, then its args
+    assert env.only_call() == ["--", "job.sh", "-G", "1"]
 
 
 @pytest.mark.parametrize(("line", "job"), [
