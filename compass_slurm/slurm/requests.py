@@ -8,9 +8,9 @@ G is the largest GPU node of the job's partitions, k the job's GPUs in all, w Sl
   divides k and k/w fits a node, else one instance of k <= G, else k/G whole nodes, else the
   largest divisor d <= G of k as k/d instances on distinct nodes (12 GPUs: 2 x 6, told to
   Slurm as ``NumNodes=2 TresPerNode=gres:gpu:6``).
-- w > 1 nodes, more than k needs (``-N 2 --gpus=3``, or tasks per node): the user's own count, so w instances
-  of k/w where that divides, else left to Slurm; the least count Slurm gives k itself (``--gpus=9``: w = 2) is
-  no user's, and 9 GPUs become 3 x 3;
+- w > 1 nodes, more than k needs on the smallest of its nodes (``-N 2 --gpus=3``, or tasks per node): the
+  user's own count, so w instances of k/w where that divides, else left to Slurm; the count Slurm gives k
+  itself (``--gpus=9``: w = 2; ``--gpus=5`` where 4-GPU nodes are: 2) is no user's, and 9 GPUs become 3 x 3;
 - ``--gpus-per-task``: as k in all, where an instance's GPUs are a multiple of the task's; else left
   to Slurm (10 GPUs as 5 tasks of 2 on 8-GPU nodes: 2 x 5 would split a task).
 - ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
@@ -43,24 +43,27 @@ class Request:
     distinct_nodes: bool
 
 
-def request(job: SlurmJob, capacity: int) -> Request | None:
-    """The job's w x g request on nodes of ``capacity`` GPUs; None when it is not a GPU job or not expressible."""
-    req = _shared_request(job, capacity)
+def request(job: SlurmJob, capacity: int, smallest: int | None = None) -> Request | None:
+    """The job's w x g request on nodes of ``capacity`` GPUs, the largest of its nodes (``smallest``: the smallest,
+    on which Slurm may count the nodes it needs; None: all of ``capacity``); None when it is not a GPU job or not
+    expressible."""
+    req = _shared_request(job, capacity, smallest or capacity)
     if req is not None and job.exclusive:
         return Request(req.instances, capacity, False)  # whole nodes, one per instance
     return req
 
 
-def _shared_request(job: SlurmJob, capacity: int) -> Request | None:
+def _shared_request(job: SlurmJob, capacity: int, smallest: int) -> Request | None:
     if job.gpus_per_node and not job.gpus_per_job:
         w, g = job.num_nodes, job.gpus_per_node
         return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
     if job.gpus_requested <= 0 or capacity <= 0:
         return None
     shape = instance_shape(job.gpus_requested, capacity, job.num_nodes)
-    if job.num_nodes > -(-job.gpus_requested // capacity) and shape.instances != job.num_nodes:
-        # more nodes than the GPUs need: the user's own (-N, or tasks per node), not Slurm's least for the GPUs;
-        # a pin of another count would change the job (Slurm drops the tasks it no longer has nodes for)
+    if job.num_nodes > -(-job.gpus_requested // smallest) and shape.instances != job.num_nodes:
+        # more nodes than the GPUs need even on the smallest nodes: the user's own (-N, or tasks per node), not
+        # Slurm's count of the nodes it would take; a pin of another count would change the job (Slurm drops the
+        # tasks it no longer has nodes for)
         return None
     if job.gpus_per_task and shape.gpus % job.gpus_per_task:
         return None  # a pin's TresPerNode must hold whole tasks' GPUs, or Slurm refuses it (and keeps the job)

@@ -177,7 +177,7 @@ class Translator:
         self._eligible: dict[object, Eligible] = {}
         #: where running jobs may be moved, per what it depends on (see movable_to)
         self._movable: dict[tuple[object, ...], Eligible] = {}
-        self._capacities: dict[tuple[str, str | None, str], int] = {}
+        self._capacities: dict[tuple[str, str | None, str], tuple[int, int]] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: each partition's engine nodes as a set, made when first asked (a pinned job's own nodes are looked up in
         #: it; a job of several partitions is placed within one; a running job moves within its own)
@@ -301,8 +301,8 @@ class Translator:
             constraint = parse_constraint(job.constraint)
         except SlurmParseError as err:
             constraint, left = ANY, f"left to Slurm: {err}"
-        capacity = self.capacity_of(job)
-        req = request(job, capacity) if capacity else None
+        smallest, capacity = self._capacities_of(job)
+        req = request(job, capacity, smallest) if capacity else None
         if left is not None:
             pass
         elif job.reservation:
@@ -342,17 +342,20 @@ class Translator:
         return found
 
     def capacity_of(self, job: SlurmJob) -> int:
-        """G for the job: the largest GPU node of its partitions of its GPU type and constraint (cached per
-        partition list, type and constraint)."""
+        """G for the job: the largest GPU node of its partitions of its GPU type and constraint."""
+        return self._capacities_of(job)[1]
+
+    def _capacities_of(self, job: SlurmJob) -> tuple[int, int]:
+        """The smallest and the largest GPU node of the job's partitions of its GPU type and constraint (cached per
+        partition list, type and constraint; 0, 0: none)."""
         key = (job.partition, job.gpu_type, job.constraint)
         found = self._capacities.get(key)
         if found is None:
             constraint = _constraint(job)
-            found = self._capacities[key] = max(
-                (node.gpus for p in self.partitions_of(job) for n in self.partitions[p]
-                 if (node := self.slurm_nodes.get(n)) is not None
-                 and (not job.gpu_type or node.gpu_type == job.gpu_type) and constraint.satisfied_by(node.features)),
-                default=0)
+            gpus = [node.gpus for p in self.partitions_of(job) for n in self.partitions[p]
+                    if (node := self.slurm_nodes.get(n)) is not None
+                    and (not job.gpu_type or node.gpu_type == job.gpu_type) and constraint.satisfied_by(node.features)]
+            found = self._capacities[key] = (min(gpus, default=0), max(gpus, default=0))
         return found
 
     def movable_to(self, job: SlurmJob, alloc: Iterable[str]) -> Eligible:

@@ -31,10 +31,12 @@ MIGRATABLE = "--migratable"
 #: options after which sbatch prints something and exits without reading a script
 INFORMATIONAL = frozenset({"help", "usage", "version"})
 
-#: input environment variables that request GPUs, and the option each stands for
-GPU_ENVIRONMENT = {
+#: sbatch's input environment variables the wrapper reads (those that request GPUs, or leave a job to Slurm), and
+#: the option each stands for
+ENVIRONMENT = {
     "SBATCH_GPUS": "gpus", "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_TASK": "gpus-per-task",
-    "SBATCH_GRES": "gres", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
+    "SBATCH_GRES": "gres", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket", "SBATCH_EXCLUSIVE": "exclusive",
+    "SBATCH_RESERVATION": "reservation", "SBATCH_CLUSTERS": "clusters", "SLURM_CLUSTERS": "clusters",
 }
 
 _HETJOB_SEPARATORS = frozenset({"hetjob", "packjob"})
@@ -153,8 +155,8 @@ def parse_directives(script: bytes, table: OptionTable = BUILTIN) -> tuple[list[
 
 
 def environment_options(environ: Mapping[str, str]) -> list[Option]:
-    """The GPU options sbatch takes from its input environment variables."""
-    return [Option(name, environ[var]) for var, name in GPU_ENVIRONMENT.items() if environ.get(var)]
+    """The options of ENVIRONMENT sbatch takes from its input environment variables."""
+    return [Option(name, environ[var]) for var, name in ENVIRONMENT.items() if environ.get(var)]
 
 
 def last(options: Iterable[Option], name: str) -> str | None:

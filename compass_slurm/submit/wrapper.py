@@ -269,7 +269,7 @@ class _Submission:
         # Slurm's own --requeue, recorded for the daemon's migratable = "requeue" (the hook does the same)
         requeue = last_of(options, "requeue", "no-requeue") == "requeue"
         comment = marker_comment(command.migratable, last(options, 'comment') or '', requeue, leased=user_begin > now)
-        if len(comment.encode()) > MAX_COMMENT:
+        if len(os.fsencode(comment)) > MAX_COMMENT:  # (bytes not in UTF-8 are the user's, as given)
             _say(f"the comment leaves no room for the compass marker (Slurm takes {MAX_COMMENT} bytes), "
                  "submitted with plain sbatch")
             return self.sbatch.plain(self.plain_argv, self.stdin)

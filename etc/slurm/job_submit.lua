@@ -373,9 +373,10 @@ local function submit(job_desc, part_list, submit_uid)
         return
     end
     local new_begin, note = now + math.ceil(lease), ""
-    if begin > now and marked and (has_token(comment, config.marker .. ":leased")
-                                   or math.abs(begin - now - math.ceil(lease)) <= CLOCK_SLACK) then
-        -- the wrapper's lease: from now, or past the user's own later begin (its token says so)
+    if begin > now and marked and (has_token(comment, config.marker .. ":leased") or (not interactive
+            and math.abs(begin - now - math.ceil(config.lease)) <= CLOCK_SLACK)) then
+        -- the wrapper's lease (it submits batch jobs only): from now, or past the user's own later begin (its
+        -- token says so)
         new_begin, note = begin, ", already marked"
     elseif begin > now then
         -- the user's own --begin, plus the lease: the daemon leaves the job alone until that begin

@@ -82,6 +82,12 @@ def test_a_comment_with_no_room_for_the_marker_is_left_to_slurm(hook: Hook) -> N
                              "leaves no room for the marker (Slurm takes 1024 bytes)")
 
 
+def test_an_interactive_allocation_marked_by_hand_gets_the_lease_past_its_begin(hook: Hook) -> None:
+    """The wrapper submits batch jobs only: a marked allocation's begin is the user's, whatever its distance."""
+    call = hook.one(tres_per_job="gres:gpu:1", comment="compass", begin_time=NOW + 60, script=None)
+    assert call.sets == {"begin_time": str(NOW + 120)}
+
+
 @pytest.mark.parametrize("comment, begin, sets", [
     ("compass:migratable", NOW + 50, {}),                                       # the wrapper's job
     ("compass:migratable", NOW + 70, {}),                                       # its clock 10 s ahead

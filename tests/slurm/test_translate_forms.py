@@ -91,6 +91,16 @@ def test_a_node_count_beyond_what_the_gpus_need_is_the_users_and_kept(nodes, gpu
         assert obs.pending == [] and f"{gpus} GPUs on {nodes} node(s) is not w x g instances" in obs.skipped["1"]
 
 
+def test_a_node_count_slurm_gave_on_smaller_nodes_is_not_the_users():
+    """--gpus=5 where 4-GPU nodes stand beside 8-GPU ones: Slurm counts 2 nodes (on the 4-GPU ones); no user asked
+    for them, and the job is placed as 1 x 5 on an 8-GPU node."""
+    mixed = [node("n1"), node("n2"), replace(node("n3"), gpus=4), replace(node("n4"), gpus=4)]
+    asked = job("1", gpus_per_node=None, gpus_per_job=5, num_nodes=2)
+    [placed] = observe([asked], mixed).pending
+    assert (placed.job.instances, placed.job.gpus) == (1, 5)
+    assert request(asked, 8, 4) == Request(1, 5, False) and request(asked, 8) is None
+
+
 def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
     """-w n1 -N 2: Slurm adds a node of its choice to n1; the daemon, taking the list for the whole set, would wait
     for ever for a second node in it."""

@@ -25,6 +25,7 @@ import pytest
 
 from compass_slurm.service.control import ControlServer, Peer, RequestError
 from compass_slurm.submit import options
+from compass_slurm.submit.sbatch_args import ENVIRONMENT
 from compass_slurm.submit.wrapper import job_id_from_output, startup_seconds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,8 +79,7 @@ class Env:
         self.env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "COMPASS_CONFIG": str(config),
                     "FAKE_SBATCH_LOG": str(self.log), "FAKE_SBATCH_DATA": str(DATA / release),
                     "XDG_CACHE_HOME": str(self.cache)}
-        for var in ("COMPASS_SOCKET", "COMPASS_SBATCH", "COMPASS_LEASE", "COMPASS_WRAPPER_TIMEOUT", "SBATCH_GPUS",
-                    "SBATCH_GRES", "SBATCH_GPUS_PER_NODE", "SBATCH_GPUS_PER_TASK"):
+        for var in ("COMPASS_SOCKET", "COMPASS_SBATCH", "COMPASS_LEASE", "COMPASS_WRAPPER_TIMEOUT", *ENVIRONMENT):
             self.env.pop(var, None)
         path = str(self.sbatch.resolve())
         options.save(options.cache_file(self.env), path, options.stat_key(path), recorded_table(release))
@@ -198,6 +198,22 @@ def test_directives_in_a_script_file_make_a_gpu_job(env: Env, daemon: Daemon) ->
     (env.tmp / "gpu.sh").write_text("#!/bin/sh\n#SBATCH -G 1\nnvidia-smi\n")
     env.run("gpu.sh")
     assert env.only_call() == ["--comment=compass", "--begin=now+45", "gpu.sh"]
+
+
+@pytest.mark.parametrize("variable", ["SBATCH_EXCLUSIVE=user", "SBATCH_RESERVATION=maint", "SLURM_CLUSTERS=b"])
+def test_what_leaves_a_job_to_slurm_counts_from_sbatchs_environment_too(env: Env, daemon: Daemon,
+                                                                        variable: str) -> None:
+    name, value = variable.split("=")
+    env.run("-G", "1", "job.sh", **{name: value})
+    assert env.only_call() == ["-G", "1", "job.sh"] and daemon.pings == 0
+
+
+def test_a_comment_not_in_utf8_is_kept_as_given(env: Env, daemon: Daemon) -> None:
+    done = subprocess.run([sys.executable, str(WRAPPER), "-G", "1", b"--comment=caf\xe9", "job.sh"],
+                          capture_output=True, env=env.env, cwd=env.tmp, timeout=30)
+    assert done.returncode == 0 and b"internal error" not in done.stderr, done.stderr
+    given, marked = os.fsdecode(b"--comment=caf\xe9"), os.fsdecode(b"--comment=compass caf\xe9")
+    assert env.only_call() == ["-G", "1", given, marked, "--begin=now+45", "job.sh"]
 
 
 def test_whole_node_exclusive_is_managed(env: Env, daemon: Daemon) -> None:
