@@ -212,8 +212,7 @@ class Doctor:
 
     def gpu_source(self) -> str:
         """Where GPU use is read from, and the GPU nodes compass leaves to Slurm (all of them fails: no cycle runs)."""
-        from ..slurm.hostlist import compress
-        from ..slurm.translate import LEFT_TO_SLURM, Translator
+        from ..slurm.translate import Translator, left_to_slurm_text
 
         if self.state is None:
             raise Failed("no Slurm state to look at (see the backend check)", SLURM_HINT)
@@ -226,7 +225,7 @@ class Doctor:
                  f"{used}/{sum(n.gpus for n in gpus)} GPUs in use")
         translator = Translator(self.state, self.config.partitions)
         left = translator.left_to_slurm
-        named = f"; {compress(left)} left to Slurm ({LEFT_TO_SLURM})" if left else ""
+        named = f"; {left_to_slurm_text(left)}" if left else ""
         if not translator.slurm_nodes:
             scope = ", ".join(self.config.partitions) or "all partitions"
             raise Failed(f"{found}; no GPU node compass places on in {scope}{named}",

@@ -24,10 +24,9 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, Node, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import per_burst, per_hour
-from ..slurm.hostlist import compress
 from ..slurm.requests import Request, adoption_order, array_tasks, priority_order, request
 from ..slurm.state import SlurmNode, SlurmState
-from ..slurm.translate import LEFT_TO_SLURM, Translator
+from ..slurm.translate import Translator, left_to_slurm_text
 
 if TYPE_CHECKING:
     from .store import DecisionRecord, Store
@@ -218,8 +217,8 @@ def build_status(state: SlurmState, partition: str | None = None, policy: str = 
         where = f"partition {partition!r}" if partition else "the cluster"
         if not translator.left_to_slurm:
             raise StatusError(f"{where} has no node with GPUs")
-        raise StatusError(f"{where} has no node with GPUs compass places on: {compress(translator.left_to_slurm)} "
-                          f"left to Slurm ({LEFT_TO_SLURM})",
+        raise StatusError(f"{where} has no node with GPUs compass places on: "
+                          f"{left_to_slurm_text(translator.left_to_slurm)}",
                           hint="Slurm places every job on such nodes; compass has nothing to show or place")
     adopted = adopt(translator, policy)
     violations = adopted.abs_violations()

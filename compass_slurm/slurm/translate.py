@@ -34,6 +34,7 @@ from operator import attrgetter
 
 from ..engine.model import MAX_NODE_GPUS, Job, Node
 from ..engine.scheduler import Entry
+from . import hostlist
 from .claims import NO_CLAIM, Claim, Claims, Eligible, fits, instance_needs, taken
 from .constraint import ANY, Constraint, parse_constraint
 from .errors import SlurmParseError
@@ -503,6 +504,11 @@ class Translator:
 
 #: why ``engines`` leaves a node to Slurm, as ``compass status`` and ``compass doctor`` say it
 LEFT_TO_SLURM = f"gres/shard, several GPU types or more than {MAX_NODE_GPUS} GPUs"
+
+
+def left_to_slurm_text(names: Iterable[str]) -> str:
+    """How status and doctor name the nodes ``engines`` leaves to Slurm: "node[03-05] left to Slurm (why)"."""
+    return f"{hostlist.compress(names)} left to Slurm ({LEFT_TO_SLURM})"
 
 
 def engines(node: SlurmNode) -> bool:
