@@ -24,7 +24,7 @@ from ..engine.fragmentation import Fragmentation, measure
 from ..engine.model import Job, Node, NodeView
 from ..engine.policies.base import Policy, make_policy
 from ..engine.rate_limit import per_burst, per_hour
-from ..slurm.requests import Request, adoption_order, array_tasks, priority_order, request
+from ..slurm.requests import Request, adoption_order, array_tasks, priority_order
 from ..slurm.state import SlurmNode, SlurmState
 from ..slurm.translate import Translator, left_to_slurm_text
 
@@ -346,7 +346,7 @@ def blocked_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord] 
         if not job.pending or job.gpus_requested <= 0 or not translator.partitions_of(job):
             continue
         capacity = translator.capacity_of(job)
-        req = request(job, capacity) if capacity else None
+        req = translator.request_of(job)
         shape = f"{req.instances}x{req.gpus}" if req else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s)"
         tasks = len(array_tasks(job))
         if tasks > 1:  # an array's record of the tasks Slurm has not split off: each task is one such job

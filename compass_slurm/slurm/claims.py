@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from ..engine.model import Job
-from .requests import Request, request
+from .requests import Request
 from .state import SlurmJob, SlurmNode
 
 #: a set of node names, or None for "every node the engine knows" (the policies' fast path)
@@ -44,7 +44,7 @@ class Claims:
         self._decided: dict[str, tuple[int, int]] = {}
         self._short: dict[tuple[int, int], set[str]] = {}
 
-    def pin(self, jobs: Iterable[SlurmJob], capacity_of: Callable[[SlurmJob], int]) -> None:
+    def pin(self, jobs: Iterable[SlurmJob], request_of: Callable[[SlurmJob], Request | None]) -> None:
         """The CPUs and memory that pending jobs pinned to exactly their nodes will take there."""
         claimed: Counter[str] = Counter()
         memory_claimed: Counter[str] = Counter()
@@ -54,7 +54,7 @@ class Claims:
             nodes = frozenset(job.required_nodes)
             if job.held or len(nodes) != job.num_nodes or not nodes <= self.slurm_nodes.keys():
                 continue
-            req = request(job, capacity_of(job))
+            req = request_of(job)
             if req is None:
                 continue
             cpus, memory = instance_needs(job, req)

@@ -198,7 +198,7 @@ class Translator:
                     if facts.volatile]
         throttled = _beyond_throttle(volatile, known.running_tasks)
         claims = self.claims
-        claims.pin((job for job in volatile if job.id not in throttled) if throttled else volatile, self.capacity_of)
+        claims.pin((job for job in volatile if job.id not in throttled) if throttled else volatile, self.request_of)
         claims.crowded = self._crowded()
         begin_after = self.state.read_at + BEGIN_SLACK
         came = known.came(begin_after)
@@ -302,8 +302,8 @@ class Translator:
             constraint = parse_constraint(job.constraint)
         except SlurmParseError as err:
             constraint, left = ANY, f"left to Slurm: {err}"
-        smallest, capacity = self._capacities_of(job)
-        req = request(job, capacity, smallest) if capacity else None
+        capacity = self.capacity_of(job)
+        req = self.request_of(job)
         if left is not None:
             pass
         elif job.reservation:
@@ -345,6 +345,11 @@ class Translator:
     def capacity_of(self, job: SlurmJob) -> int:
         """G for the job: the largest GPU node of its partitions of its GPU type and constraint."""
         return self._capacities_of(job)[1]
+
+    def request_of(self, job: SlurmJob) -> Request | None:
+        """The job's w x g request on the GPU nodes of its partitions (None: no such node, or not expressible)."""
+        smallest, capacity = self._capacities_of(job)
+        return request(job, capacity, smallest) if capacity else None
 
     def _capacities_of(self, job: SlurmJob) -> tuple[int, int]:
         """The smallest and the largest GPU node of the job's partitions of its GPU type and constraint (cached per
