@@ -103,7 +103,8 @@ class Asked:
     def of(cls, job: SlurmJob, node_gpus: int) -> Asked:
         """``job`` as read before a pin; ``node_gpus``: the GPUs of the largest node it may use."""
         least = -(-job.gpus_requested // node_gpus)
-        most = job.num_nodes if job.gpus_per_node and not job.gpus_per_job else max(job.num_nodes, least)
+        most = job.max_nodes or (job.num_nodes if job.gpus_per_node and not job.gpus_per_job
+                                 else max(job.num_nodes, least))
         return cls(job.num_nodes, job.gpus_per_job, job.gpus_per_node, job.gpu_type, most)
 
     def argv(self) -> list[str]:

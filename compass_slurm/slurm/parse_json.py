@@ -35,11 +35,11 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
     })),
     "squeue --json": ("jobs", frozenset({
         "job_id", "array_job_id", "array_task_id", "array_task_string", "user_name", "user_id", "job_state",
-        "partition", "nodes", "gres_detail", "node_count", "tres_per_node", "tres_per_job", "tres_per_task", "tasks",
-        "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes", "state_reason", "comment",
-        "resv_name", "reservation", "priority", "submit_time", "eligible_time", "array_max_tasks", "memory_per_tres",
-        "shared", "time_limit", "start_time", "features", "prefer", "contiguous", "minimum_switches",
-        "required_switches", "segment_size", "step_id",
+        "partition", "nodes", "gres_detail", "node_count", "max_nodes", "tres_per_node", "tres_per_job",
+        "tres_per_task", "tasks", "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes",
+        "state_reason", "comment", "resv_name", "reservation", "priority", "submit_time", "eligible_time",
+        "array_max_tasks", "memory_per_tres", "shared", "time_limit", "start_time", "features", "prefer",
+        "contiguous", "minimum_switches", "required_switches", "segment_size", "step_id",
     })),
 }
 #: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).
@@ -388,6 +388,7 @@ def _job(i: int, raw: Any, sluids: bool = False) -> SlurmJob:
         nodes=tuple(node_names),
         gpus_alloc=alloc,
         num_nodes=f.int("node_count", default=1) or 1,
+        max_nodes=f.int("max_nodes") or 0,
         gpus_per_node=per_node,
         gpus_per_job=per_job,
         gpus_per_task=per_task,

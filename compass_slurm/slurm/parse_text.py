@@ -207,6 +207,15 @@ def exclusive_jobs(output: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _max_nodes(r: Record) -> int:
+    """A pending job's most nodes, the upper end of ``NumNodes=2-3`` (job_info.c prints a range where ``-N`` set one;
+    a running job's count alone); 0: none."""
+    upper = r.str("NumNodes").partition("-")[2].split(":")[0]
+    if upper and not upper.isdecimal():
+        raise SlurmParseError(f"{r.what}: field 'NumNodes' is not a number: {r.str('NumNodes')!r}")
+    return int(upper or 0)
+
+
 def _exclusive(r: Record) -> bool:
     """--exclusive: 26.05 says ``Exclusive=NODE`` (and OverSubscribe=NO for every job that does not oversubscribe);
     earlier releases say OverSubscribe=NO. USER, MCS, YES and OK share."""
@@ -427,6 +436,7 @@ def _job(r: Record, sluids: bool = False) -> SlurmJob:
         nodes=r.nodes("NodeList"),
         gpus_alloc=_detail_gpus(r),
         num_nodes=r.int("NumNodes", default=1) or 1,
+        max_nodes=_max_nodes(r),
         gpus_per_node=per_node,
         gpus_per_job=per_job,
         gpus_per_task=per_task,

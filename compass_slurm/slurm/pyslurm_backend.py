@@ -230,6 +230,7 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             nodes=_nodes(job.allocated_nodes, what),
             gpus_alloc=alloc,
             num_nodes=job.num_nodes or 1,
+            max_nodes=job.max_nodes or 0,
             gpus_per_node=per_node,
             gpus_per_job=per_job_gpus,
             gpus_per_task=per_task,

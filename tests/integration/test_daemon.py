@@ -601,20 +601,28 @@ def test_a_stopping_daemon_lets_go_of_a_pin_slurm_holds_and_never_shrinks_a_job_
 def test_a_users_node_count_and_a_partial_node_list_are_left_to_slurm_and_run_as_asked(idle_cluster, tmp_path):
     """-N 2 --gpus=3: a pin of one node (one instance of 3) made Slurm shrink the job to one node and drop its
     second task. -w node05 -N 2: Slurm adds a node of its choice; the daemon took node05 for the whole set and
-    waited for ever for a second node in it. Both are left to Slurm at once, and run on two nodes."""
+    waited for ever for a second node in it. -N 2 --gpus=9 and -n 2 --gpus=9 were pinned as 3 x 3: 22.05 refuses
+    the first ("Node count specification invalid") and gives the second a third task. All are left to Slurm at
+    once, and run on two nodes."""
     backend = CliBackend()
     counted = submit(idle_cluster, "-N", "2", "--gpus=3", managed="compass")
     tasks = submit(idle_cluster, "-n", "2", "--ntasks-per-node=1", "--gpus=3", managed="compass")
     partial = submit(idle_cluster, "-w", "node05", "-N", "2", "--gpus-per-node=1", managed="compass")
+    bounded = submit(idle_cluster, "-N", "2", "--gpus=9", managed="compass")
+    two_tasks = submit(idle_cluster, "-n", "2", "--gpus=9", managed="compass")
+    asked = [counted, tasks, partial, bounded, two_tasks]
     daemon = make_daemon(tmp_path)
     try:
         report = daemon.cycle()
-        assert {d.job_id: d.action for d in report.decisions} == {counted: "left", tasks: "left", partial: "left"}
-        ran = wait_running(backend, [counted, tasks, partial])
+        assert {d.job_id: d.action for d in report.decisions} == dict.fromkeys(asked, "left")
+        ran = wait_running(backend, asked)
         assert len(ran[counted]) == 2 and sum(ran[counted].values()) == 3, ran
         assert len(ran[tasks]) == 2 and sum(ran[tasks].values()) == 3, ran
         assert len(ran[partial]) == 2 and "node05" in ran[partial], ran
+        assert len(ran[bounded]) == 2 and sum(ran[bounded].values()) == 9, ran
+        assert len(ran[two_tasks]) == 2 and sum(ran[two_tasks].values()) == 9, ran
         jobs = {j.id: j for j in backend.read_state().jobs}
         assert (jobs[counted].num_nodes, jobs[tasks].num_nodes, jobs[tasks].tasks) == (2, 2, 2)
+        assert (jobs[two_tasks].num_nodes, jobs[two_tasks].tasks) == (2, 2)
     finally:
         daemon.close()

@@ -91,6 +91,21 @@ def test_a_node_count_beyond_what_the_gpus_need_is_the_users_and_kept(nodes, gpu
         assert obs.pending == [] and f"{gpus} GPUs on {nodes} node(s) is not w x g instances" in obs.skipped["1"]
 
 
+@pytest.mark.parametrize(("kw", "expected"), [
+    ({"num_nodes": 2, "max_nodes": 2}, None),  # -N 2 --gpus=9: Slurm refuses a pin of 3 nodes (22.05)
+    ({"num_nodes": 2, "max_nodes": 3}, Request(3, 3, True)),  # -N 1-3 --gpus=9 (Slurm's least count: 2)
+    ({"num_nodes": 2, "tasks": 2}, None),  # -n 2 --gpus=9: 3 nodes would take a third task (22.05)
+    ({"num_nodes": 3, "tasks": 3}, Request(3, 3, True)),  # -n 3, or a pin Slurm gave a task a node
+    ({"num_nodes": 2}, Request(3, 3, True)),  # --gpus=9: Slurm's own count, no user's
+])
+def test_a_node_range_or_task_count_the_user_gave_bounds_the_shape(kw, expected):
+    asked = job("1", gpus_per_node=None, gpus_per_job=9, **kw)
+    assert request(asked, 8) == expected
+    if expected is None:
+        obs = observe([asked])
+        assert obs.pending == [] and "9 GPUs on 2 node(s) is not w x g instances" in obs.skipped["1"]
+
+
 def test_a_node_count_slurm_gave_on_smaller_nodes_is_not_the_users():
     """--gpus=5 where 4-GPU nodes stand beside 8-GPU ones: Slurm counts 2 nodes (on the 4-GPU ones); no user asked
     for them, and the job is placed as 1 x 5 on an 8-GPU node."""
@@ -99,6 +114,19 @@ def test_a_node_count_slurm_gave_on_smaller_nodes_is_not_the_users():
     [placed] = observe([asked], mixed).pending
     assert (placed.job.instances, placed.job.gpus) == (1, 5)
     assert request(asked, 8, 4) == Request(1, 5, False) and request(asked, 8) is None
+
+
+def test_a_pinned_job_on_mixed_nodes_claims_its_nodes_in_the_shape_it_is_placed_in():
+    """Pinned with -w n1,n2 --gpus=5 beside 4-GPU nodes, the job is read as 1 x 5 (as for its placement), and its
+    pin claims the CPUs and memory of its nodes: read against the largest node only, it had no claim."""
+    mixed = [node("n1"), node("n2"), replace(node("n3"), gpus=4), replace(node("n4"), gpus=4)]
+    pinned = job("1", gpus_per_node=None, gpus_per_job=5, num_nodes=2, required_nodes=("n1", "n2"), reason="Resources")
+    state = SlurmState(tuple(mixed), (pinned,), (SlurmPartition("gpu", tuple(n.name for n in mixed)),), (),
+                       "22.05.8", NOW)
+    translator = Translator(state, lease=LEASE)
+    [placed] = translator.observe().pending
+    assert (placed.job.instances, placed.job.gpus) == (1, 5)
+    assert translator.claims.pins["1"][0] == frozenset({"n1", "n2"})
 
 
 def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
