@@ -129,7 +129,7 @@ def parse_directives(script: bytes, table: OptionTable = BUILTIN) -> tuple[list[
     """The options of a script's ``#SBATCH`` lines, and whether it separates heterogeneous components."""
     options: list[Option] = []
     heterogeneous = False
-    for number, line in enumerate(script.decode("utf-8", errors="replace").splitlines(), start=1):
+    for number, line in enumerate(script.decode("utf-8", errors="surrogateescape").splitlines(), start=1):
         stripped = line.strip()
         if not stripped:
             continue

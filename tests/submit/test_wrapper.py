@@ -216,6 +216,13 @@ def test_a_comment_not_in_utf8_is_kept_as_given(env: Env, daemon: Daemon) -> Non
     assert env.only_call() == ["-G", "1", given, marked, "--begin=now+45", "job.sh"]
 
 
+def test_a_directive_not_in_utf8_reaches_sbatch_byte_for_byte(env: Env, daemon: Daemon) -> None:
+    """A Latin-1 ``#SBATCH --comment``: the marked comment the wrapper passes on keeps its bytes (not U+FFFD)."""
+    (env.tmp / "latin1.sh").write_bytes(b"#!/bin/sh\n#SBATCH -G 1 --comment=caf\xe9\nhostname\n")
+    env.run("latin1.sh")
+    assert env.only_call() == [os.fsdecode(b"--comment=compass caf\xe9"), "--begin=now+45", "latin1.sh"]
+
+
 def test_whole_node_exclusive_is_managed(env: Env, daemon: Daemon) -> None:
     env.run("--exclusive", "-G", "1", "job.sh")
     assert env.only_call() == ["--exclusive", "-G", "1", "--comment=compass", "--begin=now+45", "job.sh"]
