@@ -36,7 +36,7 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
     "squeue --json": ("jobs", frozenset({
         "job_id", "array_job_id", "array_task_id", "array_task_string", "user_name", "user_id", "job_state",
         "partition", "nodes", "gres_detail", "node_count", "max_nodes", "tres_per_node", "tres_per_job",
-        "tres_per_task", "tasks", "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes",
+        "tres_per_task", "tasks", "tasks_per_node", "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes",
         "state_reason", "comment", "resv_name", "reservation", "priority", "submit_time", "eligible_time",
         "array_max_tasks", "memory_per_tres", "shared", "time_limit", "start_time", "features", "prefer",
         "contiguous", "minimum_switches", "required_switches", "segment_size", "step_id",
@@ -393,6 +393,7 @@ def _job(i: int, raw: Any, sluids: bool = False) -> SlurmJob:
         gpus_per_job=per_job,
         gpus_per_task=per_task,
         tasks=f.int("tasks", default=1) or 1,
+        tasks_per_node=f.int("tasks_per_node") or 0,
         gpu_type=type_n or type_j or type_t,
         cpus=f.int("cpus", default=1) or 1,
         memory_per_node_mb=memory_per_node(f.int("memory_per_node", default=None), per_cpu, per_gpu),

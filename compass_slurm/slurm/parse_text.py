@@ -441,6 +441,7 @@ def _job(r: Record, sluids: bool = False) -> SlurmJob:
         gpus_per_job=per_job,
         gpus_per_task=per_task,
         tasks=r.int("NumTasks", default=1) or 1,
+        tasks_per_node=r.int("NtasksPerN:B:S:C") or 0,
         gpu_type=type_n or type_j or type_t,
         cpus=r.int("NumCPUs", default=1) or 1,
         memory_per_node_mb=memory_per_node(_memory(r, "MinMemoryNode"), per_cpu, per_gpu),

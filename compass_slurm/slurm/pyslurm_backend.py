@@ -235,6 +235,7 @@ def state_from_pyslurm(nodes: Iterable[Any], jobs: Iterable[Any], layouts: Mappi
             gpus_per_job=per_job_gpus,
             gpus_per_task=per_task,
             tasks=job.ntasks or 1,
+            tasks_per_node=job.ntasks_per_node or 0,
             gpu_type=type_n or type_j or type_t,
             cpus=job.cpus or 1,
             memory_per_node_mb=memory_per_node(job.memory_per_node, job.memory_per_cpu, per_gpu_mb),

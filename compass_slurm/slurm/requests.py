@@ -12,7 +12,8 @@ G is the largest GPU node of the job's partitions, k the job's GPUs in all, w Sl
   user's own count, so w instances of k/w where that divides, else left to Slurm; the count Slurm gives k
   itself (``--gpus=9``: w = 2; ``--gpus=5`` where 4-GPU nodes are: 2) is no user's, and 9 GPUs become 3 x 3;
 - a node count the user bounded (``-N 2``, ``-N 1-3``: Slurm's ``max_nodes``) is kept within its range, and no more
-  nodes than the tasks the user asked for (``-n 2``: Slurm would add tasks); else left to Slurm;
+  nodes than the tasks the user asked for (``-n 2``: Slurm would add tasks), nor another count with
+  ``--ntasks-per-node``; else left to Slurm;
 - ``--gpus-per-task``: as k in all, where an instance's GPUs are a multiple of the task's; else left
   to Slurm (10 GPUs as 5 tasks of 2 on 8-GPU nodes: 2 x 5 would split a task).
 - ``--exclusive``: each instance owns a whole node (Slurm gives it every GPU there), so the
@@ -71,6 +72,8 @@ def _shared_request(job: SlurmJob, capacity: int, smallest: int) -> Request | No
         return None  # outside the user's -N range: Slurm refuses such a pin ("Node count specification invalid")
     if job.tasks > 1 and shape.instances > job.tasks:
         return None  # a node per instance: Slurm would raise the user's task count to the node count
+    if job.tasks_per_node and shape.instances != job.num_nodes:
+        return None  # --ntasks-per-node: Slurm would give each node of the pin that many tasks
     if job.gpus_per_task and shape.gpus % job.gpus_per_task:
         return None  # a pin's TresPerNode must hold whole tasks' GPUs, or Slurm refuses it (and keeps the job)
     return Request(shape.instances, shape.gpus, shape.distinct_nodes)

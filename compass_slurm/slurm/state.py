@@ -158,6 +158,8 @@ class SlurmJob:
     gpus_per_job: int | None = None
     gpus_per_task: int | None = None
     tasks: int = 1
+    #: ``--ntasks-per-node`` (0: not given)
+    tasks_per_node: int = 0
     gpu_type: str | None = None
     cpus: int = 1
     memory_per_node_mb: int | None = None

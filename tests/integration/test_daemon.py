@@ -602,15 +602,17 @@ def test_a_users_node_count_and_a_partial_node_list_are_left_to_slurm_and_run_as
     """-N 2 --gpus=3: a pin of one node (one instance of 3) made Slurm shrink the job to one node and drop its
     second task. -w node05 -N 2: Slurm adds a node of its choice; the daemon took node05 for the whole set and
     waited for ever for a second node in it. -N 2 --gpus=9 and -n 2 --gpus=9 were pinned as 3 x 3: 22.05 refuses
-    the first ("Node count specification invalid") and gives the second a third task. All are left to Slurm at
-    once, and run on two nodes."""
+    the first ("Node count specification invalid") and gives the second a third task; 24.11 gives
+    -n 4 --ntasks-per-node=2 --gpus=9 pinned on 3 nodes 6 tasks. All are left to Slurm at once, and run on two
+    nodes."""
     backend = CliBackend()
     counted = submit(idle_cluster, "-N", "2", "--gpus=3", managed="compass")
     tasks = submit(idle_cluster, "-n", "2", "--ntasks-per-node=1", "--gpus=3", managed="compass")
     partial = submit(idle_cluster, "-w", "node05", "-N", "2", "--gpus-per-node=1", managed="compass")
     bounded = submit(idle_cluster, "-N", "2", "--gpus=9", managed="compass")
     two_tasks = submit(idle_cluster, "-n", "2", "--gpus=9", managed="compass")
-    asked = [counted, tasks, partial, bounded, two_tasks]
+    per_node = submit(idle_cluster, "-n", "4", "--ntasks-per-node=2", "--gpus=9", managed="compass")
+    asked = [counted, tasks, partial, bounded, two_tasks, per_node]
     daemon = make_daemon(tmp_path)
     try:
         report = daemon.cycle()
@@ -624,5 +626,6 @@ def test_a_users_node_count_and_a_partial_node_list_are_left_to_slurm_and_run_as
         jobs = {j.id: j for j in backend.read_state().jobs}
         assert (jobs[counted].num_nodes, jobs[tasks].num_nodes, jobs[tasks].tasks) == (2, 2, 2)
         assert (jobs[two_tasks].num_nodes, jobs[two_tasks].tasks) == (2, 2)
+        assert (jobs[per_node].num_nodes, jobs[per_node].tasks, jobs[per_node].tasks_per_node) == (2, 4, 2)
     finally:
         daemon.close()

@@ -60,6 +60,7 @@ def scenario(idle_cluster):
     slurm.sbatch("--hold", "-C", "a100&80gb", "--prefer=fast|80gb", "--contiguous", "--switches=1", "-N2",
                  "--gpus-per-node=1")
     slurm.sbatch("--hold", "-C", "[a100*1&80gb*1]", "--segment=2", "-N2", "--gpus=2")
+    slurm.sbatch("--hold", "-N1-2", "--ntasks-per-node=2", "--gpus=4")  # a node range, tasks per node
     scontrol = ["scontrol", "update", "NodeName=node08", "State=DRAIN", "Reason=pyslurm test"]
     subprocess.run(scontrol, check=True)
     subprocess.run(["scontrol", "create", "reservation", "ReservationName=pyslurm-test", "Nodes=node07",
@@ -97,6 +98,7 @@ def test_pyslurm_reads_the_same_state_as_the_cli(pyslurm_python, scenario):
     assert constrained == {scenario.submitted[6]: ("a100&80gb", "fast|80gb", True, 1, 0),
                            scenario.submitted[7]: ("[a100*1&80gb*1]", "", False, 0, 2 if "25.11" in pyslurm["version"]
                                                    else 0)}
+    assert [(j["max_nodes"], j["tasks_per_node"]) for j in cli["jobs"] if j["id"] == scenario.submitted[8]] == [(2, 2)]
     assert {n["name"]: n["features"] for n in cli["nodes"] if n["features"]} == {
         "node05": ["80gb", "a100"], "node06": ["80gb", "a100"]}
 

@@ -58,10 +58,12 @@ def test_every_read_reads_what_the_jobs_asked(recorded, release):
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_every_read_reads_the_node_range_a_user_gave(recorded, release):
-    """-N2 and -N4 bound a pending job's nodes (scontrol's NumNodes=2-2); a running job's count is no range."""
+    """-N2 and -N4 bound a pending job's nodes (scontrol's NumNodes=2-2); a running job's count is no range; none
+    asked --ntasks-per-node."""
     for read, backend in reads(recorded, release).items():
         jobs = {job.id: job.max_nodes for job in backend.read_jobs()}
         assert (jobs["1"], jobs["2"], jobs["4"]) == (0, 2, 4), read
+        assert {job.tasks_per_node for job in backend.read_jobs()} == {0}, read
 
 
 @pytest.mark.parametrize("release", RELEASES)

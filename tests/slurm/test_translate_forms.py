@@ -96,6 +96,7 @@ def test_a_node_count_beyond_what_the_gpus_need_is_the_users_and_kept(nodes, gpu
     ({"num_nodes": 2, "max_nodes": 3}, Request(3, 3, True)),  # -N 1-3 --gpus=9 (Slurm's least count: 2)
     ({"num_nodes": 2, "tasks": 2}, None),  # -n 2 --gpus=9: 3 nodes would take a third task (22.05)
     ({"num_nodes": 3, "tasks": 3}, Request(3, 3, True)),  # -n 3, or a pin Slurm gave a task a node
+    ({"num_nodes": 2, "tasks": 4, "tasks_per_node": 2}, None),  # 24.11 gives 3 nodes of 2 tasks 6 tasks
     ({"num_nodes": 2}, Request(3, 3, True)),  # --gpus=9: Slurm's own count, no user's
 ])
 def test_a_node_range_or_task_count_the_user_gave_bounds_the_shape(kw, expected):
