@@ -277,14 +277,16 @@ class Translator:
 
     def _classify(self, job: SlurmJob) -> tuple[object, object]:
         """What ``job`` is to the daemon, from the job alone: (RUNNING, its Running or None),
-        (PENDING, (its tasks, their GPUs, whether managed)) or (OTHER, None)."""
+        (PENDING, (its tasks, their GPUs, whether managed, how many count in the queue)) or (OTHER, None)."""
         if job.gpus_requested <= 0 and not job.gpus_alloc:
             return OTHER, None  # not a GPU job: Slurm's alone
         if job.pending:
-            if not self.partitions_of(job):
-                return OTHER, None
             tasks = array_tasks(job)
-            return PENDING, (tasks, job.gpus_requested * len(tasks), job.managed)
+            if not self.partitions_of(job):
+                # marked, in a partition the daemon does not manage (the wrapper marks whatever the partition, and
+                # scontrol may move a job): left to Slurm, its lease lifted, and not counted in the queue
+                return (PENDING, (tasks, 0, True, 0)) if job.managed else (OTHER, None)
+            return PENDING, (tasks, job.gpus_requested * len(tasks), job.managed, len(tasks))
         if job.state not in HOLDING_STATES:
             return OTHER, None
         alloc = job.gpus_alloc
@@ -306,6 +308,8 @@ class Translator:
         req = self.request_of(job)
         if left is not None:
             pass
+        elif not self.partitions_of(job):
+            left = f"partition {job.partition} is not managed"
         elif job.reservation:
             left = f"runs in reservation {job.reservation}: Slurm places it"
         elif job.required_nodes and job.num_nodes > len(named := set(job.required_nodes)):

@@ -218,8 +218,8 @@ class TranslationCache:
                 if job.time_limit_s is None or job.start_time:
                     self.ends[job.id] = None if job.time_limit_s is None else job.start_time + job.time_limit_s
         elif kind is PENDING:
-            tasks, gpus, managed = value
-            self.queue_len += len(tasks)
+            tasks, gpus, managed, queued = value
+            self.queue_len += queued
             self.pending_gpus += gpus
             if managed:
                 out = [self._tasks.get(id(task)) or self._repriced(task) or make(task) for task in tasks]
@@ -258,8 +258,8 @@ class TranslationCache:
                 self.gpus_seen.subtract(value.alloc)
                 self.ends.pop(job.id, None)
         elif kind is PENDING:
-            tasks, gpus, managed = value
-            self.queue_len -= len(tasks)
+            tasks, gpus, managed, queued = value
+            self.queue_len -= queued
             self.pending_gpus -= gpus
             if managed:
                 out = []

@@ -116,9 +116,9 @@ class FeatureGone(CliBackend):
         return super().scontrol_lines(lines)
 
 
-def in_process(tmp_path: Path, backend: CliBackend | None = None) -> Daemon:
+def in_process(tmp_path: Path, backend: CliBackend | None = None, **config) -> Daemon:
     """A daemon in this process, one cycle at a time (it reads as `compass daemon` does)."""
-    return Daemon(Config(anchors=str(tmp_path / "anchors"), lease=60, interval=1),
+    return Daemon(Config(anchors=str(tmp_path / "anchors"), lease=60, interval=1, **config),
                   backend or CliBackend(narrow=None, lines=None), f"sqlite:///{tmp_path / 'log.db'}")
 
 
@@ -241,6 +241,22 @@ def test_a_job_of_two_partitions_runs_within_one_of_them(hetero, tmp_path, name)
     finally:
         daemon.close()
         cancel([job, *fillers])
+
+
+def test_a_marked_job_outside_the_managed_partitions_starts_at_once(hetero, tmp_path, name):
+    """The wrapper marks and leases a GPU job whatever its partition. With the daemon managing big alone, a job of
+    v100 waited for its lease to run out (60 s): it is left to Slurm in the first cycle and starts."""
+    daemon = in_process(tmp_path, partitions=["big"])
+    job = managed(f"{name}out", "-p", "v100", "--gpus=1")
+    try:
+        ran = cycled_until_running(daemon, f"{name}out")
+        assert set(expand(ran.nodes)) <= {p.name: set(p.nodes) for p in LAYOUT.partitions}["v100"]
+        with Store.open(daemon.db, create=False) as store:
+            (decision,) = [d for d in store.decisions() if d.job_id == job]
+        assert (decision.action, decision.reason) == ("left", "partition v100 is not managed")
+    finally:
+        daemon.close()
+        cancel([job])
 
 
 def test_a_contiguous_window_never_spans_a_node_without_gpus(hetero, tmp_path, name):

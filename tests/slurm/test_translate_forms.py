@@ -130,6 +130,17 @@ def test_a_pinned_job_on_mixed_nodes_claims_its_nodes_in_the_shape_it_is_placed_
     assert translator.claims.pins["1"][0] == frozenset({"n1", "n2"})
 
 
+def test_a_marked_job_in_a_partition_the_daemon_does_not_manage_is_left_to_slurm():
+    """The wrapper marks and leases a GPU job whatever its partition: one outside the managed partitions (or moved
+    there) is left to Slurm, its lease lifted, and counts in no queue; an unmarked one is not the daemon's."""
+    nodes = [node("n1"), node("n2")]
+    partitions = (SlurmPartition("gpu", ("n1",)), SlurmPartition("other", ("n2",)))
+    jobs = (replace(job("1"), partition="other"), replace(job("2", comment=""), partition="other"), job("3"))
+    obs = Translator(SlurmState(tuple(nodes), jobs, partitions, (), "22.05.8", NOW), ["gpu"], lease=LEASE).observe()
+    assert obs.left == {"1": "partition other is not managed"} and [p.job.id for p in obs.pending] == ["3"]
+    assert obs.queue_len == 1 and obs.pending_gpus == 1
+
+
 def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
     """-w n1 -N 2: Slurm adds a node of its choice to n1; the daemon, taking the list for the whole set, would wait
     for ever for a second node in it."""
