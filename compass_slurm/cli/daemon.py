@@ -49,7 +49,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
     from ..native_stdout import native_stdout_silenced
     from ..slurm import DryRunBackend, SlurmError, open_backend
     from ..slurm.pyslurm_backend import PyslurmUnavailable
-    from ..service.store import StoreError, probe, resolve_db_url
+    from ..service.store import StoreError, probe, resolve_db_url, shown_url
 
     try:
         config = load_config(config_file, flags={"interval": interval, "db": db, "policy": policy})
@@ -91,7 +91,7 @@ def command(config_file: str | None, interval: float | None, once: bool, dry_run
         except ControlError as err:
             raise UserError(str(err), hint="set `socket` in the config or COMPASS_SOCKET") from None
     log.info("started: policy %s, every %g s, backend %s, log %s, socket %s", config.policy, config.interval,
-             reader.name, daemon.db, config.socket if server else "none")
+             reader.name, shown_url(daemon.db), config.socket if server else "none")
     if config.hook_config and not simulated:
         _write_hook_config(config, log)
     try:

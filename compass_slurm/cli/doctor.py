@@ -318,7 +318,13 @@ class Doctor:
             if leader is None:
                 raise Warn(f"{answers} and stands by, and no daemon leads",
                            "it claims the lead at its next cycle; if that lasts, see journalctl -u compass-daemon")
-            return f"{answers}; it stands by: {leader['host']} pid {leader['pid']} leads (since {leader['since']})"
+            leads = f"{leader['host']} pid {leader['pid']} leads (since {leader['since']})"
+            if (age := _renewed_ago(leader)) is not None:
+                raise Warn(f"{answers}; it stands by: {leads}, but renewed its lease last {age:.0f} s ago (lease: "
+                           f"{leader['lease_s']:g} s): it may be gone",
+                           "the standby takes the lead once the lease stood still a whole lease on its own clock; if "
+                           "it does not, see journalctl -u compass-daemon on both hosts")
+            return f"{answers}; it stands by: {leads}"
         token = f", token {leader['token']}" if leader and leader.get("token") else ""
         return f"{answers}; it leads{token}"
 
@@ -341,6 +347,27 @@ class Doctor:
                          "lines in slurmctld's log start with 'compass:'") from None
         return (f"{path}: lease {seen.settings['lease']:g} s, staleness {seen.settings['staleness']:g} s; "
                 f"anchors {seen.anchors_age:.0f} s old: GPU jobs submitted now are managed")
+
+
+#: a leader whose last renewal is older than this many of its leases, by this host's clock, may be gone (the
+#: margin: the two hosts' clocks may differ; the election itself never compares them)
+STALE_LEASES = 2
+
+
+def _renewed_ago(leader: dict[str, Any]) -> float | None:
+    """How long ago the leader of a ping's answer renewed its lease, in seconds, where that is past STALE_LEASES of
+    its leases; else None."""
+    import time
+    from datetime import datetime
+
+    renewed, lease = leader.get("renewed"), leader.get("lease_s")
+    if not renewed or not lease:
+        return None
+    try:
+        age = time.time() - datetime.fromisoformat(renewed).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return age if age > STALE_LEASES * lease else None
 
 
 def _short(detail: str) -> str:

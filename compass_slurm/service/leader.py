@@ -54,16 +54,19 @@ class Leader:
     since: datetime | None
     token: int
     renewed: datetime | None = None
+    #: how long a standby waits for a renewal before it takes over (the lone lease where the leader saw none)
+    lease_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "token": self.token, "since": _iso(self.since),
-                "renewed": _iso(self.renewed)}
+                "renewed": _iso(self.renewed), "lease_s": self.lease_s}
 
     @classmethod
     def of(cls, row: LeaderRow | None) -> Leader | None:
         if row is None or row.holder is None:
             return None
-        return cls(row.host or "?", row.pid or 0, row.since, row.token, row.renewed)
+        return cls(row.host or "?", row.pid or 0, row.since, row.token, row.renewed,
+                   LONE_LEASE_S if row.alone else row.lease_s)
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -205,13 +208,13 @@ class Leadership:
     def _renew(self) -> None:
         assert self.token is not None
         sent = self._tried_at = self.clock()
-        standby_since = datetime.now(UTC) - timedelta(seconds=STANDBY_LEASES * self.lease_s)
-        row = self._open().renew_lead(self.holder, self.token, self.lease_s, standby_since)
+        row = self._open().renew_lead(self.holder, self.token, self.lease_s, self._standby_since())
         if row is None:
-            self.row = self._open().leader()
+            self._saw(self._open().leader())
             self._lose(f"another daemon took the lead ({_who(self.row)})")
             return
-        self.row, self.renewed_at, self.alone = row, sent, row.alone
+        self._saw(row)
+        self.renewed_at, self.alone = sent, row.alone
 
     def _try_renew(self) -> None:
         """Renew, a log that fails said in one line (the lead goes on while its lease lasts)."""
@@ -224,24 +227,33 @@ class Leadership:
         store = self._open()
         row = store.leader()
         self.reached = True
-        now = self.clock()
-        if row is None or self.row is None or row.version != self.row.version:
-            self._seen_at = now  # a version we had not seen: the wait starts now
-        self.row = row
-        why = self._claimable(row, now)
+        self._saw(row)
+        why = self._claimable(row, self.clock())
         if why is None:
             self._lose(f"{_who(row)} leads")  # (a lone lead, while the log was down)
             store.note_standby(self.holder)
             return
         sent = self.clock()
         won = store.claim_lead(self.holder, self.host, self.pid, self.lease_s,
-                               None if row is None else row.version)
-        self.row = won or store.leader()
+                               None if row is None else row.version, self._standby_since())
+        self._saw(won or store.leader())
         if won is None:
             self._lose(f"{_who(self.row)} claimed the lead first")
             return
         self.token, self.renewed_at, self.alone = won.token, sent, won.alone
         log.warning("leader election: this daemon leads now (token %d): %s", won.token, why)
+
+    def _saw(self, row: LeaderRow | None) -> None:
+        """``row`` as just read. The wait for a version starts when this daemon first sees it: also a version read
+        where a renewal or a claim failed, which another daemon's claim has just made (a stale start would let
+        this daemon take the lead straight back)."""
+        if row is None or self.row is None or row.version != self.row.version:
+            self._seen_at = self.clock()
+        self.row = row
+
+    def _standby_since(self) -> datetime:
+        """A standby that said it was there since then is there (the row's ``alone`` is false)."""
+        return datetime.now(UTC) - timedelta(seconds=STANDBY_LEASES * self.lease_s)
 
     def _claimable(self, row: LeaderRow | None, now: float) -> str | None:
         """Why the lead may be claimed now, or None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -317,16 +318,22 @@ def doctor_on_socket(tmp_path: Path, monkeypatch, answer: dict) -> dict:
         server.stop()
 
 
-@pytest.mark.parametrize("role", ["leader", "standby", "standby, no leader"])
+@pytest.mark.parametrize("role", ["leader", "standby", "standby, no leader", "standby, a leader long silent"])
 def test_doctor_says_the_daemons_role(tmp_path: Path, monkeypatch, role: str) -> None:
-    """Its socket's ping says whether it leads or stands by, and who leads (service/leader.py)."""
+    """Its socket's ping says whether it leads or stands by, and who leads (service/leader.py); a leader whose last
+    renewal is far past its lease may be gone."""
+    renewed = datetime.now(UTC) - timedelta(seconds=100 if role.endswith("silent") else 5)
     leader = None if role.endswith("no leader") else {"host": "ctl1", "pid": 4242, "token": 3,
-                                                        "since": "2026-12-04T02:00:00+00:00"}
+                                                        "since": "2026-12-04T02:00:00+00:00",
+                                                        "renewed": renewed.isoformat(), "lease_s": 10.0}
     answer = {"policy": "compass-easy", "cycle": 9, "role": role.split(",")[0], "leader": leader}
     check = doctor_on_socket(tmp_path, monkeypatch, answer)
     detail = check["detail"]
     if role == "leader":
         assert check["ok"] and detail.endswith("(policy compass-easy, cycle 9); it leads, token 3"), detail
+    elif role.endswith("silent"):
+        assert check["level"] == "warn" and detail.endswith("but renewed its lease last 100 s ago (lease: 10 s): it "
+                                                            "may be gone"), check
     elif leader is not None:
         assert check["ok"] and detail.endswith("it stands by: ctl1 pid 4242 leads (since 2026-12-04T02:00:00+00:00)")
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from compass_slurm.service.store import StoreError, probe
+from compass_slurm.service.store import StoreError, probe, shown_url
 
 COMPASS = Path(sys.executable).parent / "compass"
 SECRET = "s3cret-pw"
@@ -39,6 +39,8 @@ def test_a_server_that_does_not_answer_stops_the_start(scheme: str) -> None:
 @pytest.mark.parametrize(("db", "named", "words"), [
     (f"postgresql://u:{SECRET}@host:port/x", "postgresql://u:***@host:port/x", "invalid database URL"),
     ("no-scheme-here", "no-scheme-here", "invalid database URL"),
+    (f"mysql+pymysql//root:{SECRET}@dbhost/compass", "mysql+pymysql//root:***@dbhost/compass",
+     "invalid database URL"),  # no ':' before '//'
     (f"nosuchdb+driver://u:{SECRET}@h/x", "nosuchdb+driver://u:***@h/x", "cannot use database URL"),
 ])
 def test_a_wrong_url_stops_the_start(db: str, named: str, words: str) -> None:
@@ -58,6 +60,19 @@ def test_mariadb_refuses_a_wrong_password(db_servers) -> None:
     wrong = make_url(db_servers.url("mariadb")).set(password=SECRET)
     done = start_daemon(wrong.render_as_string(hide_password=False))
     assert_refused(done, "mysql+pymysql://root:***@localhost/compass", "Access denied")
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    (f"mysql+pymysql://cu:{SECRET}@localhost/pw?unix_socket=/run/m.sock",
+     "mysql+pymysql://cu:***@localhost/pw?unix_socket=%2Frun%2Fm.sock"),  # the daemon's "started" line
+    (f"mysql+pymysql//root:{SECRET}@dbhost/compass", "mysql+pymysql//root:***@dbhost/compass"),
+    (f"postgresql://u:{SECRET}/x@host:port/x", "postgresql://u:***@host:port/x"),  # a '/' in the password
+    (f"mysql:root:{SECRET}@h", "mysql:***@h"),
+    ("postgresql://u@h/x", "postgresql://u@h/x"),
+    ("sqlite:////var/lib/compass/compass.db", "sqlite:////var/lib/compass/compass.db"),
+])
+def test_a_url_is_shown_without_its_password_parsed_or_not(raw: str, shown: str) -> None:
+    assert shown_url(raw) == shown
 
 
 def test_a_sqlite_file_is_left_to_the_daemon(tmp_path: Path) -> None:
