@@ -262,6 +262,8 @@ class Leadership:
         if row.holder is None:
             return "the last leader resigned"
         if self._gone_here(row):
+            if row.pid == self.pid:
+                return f"the last leader had this daemon's pid ({row.pid}) on this host: its own earlier lead"
             return f"the last leader, pid {row.pid} of this host, is gone"
         wait = LONE_LEASE_S if row.alone else row.lease_s
         if now - self._seen_at > wait:

@@ -670,7 +670,10 @@ _HINTS = (
     (("full",), "the disk is full: free space, or point COMPASS_DB / --db elsewhere"),
     (("locked",), "another process holds the database lock for too long"),
     (("not a database",), "the file is not a SQLite database: point COMPASS_DB / --db at the right file"),
-    (("unable to open", "permission denied"), PERMISSION_HINT),
+    (("permission denied",), PERMISSION_HINT),
+    (("unable to open",), "SQLite cannot open the file there: a file in a writable directory that exists (not a "
+                          "directory, not under /proc), its directory readable by the caller (docs/security.md); or "
+                          "point --db / COMPASS_DB elsewhere"),
 )
 
 
@@ -771,7 +774,9 @@ def _engine(raw: str) -> tuple[Engine, str, Path | None]:
                              json_deserializer=_read_json), name, None
     except (SQLAlchemyError, ImportError) as err:
         raise StoreError(f"cannot use database URL {name}: {err}",
-                         hint="install the database driver the URL names, e.g. pip install pymysql") from None
+                         hint="install the database driver the URL names: scripts/install --extras mysql or "
+                              "postgresql (docs/install.md), or pip install pymysql / psycopg in compass's venv"
+                         ) from None
 
 
 def _connect_args(url: URL) -> dict[str, Any]:

@@ -263,6 +263,8 @@ def test_install_as_the_admin_guide_says_then_upgrade_in_place(machine: Machine)
             assert machine.inside(doc.removeprefix("file://")).is_file(), doc
     assert daemon["RuntimeDirectoryMode"] == ["0755"]  # every user's wrapper reaches the socket
     assert machine.inside(f"{unit_dir}/compass-report.timer").is_file()
+    cron = machine.inside(f"{prefix}/share/compass_slurm/cron.d/compass-report").read_text()  # as the units
+    assert f"COMPASS_CONFIG={config}\n" in cron and f" root {prefix}/venv/bin/compass report " in cron, cron
     if shutil.which("systemd-analyze") and not isinstance(machine, Chroot):
         verify = machine.run(["systemd-analyze", "verify", *(f"{unit_dir}/{u}" for u in (
             "compass-daemon.service", "compass-report.service", "compass-report.timer"))])
