@@ -87,7 +87,10 @@ def engine_job(job: SlurmJob, req: Request, migratable: str = "marker") -> Job:
 
 def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int,
              migratable: str = "marker") -> tuple[Job, tuple[str, ...]]:
-    """A running allocation as instances: the requested size when the per-node counts fit it, else their gcd."""
+    """A running allocation as instances: the requested size when the per-node counts fit it, else their gcd. It
+    may move only as one instance a node: a pin gives every node as many GPUs and keeps the node count, so an uneven
+    allocation (4 + 2 GPUs, as Slurm gives ``-N 2 --gpus=6`` on mixed nodes) moved as 3 x 2 would change the job's
+    node count, tasks and GPU request."""
     req = request(job, capacity)
     counts = list(alloc.values())
     if req is not None and all(n % req.gpus == 0 for n in counts):
@@ -96,8 +99,8 @@ def observed(job: SlurmJob, alloc: Mapping[str, int], capacity: int,
         gpus = math.gcd(*counts)
     nodes = tuple(name for name, n in alloc.items() for _ in range(n // gpus))
     distinct = req is not None and req.distinct_nodes and gpus == req.gpus and len(nodes) == len(alloc)
-    return Job(job.id, len(nodes), gpus, migratable=job.may_migrate(migratable), distinct_nodes=distinct,
-               user=job.user or None), nodes
+    movable = job.may_migrate(migratable) and len(nodes) == len(alloc)
+    return Job(job.id, len(nodes), gpus, migratable=movable, distinct_nodes=distinct, user=job.user or None), nodes
 
 
 

@@ -179,6 +179,7 @@ class Translator:
         #: where running jobs may be moved, per what it depends on (see movable_to)
         self._movable: dict[tuple[object, ...], Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], tuple[int, int]] = {}
+        self._holds: dict[tuple[object, ...], bool] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: each partition's engine nodes as a set, made when first asked (a pinned job's own nodes are looked up in
         #: it; a job of several partitions is placed within one; a running job moves within its own)
@@ -320,6 +321,12 @@ class Translator:
             left = (f"{job.tasks} tasks of {job.gpus_per_task} GPUs make no w x g instances of whole tasks"
                     if job.gpus_per_task else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g "
                                               f"instances")
+        elif job.exclusive and self._capacities_of(job)[0] != capacity:
+            # the engine's instance is a node of the largest size: Slurm gives the job a whole node of any size
+            left = "--exclusive on GPU nodes of different sizes: Slurm gives it whole nodes of any size"
+        elif not self._could_ever_hold(job, req):
+            left = (f"{req.instances} x {req.gpus} GPUs{' on as many nodes' if req.distinct_nodes else ''} is more "
+                    f"than the nodes it may use could ever hold: Slurm places its {job.gpus_requested} GPUs")
         else:
             try:
                 sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,
@@ -366,6 +373,19 @@ class Translator:
                     if (node := self.slurm_nodes.get(n)) is not None
                     and (not job.gpu_type or node.gpu_type == job.gpu_type) and constraint.satisfied_by(node.features)]
             found = self._capacities[key] = (min(gpus, default=0), max(gpus, default=0))
+        return found
+
+    def _could_ever_hold(self, job: SlurmJob, req: Request) -> bool:
+        """Whether the nodes of the job's partitions, of its GPU type and features, not excluded, hold ``req`` when
+        empty: a shape the engine's rule makes on nodes of several sizes (``--gpus=5`` on 4-GPU nodes: 5 x 1 on as
+        many nodes) may need more of them than there are, and would wait for ever (cached per what it depends on)."""
+        key = (job.partition, job.gpu_type, job.constraint, job.excluded_nodes, req)
+        found = self._holds.get(key)
+        if found is None:
+            excluded = set(job.excluded_nodes)
+            nodes = (n for p in self.partitions_of(job) for n in self.partitions[p]
+                     if n in self.slurm_nodes and n not in excluded and self.satisfies(job, n))
+            found = self._holds[key] = fits_instances(nodes, self._gpus, req.instances, req.gpus, req.distinct_nodes)
         return found
 
     def movable_to(self, job: SlurmJob, alloc: Iterable[str]) -> Eligible:

@@ -259,6 +259,28 @@ def test_a_marked_job_outside_the_managed_partitions_starts_at_once(hetero, tmp_
         cancel([job])
 
 
+def test_shapes_its_nodes_could_never_hold_are_left_to_slurm_and_run(hetero, tmp_path, name):
+    """-p v100 --gpus=5 (5 x 1 on as many 4-GPU nodes, of which v100 has 4) and --exclusive on gpu (8- and 4-GPU
+    nodes; the engine's instance is an 8-GPU node) waited for ever on an idle cluster, their leases renewed. Both
+    are left to Slurm in the first cycle, and run."""
+    daemon = in_process(tmp_path)
+    five = managed(f"{name}five", "-p", "v100", "--gpus=5")
+    whole = managed(f"{name}excl", "--exclusive", "--gres=gpu:2")
+    try:
+        daemon.cycle()
+        with Store.open(daemon.db, create=False) as store:
+            actions = {d.job_id: (d.action, d.reason) for d in store.decisions()}
+        assert actions[five] == ("left", "5 x 1 GPUs on as many nodes is more than the nodes it may use could ever "
+                                         "hold: Slurm places its 5 GPUs"), actions
+        assert actions[whole][0] == "left" and "different sizes" in actions[whole][1], actions
+        ran = cycled_until_running(daemon, f"{name}five")
+        assert set(expand(ran.nodes)) <= {p.name: set(p.nodes) for p in LAYOUT.partitions}["v100"]
+        cycled_until_running(daemon, f"{name}excl")
+    finally:
+        daemon.close()
+        cancel([five, whole])
+
+
 def test_a_contiguous_window_never_spans_a_node_without_gpus(hetero, tmp_path, name):
     """node02c sits between node02 and node03 in Slurm's order of nodes. With node01 and node04 busy, node02 and node03
     are the only free a100 nodes, consecutive among the GPU nodes but not for Slurm: the daemon does not pin a

@@ -8,7 +8,7 @@ import pytest
 
 from compass_slurm.slurm import translate
 from compass_slurm.slurm.hostlist import HostlistError, expand_ranges
-from compass_slurm.slurm.requests import Request, id_order, request
+from compass_slurm.slurm.requests import Request, id_order, observed, request
 from compass_slurm.slurm.state import SlurmJob, SlurmNode, SlurmPartition, SlurmState
 from compass_slurm.slurm.translate import Translator
 
@@ -139,6 +139,41 @@ def test_a_marked_job_in_a_partition_the_daemon_does_not_manage_is_left_to_slurm
     obs = Translator(SlurmState(tuple(nodes), jobs, partitions, (), "22.05.8", NOW), ["gpu"], lease=LEASE).observe()
     assert obs.left == {"1": "partition other is not managed"} and [p.job.id for p in obs.pending] == ["3"]
     assert obs.queue_len == 1 and obs.pending_gpus == 1
+
+
+def test_a_shape_its_nodes_could_never_hold_is_left_to_slurm():
+    """--gpus=5 on 4-GPU nodes is 5 x 1 on as many nodes (engine/shape.py): with 4 such nodes it waited for ever,
+    its lease renewed, where Slurm runs it on 2 nodes (4 + 1). On 5 nodes it is placed."""
+    small = [replace(node(f"n{i}"), gpus=4) for i in range(1, 5)]
+    asked = job("1", gpus_per_node=None, gpus_per_job=5, num_nodes=2)
+    obs = observe([asked], small)
+    assert obs.pending == [] and obs.left["1"] == ("5 x 1 GPUs on as many nodes is more than the nodes it may use "
+                                                   "could ever hold: Slurm places its 5 GPUs")
+    assert [p.job.id for p in observe([asked], [*small, replace(node("n5"), gpus=4)]).pending] == ["1"]
+    excluded = replace(asked, excluded_nodes=("n5",))  # the nodes it may use
+    assert "1" in observe([excluded], [*small, replace(node("n5"), gpus=4)]).left
+
+
+def test_an_exclusive_job_on_nodes_of_several_sizes_is_left_to_slurm():
+    """The engine's instance of an --exclusive job is a whole node of the largest size: on a partition with 4-GPU
+    nodes beside 8-GPU ones, it waited for an 8-GPU node while Slurm would give it an idle 4-GPU one."""
+    mixed = [node("n1"), replace(node("n2"), gpus=4)]
+    obs = observe([job("1", exclusive=True, gpus_per_node=2)], mixed)
+    assert obs.pending == [] and obs.left["1"].startswith("--exclusive on GPU nodes of different sizes")
+    assert [p.job.id for p in observe([job("1", exclusive=True, gpus_per_node=2)]).pending] == ["1"]
+
+
+@pytest.mark.parametrize(("alloc", "movable"), [
+    ({"n1": 4, "n2": 2}, False),  # -N 2 --gpus=6 as Slurm split it: moved as 3 x 2 it would take 3 nodes
+    ({"n1": 3, "n2": 3}, True),
+    ({"n1": 6}, True),  # 1 x 6
+])
+def test_a_running_job_moves_only_as_one_instance_a_node(alloc, movable):
+    running = SlurmJob("1", "alice", "RUNNING", "gpu", nodes=tuple(alloc), gpus_alloc=alloc, num_nodes=len(alloc),
+                       max_nodes=2 if len(alloc) == 2 else 0, gpus_per_job=6, comment="compass:migratable")
+    job_, nodes = observed(running, alloc, 4 if len(alloc) == 2 else 8)
+    assert job_.migratable is movable and sorted(nodes) == sorted(n for n, c in alloc.items() for _ in
+                                                                  range(c // job_.gpus))
 
 
 def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
