@@ -14,7 +14,7 @@ A cycle reads Slurm's state once and then runs four steps, each a method of Daem
   telling it; pin each decision in Slurm (one it refuses is undone), requeue Compact's migrations
   (only ``--migratable`` jobs, at most ``migrations_per_hour`` in a sliding hour: by default one per
   managed GPU node, at least 12, re-resolved when the nodes change; and at most ``migrations_burst``
-  in any 5 minutes, unlimited by default),
+  in any 5 minutes, 10% of the hour's by default),
   renew the begin-time leases of managed jobs still waiting;
 - publish (``_publish``, with ``publish.py``): log the rest (migrations, errors, a sample; a decision Slurm
   refused was rewritten as such when it refused) under the same cycle, rewrite the Prometheus
