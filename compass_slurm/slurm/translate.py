@@ -393,8 +393,10 @@ class Translator:
         nodes (a job of several runs in one), of its GPU type and features, not excluded. Not its ReqNodeList: that
         is where it runs, often the daemon's pin. Cached per what it depends on."""
         home = next((p for p in self.partitions_of(job) if self._partition_nodes(p).issuperset(alloc)), None)
-        if home is None or not _readable(job):  # (its partitions changed since it started; a constraint the daemon
-            return frozenset(alloc)             # cannot read): where it runs
+        if home is None or not _readable(job) or _one_set(job, alloc):
+            # (its partitions changed since it started; a constraint the daemon cannot read; nodes that must stay
+            # contiguous, under few switches or in one segment, which a move instance by instance does not keep)
+            return frozenset(alloc)  # where it runs
         key = (home, job.gpu_type, job.constraint, job.excluded_nodes)
         found = self._movable.get(key, UNSEEN)
         if found is UNSEEN:
@@ -572,6 +574,11 @@ def _preference(text: str) -> Constraint | None:
     except SlurmParseError:
         return None
     return prefer if prefer.any_of else None
+
+
+def _one_set(job: SlurmJob, alloc: Iterable[str]) -> bool:
+    """Whether a running job's several nodes must form one set (--contiguous, --switches, --segment)."""
+    return bool(job.contiguous or job.switches or job.segment) and len(set(alloc)) > 1
 
 
 def _wanting(job: SlurmJob) -> str:

@@ -176,6 +176,17 @@ def test_a_running_job_moves_only_as_one_instance_a_node(alloc, movable):
                                                                   range(c // job_.gpus))
 
 
+@pytest.mark.parametrize("kw", [{"contiguous": True}, {"switches": 1}, {"segment": 2}])
+def test_a_running_job_whose_nodes_form_one_set_stays_where_it_runs(kw):
+    """A move takes instances one by one, to any node the job may use: it would not keep them contiguous, under its
+    switches or in one segment. On one node it may move."""
+    def running(nodes):
+        return SlurmJob("1", "alice", "RUNNING", "gpu", nodes=nodes, gpus_alloc=dict.fromkeys(nodes, 4),
+                        num_nodes=len(nodes), gpus_per_node=4, comment="compass:migratable", **kw)
+    assert observe([running(("n1", "n2"))]).running["1"].eligible == frozenset({"n1", "n2"})
+    assert observe([running(("n1",))]).running["1"].eligible is None
+
+
 def test_a_node_list_naming_fewer_nodes_than_the_job_asks_for_is_left_to_slurm():
     """-w n1 -N 2: Slurm adds a node of its choice to n1; the daemon, taking the list for the whole set, would wait
     for ever for a second node in it."""
