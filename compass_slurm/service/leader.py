@@ -65,8 +65,7 @@ class Leader:
     def of(cls, row: LeaderRow | None) -> Leader | None:
         if row is None or row.holder is None:
             return None
-        return cls(row.host or "?", row.pid or 0, row.since, row.token, row.renewed,
-                   LONE_LEASE_S if row.alone else row.lease_s)
+        return cls(row.host or "?", row.pid or 0, row.since, row.token, row.renewed, _waited(row))
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -235,12 +234,13 @@ class Leadership:
             return
         sent = self.clock()
         won = store.claim_lead(self.holder, self.host, self.pid, self.lease_s,
-                               None if row is None else row.version, self._standby_since())
+                               None if row is None else row.version)
         self._saw(won or store.leader())
         if won is None:
             self._lose(f"{_who(self.row)} claimed the lead first")
             return
-        self.token, self.renewed_at, self.alone = won.token, sent, won.alone
+        # the short lease until the first renewal: a standby waits no longer for a claim never renewed
+        self.token, self.renewed_at, self.alone = won.token, sent, False
         log.warning("leader election: this daemon leads now (token %d): %s", won.token, why)
 
     def _saw(self, row: LeaderRow | None) -> None:
@@ -262,10 +262,10 @@ class Leadership:
         if row.holder is None:
             return "the last leader resigned"
         if self._gone_here(row):
-            if row.pid == self.pid:
-                return f"the last leader had this daemon's pid ({row.pid}) on this host: its own earlier lead"
+            if row.holder == self.holder:
+                return "the last leader was this daemon, and its lead ran out"
             return f"the last leader, pid {row.pid} of this host, is gone"
-        wait = LONE_LEASE_S if row.alone else row.lease_s
+        wait = _waited(row)
         if now - self._seen_at > wait:
             return f"the lease of {_who(row)} was not renewed for {wait:.0f} s"
         return None
@@ -283,7 +283,7 @@ class Leadership:
             return True
         if row.holder is not None and not self._gone_here(row):
             return False
-        lately = datetime.now(UTC) - timedelta(seconds=STANDBY_LEASES * self.lease_s)
+        lately = self._standby_since()
         return row.standby in (None, self.holder) or row.standby_seen is None or row.standby_seen < lately
 
     def _withdraw(self) -> None:
@@ -299,6 +299,13 @@ class Leadership:
         if self.token is not None:
             log.warning("leader election: this daemon stops changing jobs: %s", why)
         self.token = None
+
+
+def _waited(row: LeaderRow) -> float:
+    """How long a standby waits for the row's version to change: the lone lease for a leader that renewed alone;
+    the short lease for one that renewed beside a standby, or never renewed (a claim: beat 0), so that a leader
+    dying right after its claim is taken over within a lease (it fences on the short lease until it renews)."""
+    return LONE_LEASE_S if row.alone and row.beat else row.lease_s
 
 
 def _who(row: LeaderRow | None) -> str:

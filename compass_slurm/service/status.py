@@ -345,8 +345,8 @@ def blocked_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord] 
     for job in priority_order(translator.state.jobs):
         if not job.pending or job.gpus_requested <= 0 or not translator.partitions_of(job):
             continue
-        capacity = translator.capacity_of(job)
-        req = translator.request_of(job)
+        found = translator.requested_of(job)
+        req = found if isinstance(found, Request) else None
         shape = f"{req.instances}x{req.gpus}" if req else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s)"
         tasks = len(array_tasks(job))
         if tasks > 1:  # an array's record of the tasks Slurm has not split off: each task is one such job
@@ -354,7 +354,7 @@ def blocked_jobs(translator: Translator, requeues: Mapping[str, DecisionRecord] 
         if job.reservation:
             blocked: str | None = f"runs in reservation {job.reservation}: Slurm places it"
         elif req is None:
-            blocked = f"{shape} is not w x g instances of at most {capacity} GPUs"
+            blocked = f"{found or 'no GPU node of its partition'}: Slurm places it"
         else:
             eligible = translator.eligible(job, req)
             usable = [nodes[n] for n in (translator.available if eligible is None else eligible)]

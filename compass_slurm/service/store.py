@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -159,12 +160,6 @@ def _leader(conn: Connection) -> LeaderRow | None:
     row = conn.execute(select(*(leader_table.c[f.name] for f in fields(LeaderRow)))
                        .where(leader_table.c.id == 1)).first()
     return None if row is None else LeaderRow(**row._mapping)
-
-
-def _alone(standby_since: datetime) -> Any:
-    """The leader row's ``alone``, as one update sets it: no standby said it was there since ``standby_since``."""
-    t = leader_table.c
-    return case((and_(t.standby_seen.is_not(None), t.standby_seen >= standby_since), False), else_=True)
 
 
 def _batches(values: list[Any]) -> Iterator[list[Any]]:
@@ -738,19 +733,20 @@ def _check_file(path: Path, create: bool) -> None:
                              hint="choose a writable path with --db or COMPASS_DB") from None
 
 
+#: a password given in a URL's query (``?password=...``, which some drivers read)
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&]*")
+
+
 def shown_url(raw: str) -> str:
-    """The database URL ``raw`` as logs and messages show it: without its password, also where SQLAlchemy cannot
-    parse it (``mysql+pymysql//root:pw@host``)."""
-    try:
-        return make_url(raw).render_as_string(hide_password=True)
-    except (SQLAlchemyError, ValueError):
-        pass
+    """The database URL ``raw`` as logs and messages show it: without its password, read from the text as given
+    (SQLAlchemy parses ``u:p@ss@h`` as password "p", and cannot parse ``mysql+pymysql//root:pw@host`` at all): all
+    between the user's ``:`` and the last ``@``, and a ``password=`` in the query."""
     head, at, host = raw.rpartition("@")
-    if not at:
-        return raw
-    start = head.find("//") + 2 if "//" in head else 0  # (a password may hold '/', the scheme ':')
-    user, colon, _ = head[start:].partition(":")
-    return f"{head[:start]}{user}{colon and ':***'}@{host}"
+    if at:
+        start = head.find("//") + 2 if "//" in head else 0  # (a password may hold '/', the scheme ':')
+        user, colon, _ = head[start:].partition(":")
+        raw = f"{head[:start]}{user}{colon and ':***'}@{host}"
+    return _QUERY_PASSWORD.sub(r"\1***", raw)
 
 
 def _engine(raw: str) -> tuple[Engine, str, Path | None]:
@@ -763,7 +759,7 @@ def _engine(raw: str) -> tuple[Engine, str, Path | None]:
             hint="use a SQLAlchemy URL, e.g. sqlite:////var/lib/compass/compass.db or mysql+pymysql://user@host/compass",
         ) from None
     path = _sqlite_path(parsed)
-    name = str(path) if path is not None else parsed.render_as_string(hide_password=True)
+    name = str(path) if path is not None else shown_url(raw)
     try:
         if parsed.get_backend_name() == "sqlite":
             # An in-memory SQLite database lives in one connection; share it.
@@ -1118,20 +1114,19 @@ class Store:
             return _leader(conn)
 
     def claim_lead(self, holder: str, host: str, pid: int, lease_s: float,
-                   seen: tuple[int, int] | None, standby_since: datetime) -> LeaderRow | None:
+                   seen: tuple[int, int] | None) -> LeaderRow | None:
         """Take the lead, if the row is still at version ``seen`` (None: there is no row yet); returns the row
         now, or None when another daemon changed it first (a compare-and-set: at most one claim of a version wins).
-        ``alone`` as a renewal says it (see renew_lead): a standby there takes over within a lease of a new leader
-        that dies before its first renewal, not a lone lease."""
+        The row's beat is 0 until the first renewal: a standby waits only the short lease for such a claim."""
         t, now = leader_table.c, datetime.now(UTC)
-        values = dict(holder=holder, host=host, pid=pid, beat=0, since=now, renewed=now, lease_s=lease_s)
+        values = dict(holder=holder, host=host, pid=pid, beat=0, since=now, renewed=now, lease_s=lease_s, alone=True)
         with self._guard("write to"):
             try:
                 with self.engine.begin() as conn:
                     if seen is None:
-                        conn.execute(insert(leader_table).values(id=1, token=1, alone=True, **values))
+                        conn.execute(insert(leader_table).values(id=1, token=1, **values))
                     elif not conn.execute(update(leader_table).where(t.id == 1, t.token == seen[0], t.beat == seen[1])
-                                          .values(token=t.token + 1, alone=_alone(standby_since), **values)).rowcount:
+                                          .values(token=t.token + 1, **values)).rowcount:
                         return None
                     return _leader(conn)
             except IntegrityError:  # another daemon made the row first
@@ -1141,10 +1136,12 @@ class Store:
         """Renew the lead of ``holder`` under ``token``; ``alone`` says whether no standby said it was there since
         ``standby_since``. None when the lead is no longer its own."""
         t = leader_table.c
+        # (the leader's own note, from when it stood by, is no standby's)
+        there = and_(t.standby_seen.is_not(None), t.standby_seen >= standby_since, t.standby != holder)
         with self._guard("write to"), self.engine.begin() as conn:
             if not conn.execute(update(leader_table).where(t.id == 1, t.token == token, t.holder == holder).values(
                     beat=t.beat + 1, renewed=datetime.now(UTC), lease_s=lease_s,
-                    alone=_alone(standby_since))).rowcount:
+                    alone=case((there, False), else_=True))).rowcount:
                 return None
             return _leader(conn)
 

@@ -50,32 +50,45 @@ def request(job: SlurmJob, capacity: int, smallest: int | None = None) -> Reques
     """The job's w x g request on nodes of ``capacity`` GPUs, the largest of its nodes (``smallest``: the smallest,
     on which Slurm may count the nodes it needs; None: all of ``capacity``); None when it is not a GPU job or not
     expressible."""
+    found = requested(job, capacity, smallest)
+    return found if isinstance(found, Request) else None
+
+
+def requested(job: SlurmJob, capacity: int, smallest: int | None = None) -> Request | str:
+    """As :func:`request`, or why the job is no w x g request."""
     req = _shared_request(job, capacity, smallest or capacity)
-    if req is not None and job.exclusive:
+    if isinstance(req, Request) and job.exclusive:
         return Request(req.instances, capacity, False)  # whole nodes, one per instance
     return req
 
 
-def _shared_request(job: SlurmJob, capacity: int, smallest: int) -> Request | None:
+def _shared_request(job: SlurmJob, capacity: int, smallest: int) -> Request | str:
     if job.gpus_per_node and not job.gpus_per_job:
         w, g = job.num_nodes, job.gpus_per_node
-        return Request(w, g, w > 1 and g < capacity) if g <= capacity else None
-    if job.gpus_requested <= 0 or capacity <= 0:
-        return None
-    shape = instance_shape(job.gpus_requested, capacity, job.num_nodes)
-    if job.num_nodes > -(-job.gpus_requested // smallest) and shape.instances != job.num_nodes:
+        return Request(w, g, w > 1 and g < capacity) if g <= capacity else f"{g} GPUs a node, more than {capacity}"
+    k = job.gpus_requested
+    if k <= 0 or capacity <= 0:
+        return "no GPUs"
+    shape = instance_shape(k, capacity, job.num_nodes)
+    as_shape = f"{k} GPUs as {shape.instances} x {shape.gpus}"
+    if job.num_nodes > -(-k // smallest) and shape.instances != job.num_nodes:
         # more nodes than the GPUs need even on the smallest nodes: the user's own (-N, or tasks per node), not
         # Slurm's count of the nodes it would take; a pin of another count would change the job (Slurm drops the
         # tasks it no longer has nodes for)
-        return None
+        return f"{k} GPUs on {job.num_nodes} node(s) is not w x g instances"
     if job.max_nodes and not job.num_nodes <= shape.instances <= job.max_nodes:
-        return None  # outside the user's -N range: Slurm refuses such a pin ("Node count specification invalid")
-    if job.tasks > 1 and shape.instances > job.tasks:
-        return None  # a node per instance: Slurm would raise the user's task count to the node count
+        # Slurm refuses such a pin ("Node count specification invalid")
+        return f"{as_shape} is outside its node range {job.num_nodes}-{job.max_nodes} (-N)"
+    if job.tasks > 1 and shape.instances > job.tasks and not (job.max_nodes and job.tasks == job.num_nodes):
+        # a node per instance: Slurm would raise the user's task count to the node count (-N's own count, a task a
+        # node, is Slurm's default, not the user's)
+        return f"{as_shape} is more nodes than its {job.tasks} tasks"
     if job.tasks_per_node and shape.instances != job.num_nodes:
-        return None  # --ntasks-per-node: Slurm would give each node of the pin that many tasks
+        # Slurm would give each node of the pin that many tasks
+        return f"{as_shape} would change its {job.num_nodes} node(s) of --ntasks-per-node={job.tasks_per_node}"
     if job.gpus_per_task and shape.gpus % job.gpus_per_task:
-        return None  # a pin's TresPerNode must hold whole tasks' GPUs, or Slurm refuses it (and keeps the job)
+        # a pin's TresPerNode must hold whole tasks' GPUs, or Slurm refuses it (and keeps the job)
+        return f"{job.tasks} tasks of {job.gpus_per_task} GPUs make no w x g instances of whole tasks"
     return Request(shape.instances, shape.gpus, shape.distinct_nodes)
 
 

@@ -152,7 +152,8 @@ class SlurmJob:
     nodes: tuple[str, ...] = ()
     gpus_alloc: Mapping[str, int] = field(default_factory=dict)
     num_nodes: int = 1
-    #: the most nodes its user allows (``-N 2``: 2, ``-N 1-3``: 3); 0: no ``-N`` given, any count Slurm needs
+    #: the most nodes it may have, as Slurm keeps it (``-N 2``: 2, ``-N 1-3``: 3; from 23.11 also 1 for some
+    #: one-node requests, and what a pin's NumNodes set); 0: none, any count Slurm needs
     max_nodes: int = 0
     gpus_per_node: int | None = None
     gpus_per_job: int | None = None

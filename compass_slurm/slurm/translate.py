@@ -40,7 +40,7 @@ from .constraint import ANY, Constraint, parse_constraint
 from .errors import SlurmParseError
 from .nodesets import NodeSets, Unhonoured
 from .nodesets import fits as fits_instances
-from .requests import Request, array_tasks, engine_job, id_order, observed, priority_key, request
+from .requests import Request, array_tasks, engine_job, id_order, observed, priority_key, requested
 from .state import SlurmJob, SlurmNode, SlurmState
 from .translation_cache import OTHER, PENDING, RUNNING, UNSEEN, Task, TranslationCache
 
@@ -179,7 +179,7 @@ class Translator:
         #: where running jobs may be moved, per what it depends on (see movable_to)
         self._movable: dict[tuple[object, ...], Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], tuple[int, int]] = {}
-        self._holds: dict[tuple[object, ...], bool] = {}
+        self._usable_nodes: dict[tuple[object, ...], list[frozenset[str]]] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: each partition's engine nodes as a set, made when first asked (a pinned job's own nodes are looked up in
         #: it; a job of several partitions is placed within one; a running job moves within its own)
@@ -306,7 +306,8 @@ class Translator:
         except SlurmParseError as err:
             constraint, left = ANY, f"left to Slurm: {err}"
         capacity = self.capacity_of(job)
-        req = self.request_of(job)
+        found = self.requested_of(job)
+        req = found if isinstance(found, Request) else None
         if left is not None:
             pass
         elif not self.partitions_of(job):
@@ -318,15 +319,14 @@ class Translator:
         elif not capacity:
             left = f"no GPU node of partition {job.partition}{_wanting(job)}"
         elif req is None:
-            left = (f"{job.tasks} tasks of {job.gpus_per_task} GPUs make no w x g instances of whole tasks"
-                    if job.gpus_per_task else f"{job.gpus_requested} GPUs on {job.num_nodes} node(s) is not w x g "
-                                              f"instances")
-        elif job.exclusive and self._capacities_of(job)[0] != capacity:
+            left = str(found)
+        elif job.exclusive and len({self._gpus[n] for nodes in self._usable(job) for n in nodes}) > 1:
             # the engine's instance is a node of the largest size: Slurm gives the job a whole node of any size
             left = "--exclusive on GPU nodes of different sizes: Slurm gives it whole nodes of any size"
         elif not self._could_ever_hold(job, req):
             left = (f"{req.instances} x {req.gpus} GPUs{' on as many nodes' if req.distinct_nodes else ''} is more "
-                    f"than the nodes it may use could ever hold: Slurm places its {job.gpus_requested} GPUs")
+                    f"than the nodes it may use in one partition could ever hold: Slurm places its "
+                    f"{job.gpus_requested} GPUs")
         else:
             try:
                 sets = self.nodesets.spread(req.instances, req.distinct_nodes or 2 * req.gpus > capacity,
@@ -359,8 +359,13 @@ class Translator:
 
     def request_of(self, job: SlurmJob) -> Request | None:
         """The job's w x g request on the GPU nodes of its partitions (None: no such node, or not expressible)."""
+        found = self.requested_of(job)
+        return found if isinstance(found, Request) else None
+
+    def requested_of(self, job: SlurmJob) -> Request | str | None:
+        """As request_of, or why the job is no w x g request (None: no GPU node of its partitions)."""
         smallest, capacity = self._capacities_of(job)
-        return request(job, capacity, smallest) if capacity else None
+        return requested(job, capacity, smallest) if capacity else None
 
     def _capacities_of(self, job: SlurmJob) -> tuple[int, int]:
         """The smallest and the largest GPU node of the job's partitions of its GPU type and constraint (cached per
@@ -376,16 +381,22 @@ class Translator:
         return found
 
     def _could_ever_hold(self, job: SlurmJob, req: Request) -> bool:
-        """Whether the nodes of the job's partitions, of its GPU type and features, not excluded, hold ``req`` when
-        empty: a shape the engine's rule makes on nodes of several sizes (``--gpus=5`` on 4-GPU nodes: 5 x 1 on as
-        many nodes) may need more of them than there are, and would wait for ever (cached per what it depends on)."""
-        key = (job.partition, job.gpu_type, job.constraint, job.excluded_nodes, req)
-        found = self._holds.get(key)
+        """Whether the nodes the job may use in one of its partitions hold ``req`` when empty: a shape the engine's
+        rule makes on nodes of several sizes (``--gpus=5`` on 4-GPU nodes: 5 x 1 on as many nodes) may need more of
+        them than there are, and would wait for ever."""
+        return any(fits_instances(nodes, self._gpus, req.instances, req.gpus, req.distinct_nodes)
+                   for nodes in self._usable(job))
+
+    def _usable(self, job: SlurmJob) -> list[frozenset[str]]:
+        """Per partition of the job's (Slurm runs a job within one), the engine's nodes there of its GPU type and
+        features, not excluded, whatever their state (cached per what it depends on)."""
+        key = (job.partition, job.gpu_type, job.constraint, job.excluded_nodes)
+        found = self._usable_nodes.get(key)
         if found is None:
             excluded = set(job.excluded_nodes)
-            nodes = (n for p in self.partitions_of(job) for n in self.partitions[p]
-                     if n in self.slurm_nodes and n not in excluded and self.satisfies(job, n))
-            found = self._holds[key] = fits_instances(nodes, self._gpus, req.instances, req.gpus, req.distinct_nodes)
+            found = self._usable_nodes[key] = [
+                frozenset(n for n in self._partition_nodes(p) if n not in excluded and self.satisfies(job, n))
+                for p in self.partitions_of(job)]
         return found
 
     def movable_to(self, job: SlurmJob, alloc: Iterable[str]) -> Eligible:

@@ -270,8 +270,8 @@ def test_shapes_its_nodes_could_never_hold_are_left_to_slurm_and_run(hetero, tmp
         daemon.cycle()
         with Store.open(daemon.db, create=False) as store:
             actions = {d.job_id: (d.action, d.reason) for d in store.decisions()}
-        assert actions[five] == ("left", "5 x 1 GPUs on as many nodes is more than the nodes it may use could ever "
-                                         "hold: Slurm places its 5 GPUs"), actions
+        assert actions[five] == ("left", "5 x 1 GPUs on as many nodes is more than the nodes it may use in one "
+                                         "partition could ever hold: Slurm places its 5 GPUs"), actions
         assert actions[whole][0] == "left" and "different sizes" in actions[whole][1], actions
         ran = cycled_until_running(daemon, f"{name}five")
         assert set(expand(ran.nodes)) <= {p.name: set(p.nodes) for p in LAYOUT.partitions}["v100"]

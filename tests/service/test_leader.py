@@ -69,22 +69,36 @@ def test_a_standby_takes_over_only_after_a_whole_lease_of_no_renewal_and_the_lea
 
 
 def test_a_leader_that_dies_before_its_first_renewal_is_taken_over_within_a_lease(log):
-    """A claim wrote the row as alone, so a standby waited a lone lease (600 s) for a new leader that died before
-    it first renewed (seen live: right after a log outage, a kill -9 took 10 minutes to fail over)."""
+    """A claim's row says alone, so a standby waited a lone lease (600 s) for a new leader that died before it first
+    renewed (seen live: right after a log outage, a kill -9 took 10 minutes to fail over). A claim never renewed is
+    waited for a lease, and its leader fences on that lease until it renews."""
     clock = Ticks()
     a, b, c = (daemon_on(log, clock, f"ctl{i}", i) for i in (1, 2, 3))
     a.step(), b.step(), c.step(), a.step(), b.step(), c.step()
     clock.now += LEASE + 1  # a is gone
     assert b.step() and b.leads
     with Store.open(log) as store:
-        assert store.leader().alone is False  # c said it was there
+        assert (store.leader().alone, store.leader().beat) == (True, 0)
     c.step()  # b dies before it renews: c sees its claim's version, and waits a lease from there
     clock.now += LEASE - 1
     assert not c.step() and not c.leads
+    assert not b.may_act(renew=False)  # b, cut off, stopped before that
     clock.now += 2
     assert c.step() and c.leads and c.leader().token == 3
 
 
+def test_a_new_leaders_own_note_as_a_standby_leaves_it_alone(log):
+    """The row still held the new leader's note from when it stood by: it renewed as not alone for three leases, so a
+    log outage stopped it after a lease, not the lone lease, and a stop kept its pins for a standby that is not
+    there."""
+    clock = Ticks()
+    a, b = daemon_on(log, clock, "ctl1", 11), daemon_on(log, clock, "ctl2", 22)
+    a.step(), b.step(), a.step(), b.step()
+    clock.now += LEASE + 1  # a is gone
+    assert b.step() and b.leads
+    clock.now += LEASE / 2
+    b.step()
+    assert b.alone_now()
 def test_a_leader_taken_over_does_not_take_the_lead_straight_back(log):
     """A leader whose renewal fails because another claimed the lead starts its wait from that claim, as a
     standby: it took the lead back in the same step (seen live after a SIGSTOP of the leader)."""

@@ -64,7 +64,10 @@ def test_mariadb_refuses_a_wrong_password(db_servers) -> None:
 
 @pytest.mark.parametrize(("raw", "shown"), [
     (f"mysql+pymysql://cu:{SECRET}@localhost/pw?unix_socket=/run/m.sock",
-     "mysql+pymysql://cu:***@localhost/pw?unix_socket=%2Frun%2Fm.sock"),  # the daemon's "started" line
+     "mysql+pymysql://cu:***@localhost/pw?unix_socket=/run/m.sock"),  # the daemon's "started" line
+    (f"postgresql://u:p@{SECRET}@h/x", "postgresql://u:***@h/x"),  # SQLAlchemy reads the password as "p"
+    (f"mysql+pymysql:///root:{SECRET}@h", "mysql+pymysql:///root:***@h"),
+    (f"postgresql://u@h/x?sslmode=require&password={SECRET}", "postgresql://u@h/x?sslmode=require&password=***"),
     (f"mysql+pymysql//root:{SECRET}@dbhost/compass", "mysql+pymysql//root:***@dbhost/compass"),
     (f"postgresql://u:{SECRET}/x@host:port/x", "postgresql://u:***@host:port/x"),  # a '/' in the password
     (f"mysql:root:{SECRET}@h", "mysql:***@h"),

@@ -92,19 +92,24 @@ def test_a_node_count_beyond_what_the_gpus_need_is_the_users_and_kept(nodes, gpu
 
 
 @pytest.mark.parametrize(("kw", "expected"), [
-    ({"num_nodes": 2, "max_nodes": 2}, None),  # -N 2 --gpus=9: Slurm refuses a pin of 3 nodes (22.05)
+    # -N 2 --gpus=9: Slurm refuses a pin of 3 nodes (22.05)
+    ({"num_nodes": 2, "max_nodes": 2}, "9 GPUs as 3 x 3 is outside its node range 2-2 (-N)"),
     ({"num_nodes": 2, "max_nodes": 3}, Request(3, 3, True)),  # -N 1-3 --gpus=9 (Slurm's least count: 2)
-    ({"num_nodes": 2, "tasks": 2}, None),  # -n 2 --gpus=9: 3 nodes would take a third task (22.05)
+    ({"num_nodes": 2, "max_nodes": 3, "tasks": 2}, Request(3, 3, True)),  # -N 2-3: Slurm's default, a task a node
+    # -n 2 --gpus=9: 3 nodes would take a third task (22.05)
+    ({"num_nodes": 2, "tasks": 2}, "9 GPUs as 3 x 3 is more nodes than its 2 tasks"),
     ({"num_nodes": 3, "tasks": 3}, Request(3, 3, True)),  # -n 3, or a pin Slurm gave a task a node
-    ({"num_nodes": 2, "tasks": 4, "tasks_per_node": 2}, None),  # 24.11 gives 3 nodes of 2 tasks 6 tasks
+    # 24.11 gives 3 nodes of 2 tasks 6 tasks
+    ({"num_nodes": 2, "tasks": 4, "tasks_per_node": 2},
+     "9 GPUs as 3 x 3 would change its 2 node(s) of --ntasks-per-node=2"),
     ({"num_nodes": 2}, Request(3, 3, True)),  # --gpus=9: Slurm's own count, no user's
 ])
 def test_a_node_range_or_task_count_the_user_gave_bounds_the_shape(kw, expected):
     asked = job("1", gpus_per_node=None, gpus_per_job=9, **kw)
-    assert request(asked, 8) == expected
-    if expected is None:
+    assert request(asked, 8) == (expected if isinstance(expected, Request) else None)
+    if not isinstance(expected, Request):
         obs = observe([asked])
-        assert obs.pending == [] and "9 GPUs on 2 node(s) is not w x g instances" in obs.skipped["1"]
+        assert obs.pending == [] and obs.skipped["1"] == expected
 
 
 def test_a_node_count_slurm_gave_on_smaller_nodes_is_not_the_users():
@@ -148,10 +153,15 @@ def test_a_shape_its_nodes_could_never_hold_is_left_to_slurm():
     asked = job("1", gpus_per_node=None, gpus_per_job=5, num_nodes=2)
     obs = observe([asked], small)
     assert obs.pending == [] and obs.left["1"] == ("5 x 1 GPUs on as many nodes is more than the nodes it may use "
-                                                   "could ever hold: Slurm places its 5 GPUs")
+                                                   "in one partition could ever hold: Slurm places its 5 GPUs")
     assert [p.job.id for p in observe([asked], [*small, replace(node("n5"), gpus=4)]).pending] == ["1"]
     excluded = replace(asked, excluded_nodes=("n5",))  # the nodes it may use
     assert "1" in observe([excluded], [*small, replace(node("n5"), gpus=4)]).left
+    # two partitions of the same four nodes: one partition holds the job or none does (a node counts once)
+    state = SlurmState(tuple(small), (replace(asked, partition="a,b"),),
+                       (SlurmPartition("a", ("n1", "n2", "n3", "n4")), SlurmPartition("b", ("n1", "n2", "n3", "n4"))),
+                       (), "22.05.8", NOW)
+    assert "1" in Translator(state, lease=LEASE).observe().left
 
 
 def test_an_exclusive_job_on_nodes_of_several_sizes_is_left_to_slurm():
@@ -160,6 +170,8 @@ def test_an_exclusive_job_on_nodes_of_several_sizes_is_left_to_slurm():
     mixed = [node("n1"), replace(node("n2"), gpus=4)]
     obs = observe([job("1", exclusive=True, gpus_per_node=2)], mixed)
     assert obs.pending == [] and obs.left["1"].startswith("--exclusive on GPU nodes of different sizes")
+    kept = observe([job("1", exclusive=True, gpus_per_node=2, excluded_nodes=("n2",))], mixed)  # -x the 4-GPU node
+    assert [p.job.id for p in kept.pending] == ["1"]
     assert [p.job.id for p in observe([job("1", exclusive=True, gpus_per_node=2)]).pending] == ["1"]
 
 
