@@ -36,10 +36,10 @@ FIELDS: dict[str, tuple[str, frozenset[str]]] = {
     "squeue --json": ("jobs", frozenset({
         "job_id", "array_job_id", "array_task_id", "array_task_string", "user_name", "user_id", "job_state",
         "partition", "nodes", "gres_detail", "node_count", "max_nodes", "tres_per_node", "tres_per_job",
-        "tres_per_task", "tasks", "tasks_per_node", "cpus", "memory_per_node", "memory_per_cpu", "required_nodes", "excluded_nodes",
-        "state_reason", "comment", "resv_name", "reservation", "priority", "submit_time", "eligible_time",
-        "array_max_tasks", "memory_per_tres", "shared", "time_limit", "start_time", "features", "prefer",
-        "contiguous", "minimum_switches", "required_switches", "segment_size", "step_id",
+        "tres_per_task", "tasks", "tasks_per_node", "cpus", "memory_per_node", "memory_per_cpu", "required_nodes",
+        "excluded_nodes", "state_reason", "comment", "resv_name", "reservation", "priority", "submit_time",
+        "eligible_time", "array_max_tasks", "memory_per_tres", "shared", "time_limit", "start_time", "features",
+        "prefer", "contiguous", "minimum_switches", "required_switches", "segment_size", "step_id",
     })),
 }
 #: Fields of 23.02+'s grouped ``sinfo`` records, which the fast loader never sees (read by ``json``).

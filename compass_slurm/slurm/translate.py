@@ -179,7 +179,7 @@ class Translator:
         #: where running jobs may be moved, per what it depends on (see movable_to)
         self._movable: dict[tuple[object, ...], Eligible] = {}
         self._capacities: dict[tuple[str, str | None, str], tuple[int, int]] = {}
-        self._usable_nodes: dict[tuple[object, ...], list[frozenset[str]]] = {}
+        self._usable_nodes: dict[tuple[object, ...], frozenset[str]] = {}
         self._managed_partitions: dict[str, list[str]] = {}
         #: each partition's engine nodes as a set, made when first asked (a pinned job's own nodes are looked up in
         #: it; a job of several partitions is placed within one; a running job moves within its own)
@@ -282,11 +282,11 @@ class Translator:
         if job.gpus_requested <= 0 and not job.gpus_alloc:
             return OTHER, None  # not a GPU job: Slurm's alone
         if job.pending:
-            tasks = array_tasks(job)
             if not self.partitions_of(job):
                 # marked, in a partition the daemon does not manage (the wrapper marks whatever the partition, and
                 # scontrol may move a job): left to Slurm, its lease lifted, and not counted in the queue
-                return (PENDING, (tasks, 0, True, 0)) if job.managed else (OTHER, None)
+                return (PENDING, (array_tasks(job), 0, True, 0)) if job.managed else (OTHER, None)
+            tasks = array_tasks(job)
             return PENDING, (tasks, job.gpus_requested * len(tasks), job.managed, len(tasks))
         if job.state not in HOLDING_STATES:
             return OTHER, None
@@ -320,7 +320,8 @@ class Translator:
             left = f"no GPU node of partition {job.partition}{_wanting(job)}"
         elif req is None:
             left = str(found)
-        elif job.exclusive and len({self._gpus[n] for nodes in self._usable(job) for n in nodes}) > 1:
+        elif job.exclusive and len({self._gpus[n] for p in self.partitions_of(job)
+                                    for n in self._usable_in(p, job)}) > 1:
             # the engine's instance is a node of the largest size: Slurm gives the job a whole node of any size
             left = "--exclusive on GPU nodes of different sizes: Slurm gives it whole nodes of any size"
         elif not self._could_ever_hold(job, req):
@@ -384,19 +385,18 @@ class Translator:
         """Whether the nodes the job may use in one of its partitions hold ``req`` when empty: a shape the engine's
         rule makes on nodes of several sizes (``--gpus=5`` on 4-GPU nodes: 5 x 1 on as many nodes) may need more of
         them than there are, and would wait for ever."""
-        return any(fits_instances(nodes, self._gpus, req.instances, req.gpus, req.distinct_nodes)
-                   for nodes in self._usable(job))
+        return any(fits_instances(self._usable_in(p, job), self._gpus, req.instances, req.gpus, req.distinct_nodes)
+                   for p in self.partitions_of(job))  # (Slurm runs a job within one of its partitions)
 
-    def _usable(self, job: SlurmJob) -> list[frozenset[str]]:
-        """Per partition of the job's (Slurm runs a job within one), the engine's nodes there of its GPU type and
-        features, not excluded, whatever their state (cached per what it depends on)."""
-        key = (job.partition, job.gpu_type, job.constraint, job.excluded_nodes)
+    def _usable_in(self, partition: str, job: SlurmJob) -> frozenset[str]:
+        """The engine's nodes of ``partition`` of the job's GPU type and features, not excluded, whatever their
+        state (cached per what it depends on)."""
+        key = (partition, job.gpu_type, job.constraint, job.excluded_nodes)
         found = self._usable_nodes.get(key)
         if found is None:
             excluded = set(job.excluded_nodes)
-            found = self._usable_nodes[key] = [
-                frozenset(n for n in self._partition_nodes(p) if n not in excluded and self.satisfies(job, n))
-                for p in self.partitions_of(job)]
+            found = self._usable_nodes[key] = frozenset(
+                n for n in self._partition_nodes(partition) if n not in excluded and self.satisfies(job, n))
         return found
 
     def movable_to(self, job: SlurmJob, alloc: Iterable[str]) -> Eligible:
@@ -411,9 +411,8 @@ class Translator:
         key = (home, job.gpu_type, job.constraint, job.excluded_nodes)
         found = self._movable.get(key, UNSEEN)
         if found is UNSEEN:
-            excluded = set(job.excluded_nodes)
-            names = {name for name in self._partition_nodes(home) if name not in excluded and self.satisfies(job, name)}
-            found = self._movable[key] = None if names == self.slurm_nodes.keys() else frozenset(names)
+            names = self._usable_in(home, job)
+            found = self._movable[key] = None if names == self.slurm_nodes.keys() else names
         return found
 
     def _held_back(self, job: SlurmJob) -> str | None:
